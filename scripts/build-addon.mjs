@@ -1,0 +1,85 @@
+#!/usr/bin/env node
+// Builds the native shared-memory addon (build/Release/ringserve_shm.node) with node-gyp, against the
+// headers of the Node that runs this script, so nothing is downloaded. Run by `npm ci` (the `install`
+// script) and by `npm run build:addon`. Any failure exits non-zero with `RS_ERR_ADDON_BUILD: <cause>`.
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { delimiter, dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const packageRoot = dirname(dirname(fileURLToPath(import.meta.url)));
+
+function fail(cause, detail) {
+  process.stderr.write(`RS_ERR_ADDON_BUILD: ${cause}\n`);
+  if (detail) process.stderr.write(`${detail}\n`);
+  process.exit(1);
+}
+
+// The headers ship with Node under <prefix>/include/node when <prefix>/bin/node is the binary.
+function nodeHeadersPrefix() {
+  const prefix = dirname(dirname(process.execPath));
+  const header = join(prefix, 'include', 'node', 'node.h');
+  if (!existsSync(header)) {
+    fail(
+      `no Node.js headers: ${header} does not exist. Use a Node.js ${process.version} install that ` +
+        'ships its headers (the official tarballs and the nodejs/nvm packages do).',
+    );
+  }
+  return prefix;
+}
+
+function onPath(command) {
+  if (command.includes('/')) return existsSync(command);
+  return (process.env.PATH ?? '')
+    .split(delimiter)
+    .some((dir) => dir && existsSync(join(dir, command)));
+}
+
+function checkToolchain() {
+  const compiler = process.env.CXX ?? 'g++';
+  const fallbacks = process.env.CXX ? [compiler] : ['g++', 'c++', 'clang++'];
+  if (!fallbacks.some(onPath)) {
+    fail(
+      `no C++ compiler: none of ${fallbacks.join(', ')} is on PATH (install g++ or build-essential).`,
+    );
+  }
+  if (!onPath('make')) fail('no make on PATH (install make or build-essential).');
+  const python = process.env.PYTHON ?? process.env.npm_config_python;
+  if (!(python ? onPath(python) : onPath('python3') || onPath('python'))) {
+    fail('no python3 on PATH: node-gyp needs Python 3 to generate the build files.');
+  }
+}
+
+function nodeGypScript() {
+  const fromNpm = process.env.npm_config_node_gyp;
+  if (fromNpm && existsSync(fromNpm)) return fromNpm;
+  const local = join(packageRoot, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js');
+  if (existsSync(local)) return local;
+  return fail(
+    `node-gyp not found (looked at $npm_config_node_gyp and ${local}); run npm ci first.`,
+  );
+}
+
+function lastLines(text, count) {
+  return text.split('\n').slice(-count).join('\n');
+}
+
+function build() {
+  const prefix = nodeHeadersPrefix();
+  checkToolchain();
+  const gyp = nodeGypScript();
+  const args = [gyp, 'rebuild', `--nodedir=${prefix}`, '--loglevel=warn'];
+  const result = spawnSync(process.execPath, args, { cwd: packageRoot, encoding: 'utf8' });
+  if (result.error) fail(`could not run node-gyp: ${result.error.message}`);
+  const output = `${result.stdout ?? ''}${result.stderr ?? ''}`;
+  if (result.status !== 0) {
+    const cause = /error:/.test(output) ? 'compile error' : 'node-gyp failed';
+    fail(`${cause} (node-gyp exited with ${result.status})`, lastLines(output, 40));
+  }
+  const addon = join(packageRoot, 'build', 'Release', 'ringserve_shm.node');
+  if (!existsSync(addon))
+    fail(`node-gyp succeeded but ${addon} is missing.`, lastLines(output, 20));
+  process.stdout.write(`ringserve: built ${addon} against ${prefix}/include/node\n`);
+}
+
+build();

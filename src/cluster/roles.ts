@@ -1,0 +1,67 @@
+/**
+ * How the supervisor tells a child what it is: environment variables set at fork, read once at the
+ * child's start. The config travels as the JSON of the validated config object, so every process
+ * runs on exactly the configuration the primary checked.
+ */
+import { fileURLToPath } from 'node:url';
+import { buildConfig, type RingserveConfig } from '../config.js';
+
+export const ENV_ROLE = 'RINGSERVE_ROLE';
+export const ENV_REGION = 'RINGSERVE_REGION';
+export const ENV_CONFIG = 'RINGSERVE_CONFIG';
+export const ENV_SERVER_INDEX = 'RINGSERVE_SERVER_INDEX';
+
+export type Role = 'engine' | 'api';
+
+/** Messages between the supervisor and its children over the IPC channel (never per request). */
+export type SupervisorMessage =
+  | { type: 'engine-down' }
+  | { type: 'engine-up' }
+  | { type: 'server-down'; server: number }
+  | { type: 'abort-ids'; ids: string[]; from: number }
+  | { type: 'drain'; timeoutMs: number };
+
+export type ChildMessage =
+  | { type: 'ready'; role: Role; server?: number; port?: number }
+  | { type: 'server-reset'; server: number }
+  | { type: 'abort-ids'; ids: string[]; from: number }
+  | { type: 'drained'; server: number };
+
+export interface ChildEnv {
+  region: string;
+  config: RingserveConfig;
+  server: number;
+}
+
+/** Reads the role's environment; throws with the variable's name when one is missing. */
+export function readChildEnv(env: NodeJS.ProcessEnv = process.env): ChildEnv {
+  const region = env[ENV_REGION];
+  const configJson = env[ENV_CONFIG];
+  if (!region)
+    throw new Error(`${ENV_REGION} is not set: this process is started by the supervisor`);
+  if (!configJson)
+    throw new Error(`${ENV_CONFIG} is not set: this process is started by the supervisor`);
+  const server = Number(env[ENV_SERVER_INDEX] ?? '-1');
+  return { region, config: buildConfig(JSON.parse(configJson)), server };
+}
+
+export function childEnv(role: Role, region: string, config: RingserveConfig, server = -1) {
+  return {
+    ...process.env,
+    [ENV_ROLE]: role,
+    [ENV_REGION]: region,
+    [ENV_CONFIG]: JSON.stringify(config),
+    [ENV_SERVER_INDEX]: String(server),
+  };
+}
+
+/** Entry points of the child processes, as compiled JS next to this file's compiled form. */
+export function entryPoint(role: Role): string {
+  const rel = role === 'engine' ? '../engine/core-process.js' : '../server/api-process.js';
+  return fileURLToPath(new URL(rel, import.meta.url));
+}
+
+/** Sends an IPC message if the channel is open; a closed channel means the peer is going anyway. */
+export function sendToParent(message: ChildMessage): void {
+  if (process.send && process.connected) process.send(message);
+}

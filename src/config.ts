@@ -1,0 +1,216 @@
+import { availableParallelism } from 'node:os';
+import { getPreset, PRESET_NAMES } from './engine/presets.js';
+import { RS_ERR_CONFIG_INVALID } from './errors.js';
+
+/**
+ * ringserve's one configuration object. Every field is a row of CONFIG_FIELDS: flag (named like
+ * vLLM's), default, range or choices, one line of help. The CLI (cli-args.ts) and programmatic
+ * callers (tests, bench) go through the same checks in buildConfig, and the result is frozen.
+ */
+export interface RingserveConfig {
+  readonly host: string;
+  readonly port: number;
+  readonly apiServerCount: number;
+  readonly model: string;
+  readonly servedModelName: string;
+  readonly maxModelLen: number;
+  readonly maxNumSeqs: number;
+  readonly maxNumBatchedTokens: number;
+  readonly numGpuBlocks: number;
+  readonly blockSize: number;
+  readonly seed: number;
+  readonly speedup: number;
+  readonly maxSpeed: boolean;
+  readonly schedulingPolicy: 'fcfs' | 'priority';
+  readonly outputProcessing: 'workers' | 'inline';
+  readonly generateFormat: 'packed' | 'legacy';
+  readonly returnSamplingMask: boolean;
+  readonly returnRoutedExperts: boolean;
+  readonly lengthProfile: 'rl' | 'chat';
+  readonly apiKey: string | null;
+  readonly adminApiKey: string | null;
+  readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  readonly maxQueueLen: number;
+  readonly bodyLimitMb: number;
+  readonly drainTimeoutS: number;
+  readonly packerThreads: number;
+}
+
+/** What a caller may set; a null or absent field takes its default. */
+export type ConfigInput = { -readonly [K in keyof RingserveConfig]?: RingserveConfig[K] | null };
+
+export type ConfigFieldKind = 'int' | 'number' | 'bool' | 'enum' | 'string';
+
+export interface ConfigField {
+  readonly key: keyof RingserveConfig;
+  readonly flag: string;
+  readonly kind: ConfigFieldKind;
+  /** null: derived from other fields (see `derived`), or absent for optional strings. */
+  readonly default: number | string | boolean | null;
+  readonly min?: number;
+  readonly max?: number;
+  /** The lower bound excludes its value (e.g. speedup > 0). */
+  readonly minExclusive?: boolean;
+  readonly choices?: readonly (string | number)[];
+  /** Environment variable read when the flag is not given (the flag wins). */
+  readonly env?: string;
+  /** How a null default is worked out, for --help. */
+  readonly derived?: string;
+  readonly help: string;
+}
+
+// The request ring is 4 MiB by default and a prompt travels as one record of 4 bytes per token, so
+// max_model_len is capped where a whole prompt still fits with room for other records.
+const MAX_MODEL_LEN_CAP = 262_144;
+
+// biome-ignore format: one row per field reads as the table it is
+export const CONFIG_FIELDS: readonly ConfigField[] = [
+  { key: 'host', flag: '--host', kind: 'string', default: '0.0.0.0', help: 'address to listen on' },
+  { key: 'port', flag: '--port', kind: 'int', default: 8000, min: 0, max: 65535, help: 'TCP port (0 = any free port)' },
+  { key: 'apiServerCount', flag: '--api-server-count', kind: 'int', default: 1, min: 1, max: 32, help: 'API-server processes sharing the port' },
+  { key: 'model', flag: '--model', kind: 'enum', default: 'qwen3-30b-a3b', choices: PRESET_NAMES, help: 'model preset the simulated engine imitates' },
+  { key: 'servedModelName', flag: '--served-model-name', kind: 'string', default: null, derived: 'sim-<model>', help: 'model name clients must send and /v1/models lists' },
+  { key: 'maxModelLen', flag: '--max-model-len', kind: 'int', default: null, min: 16, max: MAX_MODEL_LEN_CAP, derived: "the preset's", help: 'longest sequence (prompt + completion) in tokens' },
+  { key: 'maxNumSeqs', flag: '--max-num-seqs', kind: 'int', default: 256, min: 1, max: 4096, help: 'most sequences running in one engine step' },
+  { key: 'maxNumBatchedTokens', flag: '--max-num-batched-tokens', kind: 'int', default: 8192, min: 1, max: 1_048_576, help: 'token budget of one engine step (decode first, then prefill chunks)' },
+  { key: 'numGpuBlocks', flag: '--num-gpu-blocks', kind: 'int', default: null, min: 1, max: 16_777_216, derived: "the preset's", help: 'KV-cache blocks in the simulated pool' },
+  { key: 'blockSize', flag: '--block-size', kind: 'int', default: 16, choices: [1, 8, 16, 32, 64, 128], help: 'tokens per KV-cache block' },
+  { key: 'seed', flag: '--seed', kind: 'int', default: 0, min: 0, max: 4_294_967_295, help: 'model seed: same seed, same outputs' },
+  { key: 'speedup', flag: '--speedup', kind: 'number', default: 1, min: 0, minExclusive: true, max: 1_000_000, help: 'divide modelled step times by this' },
+  { key: 'maxSpeed', flag: '--max-speed', kind: 'bool', default: false, help: 'do not sleep for modelled step times at all' },
+  { key: 'schedulingPolicy', flag: '--scheduling-policy', kind: 'enum', default: 'fcfs', choices: ['fcfs', 'priority'], help: 'order of waiting requests (priority uses the request field)' },
+  { key: 'outputProcessing', flag: '--output-processing', kind: 'enum', default: 'workers', choices: ['workers', 'inline'], help: 'workers: packed off-thread; inline: per-token objects (baseline)' },
+  { key: 'generateFormat', flag: '--generate-format', kind: 'enum', default: 'packed', choices: ['packed', 'legacy'], help: 'default response form when a request does not say "packed"' },
+  { key: 'returnSamplingMask', flag: '--return-sampling-mask', kind: 'bool', default: false, help: 'return sampling masks unless a request says otherwise' },
+  { key: 'returnRoutedExperts', flag: '--return-routed-experts', kind: 'bool', default: false, help: 'return MoE routing unless a request says otherwise' },
+  { key: 'lengthProfile', flag: '--length-profile', kind: 'enum', default: 'rl', choices: ['rl', 'chat'], help: 'response lengths: rl (~12.5k tokens) or chat (short)' },
+  { key: 'apiKey', flag: '--api-key', kind: 'string', default: null, env: 'VLLM_API_KEY', help: 'require "Authorization: Bearer <key>" on API routes' },
+  { key: 'adminApiKey', flag: '--admin-api-key', kind: 'string', default: null, env: 'RINGSERVE_ADMIN_API_KEY', help: 'require this key on control routes (pause, update_weights, ...)' },
+  { key: 'logLevel', flag: '--log-level', kind: 'enum', default: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], help: 'pino log level' },
+  { key: 'maxQueueLen', flag: '--max-queue-len', kind: 'int', default: 4096, min: 1, max: 1_048_576, help: 'waiting requests per API server before answering 429' },
+  { key: 'bodyLimitMb', flag: '--body-limit-mb', kind: 'number', default: 32, min: 0, minExclusive: true, max: 1024, help: 'largest request body in MiB (413 above)' },
+  { key: 'drainTimeoutS', flag: '--drain-timeout-s', kind: 'number', default: 30, min: 0, max: 3600, help: 'on SIGTERM, wait this long for in-flight requests, then abort them' },
+  { key: 'packerThreads', flag: '--packer-threads', kind: 'int', default: null, min: 1, max: 64, derived: 'cores / api-server-count, at least 1', help: 'packer worker threads per API server' },
+];
+
+const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(
+  CONFIG_FIELDS.map((f) => [f.key, f]),
+);
+
+export function configField(key: keyof RingserveConfig): ConfigField {
+  const field = FIELD_BY_KEY.get(key);
+  if (field === undefined) throw new RS_ERR_CONFIG_INVALID(key, 'not a configuration field');
+  return field;
+}
+
+/** The allowed values of a field in words, for error messages and --help. */
+export function describeRange(field: ConfigField): string {
+  if (field.choices !== undefined) return `one of ${field.choices.join(', ')}`;
+  if (field.kind === 'bool') return 'true or false';
+  if (field.kind === 'string') return 'a non-empty string';
+  const noun = field.kind === 'int' ? 'an integer' : 'a number';
+  const open = field.minExclusive === true ? '(' : '[';
+  return `${noun} in ${open}${field.min}, ${field.max}]`;
+}
+
+function invalid(field: ConfigField, value: unknown): never {
+  const shown = typeof value === 'string' ? `"${value}"` : String(value);
+  throw new RS_ERR_CONFIG_INVALID(field.flag, `must be ${describeRange(field)}, got ${shown}`);
+}
+
+/** Check one typed value against its row; throws RS_ERR_CONFIG_INVALID naming the flag. */
+export function checkFieldValue(field: ConfigField, value: unknown): void {
+  switch (field.kind) {
+    case 'bool':
+      if (typeof value !== 'boolean') invalid(field, value);
+      return;
+    case 'string':
+      if (typeof value !== 'string' || value.length === 0) invalid(field, value);
+      return;
+    case 'enum':
+      if (!field.choices?.includes(value as string)) invalid(field, value);
+      return;
+    case 'int':
+    case 'number':
+      checkNumber(field, value);
+      return;
+  }
+}
+
+function checkNumber(field: ConfigField, value: unknown): void {
+  if (typeof value !== 'number' || !Number.isFinite(value)) invalid(field, value);
+  if (field.kind === 'int' && !Number.isSafeInteger(value)) invalid(field, value);
+  if (field.choices !== undefined) {
+    if (!field.choices.includes(value)) invalid(field, value);
+    return;
+  }
+  const min = field.min ?? Number.NEGATIVE_INFINITY;
+  const max = field.max ?? Number.POSITIVE_INFINITY;
+  if (value > max || value < min || (field.minExclusive === true && value === min)) {
+    invalid(field, value);
+  }
+}
+
+/**
+ * Validate every given value, fill defaults (derived ones from the model preset), check the
+ * fields that constrain each other, and freeze. Unknown keys are errors.
+ */
+export function buildConfig(input: ConfigInput = {}): RingserveConfig {
+  const values: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(input)) {
+    const field = FIELD_BY_KEY.get(key);
+    if (field === undefined) throw new RS_ERR_CONFIG_INVALID(key, 'unknown configuration field');
+    if (value === null || value === undefined) continue;
+    checkFieldValue(field, value);
+    values[key] = value;
+  }
+  for (const field of CONFIG_FIELDS) {
+    if (values[field.key] === undefined && field.default !== null)
+      values[field.key] = field.default;
+  }
+  const partial = values as Partial<Record<keyof RingserveConfig, unknown>>;
+  fillDerived(partial);
+  const config = partial as unknown as RingserveConfig;
+  checkCrossFields(config);
+  return Object.freeze(config);
+}
+
+function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): void {
+  const model = values.model as string;
+  const preset = getPreset(model);
+  values.servedModelName ??= `sim-${model}`;
+  values.apiKey ??= null;
+  values.adminApiKey ??= null;
+  if (values.maxModelLen === undefined) {
+    values.maxModelLen = Math.min(preset.maxModelLen, MAX_MODEL_LEN_CAP);
+  }
+  if (values.numGpuBlocks === undefined) {
+    values.numGpuBlocks = defaultNumGpuBlocks(preset, values.blockSize as number);
+  }
+  if (values.packerThreads === undefined) {
+    const perServer = Math.floor(availableParallelism() / (values.apiServerCount as number));
+    values.packerThreads = Math.max(1, Math.min(4, perServer));
+  }
+}
+
+/** The preset's KV pool (counted in blocks of 16 tokens) expressed in blocks of this size. */
+function defaultNumGpuBlocks(preset: ReturnType<typeof getPreset>, blockSize: number): number {
+  return Math.max(1, Math.floor((preset.defaultNumGpuBlocks * 16) / blockSize));
+}
+
+function checkCrossFields(c: RingserveConfig): void {
+  // vLLM refuses these combinations at startup for the same reasons: a step must be able to
+  // hold one token per running sequence, and one full-length sequence must fit in the KV cache.
+  if (c.maxNumBatchedTokens < c.maxNumSeqs) {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--max-num-batched-tokens',
+      `must be >= --max-num-seqs (${c.maxNumSeqs}), got ${c.maxNumBatchedTokens}`,
+    );
+  }
+  if (c.numGpuBlocks * c.blockSize < c.maxModelLen) {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--num-gpu-blocks',
+      `${c.numGpuBlocks} blocks of ${c.blockSize} tokens cannot hold one sequence of --max-model-len ${c.maxModelLen}`,
+    );
+  }
+}

@@ -1,0 +1,324 @@
+/**
+ * The records that cross the rings between the API servers and the engine core: the message types in
+ * one file (as vLLM v1 keeps them in `v1/engine/__init__.py`), the transport in `src/shm/ring.ts`.
+ *
+ * Every record is written in place into ring memory through typed-array views over the whole region,
+ * and read back the same way: no intermediate objects, no JSON. Payloads start 8-byte aligned (the
+ * ring guarantees it), so float64 fields sit at multiples of 8 and int32 columns at multiples of 4.
+ *
+ * Request ring (API server k -> engine):
+ *
+ *   ADD     f64[8]  seed (NaN = none), arrival ms, temperature, top_p, min_p,
+ *                   presence, frequency, repetition penalties
+ *           i32[12] slot, top_k, max_tokens, min_tokens, flags, routed_experts_prompt_start,
+ *                   priority, prompt_len, stop_ids_len, salt_bytes, slot_gen, (1 reserved)
+ *           i32[prompt_len] prompt ids, i32[stop_ids_len] stop ids, u8[salt_bytes] cache salt (UTF-8)
+ *   ABORT   i32 slot, i32 reserved
+ *
+ * Output ring (engine -> API server k), one STEP record per engine step that has outputs for k:
+ *
+ *   STEP    i32[8]  count, mask_ids_total, routing_rows_total, layers, topk, routing_id_bytes (1|2),
+ *                   (2 reserved)
+ *           f64[2]  engine clock ms at step end, modelled step duration ms
+ *           i32[count] x 12 columns: slot, token, logprob (f32), finish, stop_token_id, num_cached,
+ *                   weight_version, mask_count, routing_rows, routing_first_pos, slot_gen,
+ *                   reject_reason (why a finish=Error request was refused, reject.ts)
+ *           i32[mask_ids_total] mask ids, rows in output order
+ *           u8|u16[routing_rows_total * layers * topk] routing rows, in output order
+ *
+ * Slot generations: an API server reuses request slots, and a restarted API server or engine can find
+ * records of the previous incarnation still in a ring. The server writes a fresh generation with every
+ * ADD, the engine echoes it on every output of that request, and the output worker drops outputs
+ * whose generation is not the slot's current one. No reset handshake is needed on any restart.
+ */
+import type { EngineRequest, SamplingParams } from './types.js';
+
+export const RecordType = {
+  Add: 1,
+  Abort: 2,
+  Step: 16,
+} as const;
+
+/** Typed views over one whole shared region; record offsets are absolute byte offsets into it. */
+export interface RegionViews {
+  readonly bytes: Uint8Array;
+  readonly i32: Int32Array;
+  readonly f32: Float32Array;
+  readonly f64: Float64Array;
+  readonly u16: Uint16Array;
+}
+
+export function regionViews(sab: SharedArrayBuffer): RegionViews {
+  const whole8 = sab.byteLength - (sab.byteLength % 8);
+  return {
+    bytes: new Uint8Array(sab),
+    i32: new Int32Array(sab, 0, whole8 / 4),
+    f32: new Float32Array(sab, 0, whole8 / 4),
+    f64: new Float64Array(sab, 0, whole8 / 8),
+    u16: new Uint16Array(sab, 0, whole8 / 2),
+  };
+}
+
+const pad8 = (n: number): number => (n + 7) & ~7;
+
+// ---- ADD ---------------------------------------------------------------------------------------
+
+export const AddFlag = {
+  IgnoreEos: 1,
+  Logprobs: 2,
+  SamplingMask: 4,
+  RoutedExperts: 8,
+} as const;
+
+const ADD_F64 = 8;
+const ADD_I32 = 12;
+const ADD_FIXED_BYTES = ADD_F64 * 8 + ADD_I32 * 4;
+const A_SLOT = 0;
+const A_TOP_K = 1;
+const A_MAX_TOKENS = 2;
+const A_MIN_TOKENS = 3;
+const A_FLAGS = 4;
+const A_ROUTED_START = 5;
+const A_PRIORITY = 6;
+const A_PROMPT_LEN = 7;
+const A_STOP_LEN = 8;
+const A_SALT_BYTES = 9;
+const A_SLOT_GEN = 10;
+
+/** What the API server knows of a request when it writes its ADD record. */
+export interface AddFields {
+  slot: number;
+  slotGen: number;
+  promptTokenIds: Int32Array;
+  params: SamplingParams;
+  priority: number;
+  /** UTF-8 bytes of `cache_salt`, or null. */
+  cacheSalt: Uint8Array | null;
+  arrivalTimeMs: number;
+}
+
+export function addRecordBytes(fields: AddFields): number {
+  const ints = fields.promptTokenIds.length + fields.params.stopTokenIds.length;
+  return ADD_FIXED_BYTES + ints * 4 + (fields.cacheSalt?.length ?? 0);
+}
+
+export function writeAdd(v: RegionViews, offset: number, f: AddFields): void {
+  const p = f.params;
+  const d = offset >> 3;
+  v.f64[d] = p.seed ?? Number.NaN;
+  v.f64[d + 1] = f.arrivalTimeMs;
+  v.f64[d + 2] = p.temperature;
+  v.f64[d + 3] = p.topP;
+  v.f64[d + 4] = p.minP;
+  v.f64[d + 5] = p.presencePenalty;
+  v.f64[d + 6] = p.frequencyPenalty;
+  v.f64[d + 7] = p.repetitionPenalty;
+  const i = (offset + ADD_F64 * 8) >> 2;
+  v.i32[i + A_SLOT] = f.slot;
+  v.i32[i + A_TOP_K] = p.topK;
+  v.i32[i + A_MAX_TOKENS] = p.maxTokens;
+  v.i32[i + A_MIN_TOKENS] = p.minTokens;
+  v.i32[i + A_FLAGS] =
+    (p.ignoreEos ? AddFlag.IgnoreEos : 0) |
+    (p.logprobs ? AddFlag.Logprobs : 0) |
+    (p.returnSamplingMask ? AddFlag.SamplingMask : 0) |
+    (p.returnRoutedExperts ? AddFlag.RoutedExperts : 0);
+  v.i32[i + A_ROUTED_START] = p.routedExpertsPromptStart;
+  v.i32[i + A_PRIORITY] = f.priority;
+  v.i32[i + A_PROMPT_LEN] = f.promptTokenIds.length;
+  v.i32[i + A_STOP_LEN] = p.stopTokenIds.length;
+  v.i32[i + A_SALT_BYTES] = f.cacheSalt?.length ?? 0;
+  v.i32[i + A_SLOT_GEN] = f.slotGen;
+  v.i32[i + A_SLOT_GEN + 1] = 0;
+  const promptAt = i + ADD_I32;
+  v.i32.set(f.promptTokenIds, promptAt);
+  const stopAt = promptAt + f.promptTokenIds.length;
+  v.i32.set(p.stopTokenIds, stopAt);
+  if (f.cacheSalt) v.bytes.set(f.cacheSalt, (stopAt + p.stopTokenIds.length) * 4);
+}
+
+const saltDecoder = new TextDecoder();
+
+/**
+ * Reads an ADD record into a fresh EngineRequest (the engine keeps it for the request's life, so the
+ * arrays are copies, never views into ring memory that the producer will overwrite). A record whose
+ * declared lengths do not fit its payload is malformed: null, and the engine answers with an error.
+ */
+export function readAdd(
+  v: RegionViews,
+  offset: number,
+  length: number,
+  server: number,
+): EngineRequest | null {
+  if (length < ADD_FIXED_BYTES) return null;
+  const d = offset >> 3;
+  const i = (offset + ADD_F64 * 8) >> 2;
+  const promptLen = v.i32[i + A_PROMPT_LEN]!;
+  const stopLen = v.i32[i + A_STOP_LEN]!;
+  const saltBytes = v.i32[i + A_SALT_BYTES]!;
+  if (promptLen < 0 || stopLen < 0 || saltBytes < 0) return null;
+  if (ADD_FIXED_BYTES + (promptLen + stopLen) * 4 + saltBytes > length) return null;
+  const flags = v.i32[i + A_FLAGS]!;
+  const seed = v.f64[d]!;
+  const promptAt = i + ADD_I32;
+  const stopAt = promptAt + promptLen;
+  const saltAt = (stopAt + stopLen) * 4;
+  return {
+    server,
+    slot: v.i32[i + A_SLOT]!,
+    promptTokenIds: v.i32.slice(promptAt, stopAt),
+    params: {
+      temperature: v.f64[d + 2]!,
+      topP: v.f64[d + 3]!,
+      topK: v.i32[i + A_TOP_K]!,
+      minP: v.f64[d + 4]!,
+      seed: Number.isNaN(seed) ? null : seed,
+      maxTokens: v.i32[i + A_MAX_TOKENS]!,
+      minTokens: v.i32[i + A_MIN_TOKENS]!,
+      stopTokenIds: v.i32.slice(stopAt, stopAt + stopLen),
+      ignoreEos: (flags & AddFlag.IgnoreEos) !== 0,
+      presencePenalty: v.f64[d + 5]!,
+      frequencyPenalty: v.f64[d + 6]!,
+      repetitionPenalty: v.f64[d + 7]!,
+      logprobs: (flags & AddFlag.Logprobs) !== 0,
+      returnSamplingMask: (flags & AddFlag.SamplingMask) !== 0,
+      returnRoutedExperts: (flags & AddFlag.RoutedExperts) !== 0,
+      routedExpertsPromptStart: v.i32[i + A_ROUTED_START]!,
+    },
+    priority: v.i32[i + A_PRIORITY]!,
+    cacheSalt: saltBytes > 0 ? saltDecoder.decode(v.bytes.slice(saltAt, saltAt + saltBytes)) : null,
+    arrivalTimeMs: v.f64[d + 1]!,
+  };
+}
+
+/** The slot an ADD record is for, readable even when the rest of the record is malformed. */
+export function readAddSlot(v: RegionViews, offset: number, length: number): number {
+  return length >= ADD_FIXED_BYTES ? v.i32[((offset + ADD_F64 * 8) >> 2) + A_SLOT]! : -1;
+}
+
+/** The slot generation an ADD record carries (see the header comment). */
+export function readAddSlotGen(v: RegionViews, offset: number, length: number): number {
+  return length >= ADD_FIXED_BYTES ? v.i32[((offset + ADD_F64 * 8) >> 2) + A_SLOT_GEN]! : 0;
+}
+
+// ---- ABORT -------------------------------------------------------------------------------------
+
+export const ABORT_BYTES = 8;
+
+export function writeAbort(v: RegionViews, offset: number, slot: number): void {
+  v.i32[offset >> 2] = slot;
+  v.i32[(offset >> 2) + 1] = 0;
+}
+
+export function readAbortSlot(v: RegionViews, offset: number): number {
+  return v.i32[offset >> 2]!;
+}
+
+// ---- STEP --------------------------------------------------------------------------------------
+
+const STEP_HEADER_BYTES = 8 * 4 + 2 * 8;
+const STEP_COLUMNS = 12;
+
+export const StepColumn = {
+  Slot: 0,
+  Token: 1,
+  Logprob: 2,
+  Finish: 3,
+  StopTokenId: 4,
+  NumCached: 5,
+  WeightVersion: 6,
+  MaskCount: 7,
+  RoutingRows: 8,
+  RoutingFirstPos: 9,
+  SlotGen: 10,
+  RejectReason: 11,
+} as const;
+
+export function stepRecordBytes(
+  count: number,
+  maskIds: number,
+  routingRows: number,
+  routingRowIds: number,
+  routingIdBytes: number,
+): number {
+  return (
+    STEP_HEADER_BYTES +
+    pad8(count * 4) * STEP_COLUMNS +
+    pad8(maskIds * 4) +
+    pad8(routingRows * routingRowIds * routingIdBytes)
+  );
+}
+
+/**
+ * Where the columns of one STEP record sit, as element indices into the region views. One reader is
+ * kept per consumer and re-attached to each record: reading a step allocates nothing.
+ */
+export class StepRecordView {
+  count = 0;
+  maskIdsTotal = 0;
+  routingRowsTotal = 0;
+  layers = 0;
+  topk = 0;
+  routingIdBytes = 1;
+  clockMs = 0;
+  stepMs = 0;
+  /** i32 index of column c's first element is `colBase + c * colStride`. */
+  colBase = 0;
+  colStride = 0;
+  /** i32 index of the first mask id. */
+  maskBase = 0;
+  /** Byte offset of the first routing id (a u16 index is half of it when routingIdBytes is 2). */
+  routingByteOffset = 0;
+
+  attach(v: RegionViews, offset: number): this {
+    const h = offset >> 2;
+    this.count = v.i32[h]!;
+    this.maskIdsTotal = v.i32[h + 1]!;
+    this.routingRowsTotal = v.i32[h + 2]!;
+    this.layers = v.i32[h + 3]!;
+    this.topk = v.i32[h + 4]!;
+    this.routingIdBytes = v.i32[h + 5]!;
+    this.clockMs = v.f64[(offset >> 3) + 4]!;
+    this.stepMs = v.f64[(offset >> 3) + 5]!;
+    const colBytes = pad8(this.count * 4);
+    this.colBase = (offset + STEP_HEADER_BYTES) >> 2;
+    this.colStride = colBytes >> 2;
+    this.maskBase = this.colBase + this.colStride * STEP_COLUMNS;
+    this.routingByteOffset = (this.maskBase << 2) + pad8(this.maskIdsTotal * 4);
+    return this;
+  }
+
+  /** i32 (or f32, for Logprob) index of output `j`'s value in column `c`. */
+  at(c: number, j: number): number {
+    return this.colBase + c * this.colStride + j;
+  }
+}
+
+/**
+ * Writes a STEP record header. The caller then fills the columns through `StepRecordView.at` after
+ * attaching a view at the same offset (the engine process gathers each server's outputs that way).
+ */
+export function writeStepHeader(
+  v: RegionViews,
+  offset: number,
+  count: number,
+  maskIdsTotal: number,
+  routingRowsTotal: number,
+  layers: number,
+  topk: number,
+  routingIdBytes: number,
+  clockMs: number,
+  stepMs: number,
+): void {
+  const h = offset >> 2;
+  v.i32[h] = count;
+  v.i32[h + 1] = maskIdsTotal;
+  v.i32[h + 2] = routingRowsTotal;
+  v.i32[h + 3] = layers;
+  v.i32[h + 4] = topk;
+  v.i32[h + 5] = routingIdBytes;
+  v.i32[h + 6] = 0;
+  v.i32[h + 7] = 0;
+  v.f64[(offset >> 3) + 4] = clockMs;
+  v.f64[(offset >> 3) + 5] = stepMs;
+}

@@ -1,0 +1,35 @@
+/**
+ * Why the engine refused a request. A refused request is a request-scoped failure (vLLM's
+ * distinction): it becomes one output row with FinishReason.Error and this code in `rejectReason`;
+ * the engine carries on. The API server reports it with RS_ERR_ENGINE_REQUEST_FAILED and the
+ * message below. Values are stable (they cross the ring); never reuse one.
+ */
+export enum RejectReason {
+  None = 0,
+  PromptEmpty = 1,
+  PromptTooLong = 2,
+  TokenOutOfRange = 3,
+  BadParams = 4,
+  KvCacheTooSmall = 5,
+  DuplicateSlot = 6,
+  BadRoute = 7,
+  /** The engine process could not decode the request's ADD record. */
+  MalformedRecord = 8,
+}
+
+const MESSAGES: readonly string[] = [
+  'no error',
+  'the prompt is empty',
+  'prompt length + max_tokens exceeds max_model_len',
+  'a prompt token id is outside the vocabulary',
+  'a sampling parameter is out of range',
+  'the request cannot fit in the KV cache even alone (prompt + max_tokens > num_gpu_blocks * block_size)',
+  'a request with this server and slot is already in flight; both are ended',
+  'server or slot is not a non-negative 32-bit integer',
+  'the request record could not be decoded',
+];
+
+/** The human-readable reason for a reject code (for the API server's error message). */
+export function rejectReasonMessage(reason: number): string {
+  return MESSAGES[reason] ?? `unknown engine reject reason ${reason}`;
+}

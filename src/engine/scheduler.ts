@@ -1,0 +1,210 @@
+import type { KvBlockPool } from './kv-block-pool.js';
+import { SeqStatus, type Sequence } from './sequence.js';
+import { comesBefore, type SchedulingPolicy, WaitingQueue } from './waiting-queue.js';
+
+export interface SchedulerConfig {
+  maxNumSeqs: number;
+  maxNumBatchedTokens: number;
+  blockSize: number;
+  policy: SchedulingPolicy;
+  enablePrefixCaching: boolean;
+}
+
+/** Counters the scheduler feeds (EngineStats reads them). */
+export interface SchedulerCounters {
+  numPreemptions: number;
+  prefixQueries: number;
+  prefixHits: number;
+}
+
+/**
+ * vLLM v1's scheduler, one step at a time:
+ * 1. Running requests in order each get min(tokens still to compute, remaining budget) tokens,
+ *    KV blocks allocated to match. The order is admission order (re-admitted requests go to the
+ *    end), and an earlier-admitted request is always served first, so it finishes its prefill no
+ *    later than any request admitted after it: decodes come before prefill chunks. When
+ *    blocks run out the newest running request (FCFS) or the lowest-priority one (priority) is
+ *    preempted by recompute: its blocks are freed, it returns to the waiting queue with no
+ *    computed tokens; if that is the request being scheduled, the pass stops.
+ * 2. If nothing was preempted, waiting requests are admitted in queue order while the budget,
+ *    max_num_seqs and the free blocks allow, their prompts looked up in the prefix cache first
+ *    (vLLM caps a hit at num_tokens - 1 so that at least one token is computed), and chunked to
+ *    the remaining budget.
+ */
+export class Scheduler {
+  readonly running: Sequence[] = [];
+  readonly waiting: WaitingQueue;
+  /** This step's batch: batch[i] is forwarded for batchTokens[i] tokens; [0, batchSize). */
+  readonly batch: Sequence[] = [];
+  batchTokens = new Int32Array(64);
+  batchSize = 0;
+  readonly #cfg: SchedulerConfig;
+  readonly #pool: KvBlockPool;
+  readonly #counters: SchedulerCounters;
+  #hits = new Int32Array(64);
+
+  constructor(cfg: SchedulerConfig, pool: KvBlockPool, counters: SchedulerCounters) {
+    this.#cfg = cfg;
+    this.#pool = pool;
+    this.#counters = counters;
+    this.waiting = new WaitingQueue(cfg.policy);
+  }
+
+  schedule(): void {
+    for (let i = 0; i < this.batchSize; i++) (this.batch[i] as Sequence).scheduled = false;
+    this.batchSize = 0;
+    let budget = this.#cfg.maxNumBatchedTokens;
+    let preempted = false;
+    let i = 0;
+    while (i < this.running.length && budget > 0) {
+      const seq = this.running[i] as Sequence;
+      const numNew = Math.min(seq.numTokens - seq.numComputed, budget);
+      let ok = true;
+      while (!this.#allocate(seq, seq.numComputed + numNew)) {
+        const victim = this.#pickVictim();
+        if (victim.scheduled) {
+          budget += this.#unschedule(victim);
+        }
+        if (this.running.indexOf(victim) < i) i--;
+        this.#preempt(victim);
+        preempted = true;
+        if (victim === seq) {
+          ok = false;
+          break;
+        }
+      }
+      if (!ok) break;
+      this.#push(seq, numNew);
+      budget -= numNew;
+      i++;
+    }
+    if (!preempted) this.#admitWaiting(budget);
+  }
+
+  /** Frees a request's blocks and takes it out of the queues (finish, abort). */
+  remove(seq: Sequence): void {
+    this.#freeBlocks(seq);
+    if (seq.status === SeqStatus.Running) {
+      const i = this.running.indexOf(seq);
+      if (i >= 0) this.running.splice(i, 1);
+    } else if (seq.status === SeqStatus.Waiting) {
+      this.waiting.remove(seq);
+    }
+    seq.status = SeqStatus.Finished;
+  }
+
+  #admitWaiting(initialBudget: number): void {
+    let budget = initialBudget;
+    const B = this.#cfg.blockSize;
+    const pool = this.#pool;
+    while (budget > 0 && this.waiting.length > 0 && this.running.length < this.#cfg.maxNumSeqs) {
+      const seq = this.waiting.peek() as Sequence;
+      const numHits = this.#lookupPrefix(seq);
+      const computed = numHits * B;
+      const numNew = Math.min(seq.numTokens - computed, budget);
+      const needed = Math.ceil((computed + numNew) / B) - numHits;
+      let freeHits = 0;
+      for (let h = 0; h < numHits; h++)
+        if (pool.refCount[this.#hits[h] as number] === 0) freeHits++;
+      if (needed > pool.numFree - freeHits) break;
+      if (seq.numPreemptions === 0) {
+        this.#counters.prefixQueries += seq.numTokens;
+        this.#counters.prefixHits += computed;
+      }
+      if (seq.numCachedTokens < 0) seq.numCachedTokens = computed;
+      for (let h = 0; h < numHits; h++) {
+        const b = this.#hits[h] as number;
+        pool.touch(b);
+        seq.pushBlock(b);
+      }
+      seq.numRegisteredBlocks = numHits;
+      for (let n = 0; n < needed; n++) seq.pushBlock(pool.allocate());
+      seq.numComputed = computed;
+      this.waiting.shift();
+      seq.status = SeqStatus.Running;
+      this.running.push(seq);
+      this.#push(seq, numNew);
+      budget -= numNew;
+    }
+  }
+
+  /** Cached leading blocks of the sequence's tokens (block ids into #hits); returns how many. */
+  #lookupPrefix(seq: Sequence): number {
+    if (!this.#cfg.enablePrefixCaching) return 0;
+    const B = this.#cfg.blockSize;
+    const maxBlocks = Math.floor((seq.numTokens - 1) / B);
+    if (maxBlocks === 0) return 0;
+    seq.hashBlocksUpTo(maxBlocks, B);
+    if (this.#hits.length < maxBlocks) this.#hits = new Int32Array(maxBlocks * 2);
+    let n = 0;
+    while (n < maxBlocks) {
+      const b = this.#pool.lookup(seq.blockHashHi[n] as number, seq.blockHashLo[n] as number);
+      if (b < 0) break;
+      this.#hits[n++] = b;
+    }
+    return n;
+  }
+
+  /** Makes the sequence's block table cover `tokens` tokens; false if the pool is short. */
+  #allocate(seq: Sequence, tokens: number): boolean {
+    const needed = Math.ceil(tokens / this.#cfg.blockSize) - seq.numBlocks;
+    if (needed <= 0) return true;
+    if (needed > this.#pool.numFree) return false;
+    for (let n = 0; n < needed; n++) seq.pushBlock(this.#pool.allocate());
+    return true;
+  }
+
+  #pickVictim(): Sequence {
+    const running = this.running;
+    let victim = running[running.length - 1] as Sequence;
+    if (this.#cfg.policy === 'priority') {
+      // The request that would be scheduled last: max (priority, arrival) as vLLM picks.
+      for (const s of running) if (comesBefore(victim, s)) victim = s;
+    }
+    return victim;
+  }
+
+  #preempt(seq: Sequence): void {
+    this.#freeBlocks(seq);
+    const i = this.running.indexOf(seq);
+    if (i >= 0) this.running.splice(i, 1);
+    seq.numComputed = 0;
+    seq.numPreemptions++;
+    seq.status = SeqStatus.Waiting;
+    this.#counters.numPreemptions++;
+    this.waiting.addPreempted(seq);
+  }
+
+  /** Takes a request out of this step's batch; returns the tokens it had been given. */
+  #unschedule(seq: Sequence): number {
+    const i = this.batch.indexOf(seq);
+    const tokens = this.batchTokens[i] as number;
+    for (let j = i + 1; j < this.batchSize; j++) {
+      this.batch[j - 1] = this.batch[j] as Sequence;
+      this.batchTokens[j - 1] = this.batchTokens[j] as number;
+    }
+    this.batchSize--;
+    seq.scheduled = false;
+    return tokens;
+  }
+
+  /** Releases blocks last-first, so a request's tail blocks are evicted before its prefix. */
+  #freeBlocks(seq: Sequence): void {
+    for (let b = seq.numBlocks - 1; b >= 0; b--) this.#pool.release(seq.blocks[b] as number);
+    seq.numBlocks = 0;
+    seq.numRegisteredBlocks = 0;
+  }
+
+  #push(seq: Sequence, tokens: number): void {
+    const n = this.batchSize;
+    if (n === this.batchTokens.length) {
+      const grown = new Int32Array(n * 2);
+      grown.set(this.batchTokens);
+      this.batchTokens = grown;
+    }
+    this.batch[n] = seq;
+    this.batchTokens[n] = tokens;
+    this.batchSize = n + 1;
+    seq.scheduled = true;
+  }
+}

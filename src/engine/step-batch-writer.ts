@@ -1,0 +1,151 @@
+/**
+ * Writes one engine step's outputs into the output rings: one columnar STEP record per API server
+ * that has outputs this step (messages.ts has the format). The engine's StepOutputs hold every
+ * server's outputs interleaved; this pass counts per server, reserves each record at its final size
+ * and gathers the columns straight into ring memory. Nothing is allocated per token: counters live in
+ * preallocated typed arrays, and only prefill-sized routing runs are copied with a subarray view.
+ */
+import type { RingProducer } from '../shm/ring.js';
+import {
+  RecordType,
+  type RegionViews,
+  StepColumn,
+  StepRecordView,
+  stepRecordBytes,
+  writeStepHeader,
+} from './messages.js';
+import type { StepOutputs } from './step-outputs.js';
+
+/** Routing runs longer than this many ids are copied with one TypedArray.set (a view per run). */
+const BULK_COPY_IDS = 512;
+
+export interface StepBatchSink {
+  /** The producer of API server k's output ring, or null when that server is gone. */
+  producer(server: number): RingProducer | null;
+  /** The slot generation the engine recorded when (server, slot) was added. */
+  slotGen(server: number, slot: number): number;
+  /** Writing to server k's ring failed (consumer gone, ring full past its bound): drop its requests. */
+  serverFailed(server: number, error: Error): void;
+}
+
+export class StepBatchWriter {
+  readonly #servers: number;
+  readonly #count: Int32Array;
+  readonly #maskIds: Int32Array;
+  readonly #routingRows: Int32Array;
+  readonly #view = new StepRecordView();
+  readonly #layers: number;
+  readonly #topk: number;
+  readonly #idBytes: number;
+  readonly #waitMs: number;
+
+  constructor(
+    servers: number,
+    layers: number,
+    topk: number,
+    routingIdBytes: number,
+    waitMs: number,
+  ) {
+    this.#servers = servers;
+    this.#count = new Int32Array(servers);
+    this.#maskIds = new Int32Array(servers);
+    this.#routingRows = new Int32Array(servers);
+    this.#layers = layers;
+    this.#topk = topk;
+    this.#idBytes = routingIdBytes;
+    this.#waitMs = waitMs;
+  }
+
+  /** Writes and commits one STEP record per server with outputs. */
+  write(out: StepOutputs, sink: StepBatchSink, clockMs: number, stepMs: number): void {
+    this.#count.fill(0);
+    this.#maskIds.fill(0);
+    this.#routingRows.fill(0);
+    for (let j = 0; j < out.count; j++) {
+      const k = out.server[j]!;
+      if (k < 0 || k >= this.#servers) continue;
+      this.#count[k]!++;
+      this.#maskIds[k]! += out.maskCount[j]!;
+      this.#routingRows[k]! += out.routingRows[j]!;
+    }
+    for (let k = 0; k < this.#servers; k++) {
+      if (this.#count[k] === 0) continue;
+      const producer = sink.producer(k);
+      if (producer === null) continue;
+      try {
+        this.#writeServer(out, k, producer, sink, clockMs, stepMs);
+        producer.commit();
+      } catch (error) {
+        sink.serverFailed(k, error as Error);
+      }
+    }
+  }
+
+  #writeServer(
+    out: StepOutputs,
+    k: number,
+    producer: RingProducer,
+    sink: StepBatchSink,
+    clockMs: number,
+    stepMs: number,
+  ): void {
+    const rowIds = this.#layers * this.#topk;
+    const bytes = stepRecordBytes(
+      this.#count[k]!,
+      this.#maskIds[k]!,
+      this.#routingRows[k]!,
+      rowIds,
+      this.#idBytes,
+    );
+    const at = producer.reserve(RecordType.Step, bytes, this.#waitMs);
+    const v: RegionViews = producer;
+    writeStepHeader(
+      v,
+      at,
+      this.#count[k]!,
+      this.#maskIds[k]!,
+      this.#routingRows[k]!,
+      this.#layers,
+      this.#topk,
+      this.#idBytes,
+      clockMs,
+      stepMs,
+    );
+    const rec = this.#view.attach(v, at);
+    const i32 = v.i32;
+    let n = 0;
+    let maskAt = rec.maskBase;
+    let routingAt = this.#idBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
+    const routingDst = this.#idBytes === 1 ? v.bytes : v.u16;
+    for (let j = 0; j < out.count; j++) {
+      if (out.server[j] !== k) continue;
+      const slot = out.slot[j]!;
+      i32[rec.at(StepColumn.Slot, n)] = slot;
+      i32[rec.at(StepColumn.Token, n)] = out.token[j]!;
+      v.f32[rec.at(StepColumn.Logprob, n)] = out.logprob[j]!;
+      i32[rec.at(StepColumn.Finish, n)] = out.finish[j]!;
+      i32[rec.at(StepColumn.StopTokenId, n)] = out.stopTokenId[j]!;
+      i32[rec.at(StepColumn.NumCached, n)] = out.numCachedTokens[j]!;
+      i32[rec.at(StepColumn.WeightVersion, n)] = out.weightVersion[j]!;
+      const maskCount = out.maskCount[j]!;
+      i32[rec.at(StepColumn.MaskCount, n)] = maskCount;
+      const rows = out.routingRows[j]!;
+      i32[rec.at(StepColumn.RoutingRows, n)] = rows;
+      i32[rec.at(StepColumn.RoutingFirstPos, n)] = out.routingFirstPos[j]!;
+      i32[rec.at(StepColumn.SlotGen, n)] = sink.slotGen(k, slot);
+      i32[rec.at(StepColumn.RejectReason, n)] = out.rejectReason[j]!;
+      const maskFrom = out.maskStart[j]!;
+      for (let m = 0; m < maskCount; m++) i32[maskAt + m] = out.maskIds[maskFrom + m]!;
+      maskAt += maskCount;
+      const ids = rows * rowIds;
+      if (ids > 0) {
+        const src = out.routing;
+        const from = out.routingStart[j]! * rowIds;
+        if (ids >= BULK_COPY_IDS) routingDst.set(src.subarray(from, from + ids), routingAt);
+        else for (let r = 0; r < ids; r++) routingDst[routingAt + r] = src[from + r]!;
+        routingAt += ids;
+      }
+      n++;
+    }
+  }
+}

@@ -1,0 +1,166 @@
+import { FinishReason } from './types.js';
+
+/**
+ * One step's outputs, columnar: output row i of the step is (server[i], slot[i], token[i], ...).
+ * The object is reused across steps; its arrays grow by doubling and are never shrunk, so a warm
+ * engine allocates nothing per step. After a growth the column properties point at new arrays:
+ * read them from the object after step(), do not keep references across steps.
+ *
+ *   rows:     server | slot | token | logprob | finish | stopTokenId | numCachedTokens | ...
+ *   masks:    maskIds[maskStart[i] .. maskStart[i] + maskCount[i])      (CSR, shared array)
+ *   routing:  routing[(routingStart[i] + r) * rowWidth + layer * topk + k]
+ *             for r < routingRows[i]; row r is sequence position routingFirstPos[i] + r
+ */
+export class StepOutputs {
+  count = 0;
+  server: Int32Array;
+  slot: Int32Array;
+  /** The new token, or -1 when the row carries none (a prefill chunk, an abort, an error). */
+  token: Int32Array;
+  /** Logprob of the token under the distribution it was sampled from; floored at -9999. */
+  logprob: Float32Array;
+  finish: Uint8Array;
+  /** The stop token id that ended the request, -1 for none (EOS gives -1, as vLLM's stop_reason). */
+  stopTokenId: Int32Array;
+  /** Prompt tokens served from the prefix cache when the request was first scheduled. */
+  numCachedTokens: Int32Array;
+  weightVersion: Int32Array;
+  /** For finish = Error: why (RejectReason in reject.ts); 0 otherwise. */
+  rejectReason: Uint8Array;
+  maskStart: Int32Array;
+  /** Kept-set size; 0 when not asked, or when no top-k/top-p/min-p truncation applied. */
+  maskCount: Int32Array;
+  maskIds: Int32Array;
+  /** Used length of maskIds. */
+  maskLength = 0;
+  /** Row index (not element index) of this output's first routing row. */
+  routingStart: Int32Array;
+  routingRows: Int32Array;
+  routingFirstPos: Int32Array;
+  routing: Uint8Array | Uint16Array;
+  /** Used routing rows in `routing`. */
+  routingRowCount = 0;
+  /** Routing row shape; the engine sets it (shapeRouting) before writing rows. */
+  routingLayers = 0;
+  routingTopk = 0;
+  /** Elements per routing row: layers * topk. */
+  routingRowWidth = 0;
+  /** Uint16 rows when an expert id can exceed 255 (the contract's dtype rule). */
+  routingWide = false;
+
+  constructor(rowCapacity = 64) {
+    const n = Math.max(1, rowCapacity);
+    this.server = new Int32Array(n);
+    this.slot = new Int32Array(n);
+    this.token = new Int32Array(n);
+    this.logprob = new Float32Array(n);
+    this.finish = new Uint8Array(n);
+    this.stopTokenId = new Int32Array(n);
+    this.numCachedTokens = new Int32Array(n);
+    this.weightVersion = new Int32Array(n);
+    this.rejectReason = new Uint8Array(n);
+    this.maskStart = new Int32Array(n);
+    this.maskCount = new Int32Array(n);
+    this.routingStart = new Int32Array(n);
+    this.routingRows = new Int32Array(n);
+    this.routingFirstPos = new Int32Array(n);
+    this.maskIds = new Int32Array(n * 4);
+    this.routing = new Uint8Array(0);
+  }
+
+  /**
+   * Sets the routing row shape (layers x topk, uint16 when numExperts > 256). A no-op when it is
+   * unchanged, so the engine calls it every step; a change drops the routing area's contents.
+   */
+  shapeRouting(layers: number, topk: number, numExperts: number): void {
+    const wide = numExperts > 256;
+    if (layers === this.routingLayers && topk === this.routingTopk && wide === this.routingWide) {
+      return;
+    }
+    this.routingLayers = layers;
+    this.routingTopk = topk;
+    this.routingRowWidth = layers * topk;
+    this.routingWide = wide;
+    const elements = this.server.length * this.routingRowWidth;
+    this.routing = wide ? new Uint16Array(elements) : new Uint8Array(elements);
+    this.routingRowCount = 0;
+  }
+
+  /** Forget the previous step's rows; capacity is kept. */
+  clear(): void {
+    this.count = 0;
+    this.maskLength = 0;
+    this.routingRowCount = 0;
+  }
+
+  /** Appends a row with no token, no finish, no mask and no routing; returns its index. */
+  addRow(server: number, slot: number, weightVersion: number): number {
+    const i = this.count;
+    if (i === this.server.length) this.#growRows(i * 2);
+    this.server[i] = server;
+    this.slot[i] = slot;
+    this.token[i] = -1;
+    this.logprob[i] = 0;
+    this.finish[i] = FinishReason.None;
+    this.stopTokenId[i] = -1;
+    this.numCachedTokens[i] = 0;
+    this.weightVersion[i] = weightVersion;
+    this.rejectReason[i] = 0;
+    this.maskStart[i] = this.maskLength;
+    this.maskCount[i] = 0;
+    this.routingStart[i] = this.routingRowCount;
+    this.routingRows[i] = 0;
+    this.routingFirstPos[i] = 0;
+    this.count = i + 1;
+    return i;
+  }
+
+  /** Makes room for n more mask ids; returns the offset to write them at (maskLength). */
+  reserveMask(n: number): number {
+    const need = this.maskLength + n;
+    if (need > this.maskIds.length) {
+      const grown = new Int32Array(Math.max(need, this.maskIds.length * 2));
+      grown.set(this.maskIds.subarray(0, this.maskLength));
+      this.maskIds = grown;
+    }
+    return this.maskLength;
+  }
+
+  /** Makes room for n more routing rows; returns the element offset of the first one. */
+  reserveRoutingRows(n: number): number {
+    const need = (this.routingRowCount + n) * this.routingRowWidth;
+    if (need > this.routing.length) {
+      const size = Math.max(need, this.routing.length * 2);
+      const grown = this.routingWide ? new Uint16Array(size) : new Uint8Array(size);
+      grown.set(this.routing.subarray(0, this.routingRowCount * this.routingRowWidth));
+      this.routing = grown;
+    }
+    return this.routingRowCount * this.routingRowWidth;
+  }
+
+  #growRows(n: number): void {
+    const grow = <T extends Int32Array | Float32Array | Uint8Array>(
+      a: T,
+      make: (k: number) => T,
+    ): T => {
+      const b = make(n);
+      b.set(a);
+      return b;
+    };
+    const i32 = (k: number) => new Int32Array(k);
+    this.server = grow(this.server, i32);
+    this.slot = grow(this.slot, i32);
+    this.token = grow(this.token, i32);
+    this.logprob = grow(this.logprob, (k) => new Float32Array(k));
+    this.finish = grow(this.finish, (k) => new Uint8Array(k));
+    this.stopTokenId = grow(this.stopTokenId, i32);
+    this.numCachedTokens = grow(this.numCachedTokens, i32);
+    this.weightVersion = grow(this.weightVersion, i32);
+    this.rejectReason = grow(this.rejectReason, (k) => new Uint8Array(k));
+    this.maskStart = grow(this.maskStart, i32);
+    this.maskCount = grow(this.maskCount, i32);
+    this.routingStart = grow(this.routingStart, i32);
+    this.routingRows = grow(this.routingRows, i32);
+    this.routingFirstPos = grow(this.routingFirstPos, i32);
+  }
+}

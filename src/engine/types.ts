@@ -1,0 +1,90 @@
+/**
+ * The engine's message types: what goes in (EngineRequest), what the engine reports about itself
+ * (EngineStats, StepTiming). Per-step outputs are columnar and live in step-outputs.ts.
+ */
+
+/** Why a request stopped. `None` marks an output row of a request that keeps running. */
+export enum FinishReason {
+  None = 0,
+  /** EOS, a stop token id (or, decided by the API server, a stop string). */
+  Stop = 1,
+  /** max_tokens or max_model_len reached. */
+  Length = 2,
+  Abort = 3,
+  /** The engine refused the request (see reject.ts for the reason code); it never ran. */
+  Error = 4,
+}
+
+/** Sampling parameters as fixed fields, already validated and defaulted by the API server. */
+export interface SamplingParams {
+  temperature: number;
+  topP: number;
+  /** 0 = off (the API maps -1 to 0). */
+  topK: number;
+  minP: number;
+  /** A 53-bit safe integer, or null: the engine then draws one when the request is added. */
+  seed: number | null;
+  maxTokens: number;
+  minTokens: number;
+  stopTokenIds: Int32Array;
+  ignoreEos: boolean;
+  presencePenalty: number;
+  frequencyPenalty: number;
+  repetitionPenalty: number;
+  logprobs: boolean;
+  returnSamplingMask: boolean;
+  returnRoutedExperts: boolean;
+  /** Absolute sequence position of the first routing row to return (skips leading prompt rows). */
+  routedExpertsPromptStart: number;
+}
+
+/** One sequence. The API server fans `n > 1` out into n requests seeded with childSeed(seed, i). */
+export interface EngineRequest {
+  /** API server index and its request slot: where this request's outputs go. */
+  server: number;
+  slot: number;
+  promptTokenIds: Int32Array;
+  params: SamplingParams;
+  /** Lower value = scheduled first (vLLM's convention); used by the `priority` policy only. */
+  priority: number;
+  cacheSalt: string | null;
+  arrivalTimeMs: number;
+}
+
+/** The figures the engine publishes in the shared stats block (names after vLLM's metrics). */
+export interface EngineStats {
+  running: number;
+  waiting: number;
+  /** Used KV blocks / num_gpu_blocks, 0..1. */
+  kvUsage: number;
+  numPreemptions: number;
+  /** Prefix-cache lookups of new requests, in tokens (vLLM's PrefixCacheStats.queries). */
+  prefixQueries: number;
+  prefixHits: number;
+  /** Prompt tokens of requests whose prefill completed (cached ones included, as vLLM counts). */
+  promptTokens: number;
+  generationTokens: number;
+  weightVersion: number;
+  numGpuBlocks: number;
+  blockSize: number;
+  steps: number;
+}
+
+/**
+ * What one step() did. The engine returns the same object every step (no allocation per step);
+ * read it before the next call.
+ */
+export interface StepTiming {
+  /** Modelled duration of this step in ms after `speedup` (0 in max-speed mode or when idle). */
+  ms: number;
+  /** Requests that sampled a token this step (decodes and completed prefills). */
+  sampledSeqs: number;
+  /** Requests forwarded for exactly one token (pure decodes). */
+  decodeSeqs: number;
+  /** Tokens forwarded as prefill (prompt chunks and recompute after preemption). */
+  prefillTokens: number;
+  /** Sum over forwarded requests of their context length after this step. */
+  totalContext: number;
+  /** Tokens sampled this step (= generation tokens added). */
+  generatedTokens: number;
+}

@@ -1,0 +1,306 @@
+import { format } from 'node:util';
+import { SHM_ERROR_CODES, SHM_ERROR_MESSAGES, type ShmErrorCode } from './shm/errors.js';
+
+/**
+ * Every error ringserve raises on purpose is made here, the way fastify's `@fastify/error` does it:
+ * one factory, a stable code, a printf-style message template and an HTTP status. Codes are
+ * `RS_ERR_<AREA>_<WHAT>` and are never reused for another meaning; docs/errors.md documents each one
+ * and test/errors.test.ts pins the list, so adding a code means adding its row there too.
+ */
+
+/** An error carrying a stable code, the HTTP status it maps to, and the field or flag it is about. */
+export class RingserveError extends Error {
+  readonly code: string;
+  readonly statusCode: number;
+  /** The request field path (`sampling_params.top_p`) or CLI flag (`--port`) at fault, else null. */
+  readonly param: string | null;
+
+  constructor(code: string, message: string, statusCode: number, param: string | null) {
+    super(message);
+    this.name = 'RingserveError';
+    this.code = code;
+    this.statusCode = statusCode;
+    this.param = param;
+  }
+}
+
+/** A constructor made by createError; `new RS_ERR_X(...templateArgs)`. */
+export interface RingserveErrorConstructor {
+  new (...args: unknown[]): RingserveError;
+  readonly code: string;
+  readonly statusCode: number;
+  readonly template: string;
+}
+
+export interface CreateErrorOptions {
+  /** Which template argument names the field or flag (copied to `param`). */
+  paramArg?: number;
+  /** A fixed `param` for errors that are always about one field (e.g. `model`). */
+  param?: string;
+}
+
+/** One entry of the code registry, as documented in docs/errors.md. */
+export interface ErrorCodeInfo {
+  code: string;
+  statusCode: number;
+  template: string;
+}
+
+const registry = new Map<string, ErrorCodeInfo>();
+const CODE_PATTERN = /^RS_ERR_[A-Z0-9]+_[A-Z0-9_]+$/;
+
+/**
+ * Make an error constructor with a stable `code`, a `%s` message template and an HTTP status.
+ * Extra template arguments are appended by util.format, missing ones leave `%s` in place, so a
+ * caller passing the wrong count still gets a readable message rather than a second error.
+ */
+export function createError(
+  code: string,
+  template: string,
+  statusCode: number,
+  options: CreateErrorOptions = {},
+): RingserveErrorConstructor {
+  if (!CODE_PATTERN.test(code))
+    throw new TypeError(`error code ${code} is not RS_ERR_<AREA>_<WHAT>`);
+  if (registry.has(code)) throw new TypeError(`error code ${code} is defined twice`);
+  registry.set(code, { code, statusCode, template });
+  const { paramArg, param: fixedParam = null } = options;
+  const ctor = class extends RingserveError {
+    static readonly code = code;
+    static readonly statusCode = statusCode;
+    static readonly template = template;
+    constructor(...args: unknown[]) {
+      const param = paramArg === undefined ? fixedParam : String(args[paramArg]);
+      super(code, format(template, ...args), statusCode, param);
+    }
+  };
+  Object.defineProperty(ctor, 'name', { value: code });
+  return ctor;
+}
+
+/** All registered codes in definition order. */
+export function listErrorCodes(): ErrorCodeInfo[] {
+  return [...registry.values()];
+}
+
+export function isRingserveError(err: unknown): err is RingserveError {
+  return err instanceof RingserveError;
+}
+
+// Request validation (400). `param` is the field path, e.g. `sampling_params.top_p`, `token_ids[3]`.
+export const RS_ERR_REQ_INVALID_FIELD = createError('RS_ERR_REQ_INVALID_FIELD', '%s: %s', 400, {
+  paramArg: 0,
+});
+export const RS_ERR_REQ_INVALID_BODY = createError(
+  'RS_ERR_REQ_INVALID_BODY',
+  'request body is not valid: %s',
+  400,
+);
+export const RS_ERR_REQ_DUPLICATE_ID = createError(
+  'RS_ERR_REQ_DUPLICATE_ID',
+  'request id %s is already in flight',
+  400,
+  { param: 'request_id' },
+);
+export const RS_ERR_REQ_ABORTED = createError('RS_ERR_REQ_ABORTED', 'request %s was aborted', 499);
+
+// HTTP layer.
+export const RS_ERR_HTTP_BODY_TOO_LARGE = createError(
+  'RS_ERR_HTTP_BODY_TOO_LARGE',
+  'request body is too large: %s',
+  413,
+);
+export const RS_ERR_HTTP_UNSUPPORTED_MEDIA_TYPE = createError(
+  'RS_ERR_HTTP_UNSUPPORTED_MEDIA_TYPE',
+  'unsupported Content-Type %s: send application/json or application/msgpack',
+  415,
+);
+export const RS_ERR_HTTP_ROUTE_NOT_FOUND = createError(
+  'RS_ERR_HTTP_ROUTE_NOT_FOUND',
+  'route %s %s not found',
+  404,
+);
+export const RS_ERR_MODEL_NOT_FOUND = createError(
+  'RS_ERR_MODEL_NOT_FOUND',
+  'the model `%s` does not exist',
+  404,
+  { param: 'model' },
+);
+export const RS_ERR_AUTH_UNAUTHORIZED = createError(
+  'RS_ERR_AUTH_UNAUTHORIZED',
+  'missing or wrong API key',
+  401,
+);
+
+// Server state (429/503): the request is refused, the server itself is fine.
+export const RS_ERR_SERVER_QUEUE_FULL = createError(
+  'RS_ERR_SERVER_QUEUE_FULL',
+  'the request queue is full (%s requests waiting); retry later',
+  429,
+);
+export const RS_ERR_SERVER_DRAINING = createError(
+  'RS_ERR_SERVER_DRAINING',
+  'the server is draining or shutting down',
+  503,
+);
+export const RS_ERR_ENGINE_DEAD = createError(
+  'RS_ERR_ENGINE_DEAD',
+  'the engine core is not running: %s',
+  503,
+);
+export const RS_ERR_ENGINE_UNRESPONSIVE = createError(
+  'RS_ERR_ENGINE_UNRESPONSIVE',
+  'the engine core did not answer within %s ms',
+  503,
+);
+export const RS_ERR_ENGINE_REQUEST_FAILED = createError(
+  'RS_ERR_ENGINE_REQUEST_FAILED',
+  'the engine could not run request %s: %s',
+  500,
+);
+
+// Shared memory, rings and the native addon: src/shm/errors.ts owns their templates (the native
+// addon and worker threads load it without this module); they are registered here so that every
+// code has one registry, one status and one row in docs/errors.md.
+const SHM_STATUS: Readonly<Partial<Record<ShmErrorCode, number>>> = {
+  RS_ERR_RING_FULL: 503,
+  RS_ERR_RING_PEER_GONE: 503,
+  RS_ERR_SHM_LOCK_TIMEOUT: 503,
+  RS_ERR_SHM_CONTROL_TIMEOUT: 503,
+};
+export const SHM_ERRORS = Object.fromEntries(
+  SHM_ERROR_CODES.map((code) => [
+    code,
+    createError(code, SHM_ERROR_MESSAGES[code], SHM_STATUS[code] ?? 500),
+  ]),
+) as Readonly<Record<ShmErrorCode, RingserveErrorConstructor>>;
+
+// Named like the others for callers outside src/shm/ (e.g. the server's engine client).
+export const RS_ERR_ADDON_BUILD = SHM_ERRORS.RS_ERR_ADDON_BUILD;
+export const RS_ERR_ADDON_MISSING = SHM_ERRORS.RS_ERR_ADDON_MISSING;
+export const RS_ERR_SHM_OPEN = SHM_ERRORS.RS_ERR_SHM_OPEN;
+export const RS_ERR_SHM_MMAP = SHM_ERRORS.RS_ERR_SHM_MMAP;
+export const RS_ERR_SHM_EXISTS = SHM_ERRORS.RS_ERR_SHM_EXISTS;
+export const RS_ERR_SHM_NOT_FOUND = SHM_ERRORS.RS_ERR_SHM_NOT_FOUND;
+export const RS_ERR_SHM_BAD_MAGIC = SHM_ERRORS.RS_ERR_SHM_BAD_MAGIC;
+export const RS_ERR_SHM_LAYOUT_VERSION = SHM_ERRORS.RS_ERR_SHM_LAYOUT_VERSION;
+export const RS_ERR_RING_FULL = SHM_ERRORS.RS_ERR_RING_FULL;
+export const RS_ERR_RING_RECORD_TOO_LARGE = SHM_ERRORS.RS_ERR_RING_RECORD_TOO_LARGE;
+export const RS_ERR_RING_PEER_GONE = SHM_ERRORS.RS_ERR_RING_PEER_GONE;
+
+// Configuration. `param` is the flag, e.g. `--port`.
+export const RS_ERR_CONFIG_INVALID = createError('RS_ERR_CONFIG_INVALID', '%s: %s', 500, {
+  paramArg: 0,
+});
+
+// Encoders: a caller handed columns that do not describe a valid response (a bug, not bad input).
+export const RS_ERR_PROTOCOL_BAD_COLUMNS = createError(
+  'RS_ERR_PROTOCOL_BAD_COLUMNS',
+  'response columns are inconsistent: %s',
+  500,
+);
+
+// The TypeScript client (src/client/).
+export const RS_ERR_CLIENT_HTTP = createError('RS_ERR_CLIENT_HTTP', 'server answered %s: %s', 502);
+export const RS_ERR_CLIENT_DECODE = createError(
+  'RS_ERR_CLIENT_DECODE',
+  'response could not be decoded: %s',
+  502,
+);
+export const RS_ERR_CLIENT_INVARIANT = createError(
+  'RS_ERR_CLIENT_INVARIANT',
+  'response breaks an invariant: %s',
+  502,
+);
+export const RS_ERR_CLIENT_TIMEOUT = createError(
+  'RS_ERR_CLIENT_TIMEOUT',
+  'no complete answer within %s ms',
+  504,
+);
+
+export const RS_ERR_SERVER_INTERNAL = createError(
+  'RS_ERR_SERVER_INTERNAL',
+  'internal error: %s',
+  500,
+);
+
+/** The contract's error body: `{"error": {"message", "type", "param", "code"}}`, code = HTTP status. */
+export interface ErrorBody {
+  error: { message: string; type: string; param: string | null; code: number };
+}
+
+// vLLM's ErrorResponse `type` values follow the OpenAI SDK's exception names.
+const TYPE_BY_STATUS: ReadonlyMap<number, string> = new Map([
+  [400, 'BadRequestError'],
+  [401, 'AuthenticationError'],
+  [403, 'PermissionDeniedError'],
+  [404, 'NotFoundError'],
+  [409, 'ConflictError'],
+  [413, 'RequestEntityTooLargeError'],
+  [415, 'UnsupportedMediaTypeError'],
+  [429, 'RateLimitError'],
+  [499, 'RequestAbortedError'],
+  [500, 'InternalServerError'],
+  [502, 'BadGatewayError'],
+  [503, 'ServiceUnavailableError'],
+  [504, 'TimeoutError'],
+]);
+
+export function errorTypeForStatus(statusCode: number): string {
+  return (
+    TYPE_BY_STATUS.get(statusCode) ?? (statusCode < 500 ? 'BadRequestError' : 'InternalServerError')
+  );
+}
+
+// fastify's own content-type-parser errors, mapped to ringserve's codes so every answer has one shape.
+const FASTIFY_BODY_ERRORS = new Set([
+  'FST_ERR_CTP_EMPTY_JSON_BODY',
+  'FST_ERR_CTP_INVALID_CONTENT_LENGTH',
+  'FST_ERR_CTP_EMPTY_TYPE',
+  'FST_ERR_CTP_INVALID_TYPE',
+]);
+
+/**
+ * Any thrown value as a RingserveError: itself; a plain Error whose `code` is a registered
+ * RS_ERR_ code (the native addon throws those); fastify's body-parser errors; otherwise
+ * RS_ERR_SERVER_INTERNAL (500) keeping the original as `cause`.
+ */
+export function toRingserveError(err: unknown): RingserveError {
+  if (err instanceof RingserveError) return err;
+  const e = err as { code?: unknown; statusCode?: unknown; message?: unknown } | null;
+  const message = e !== null && typeof e?.message === 'string' ? e.message : String(err);
+  const code = e !== null && typeof e?.code === 'string' ? e.code : '';
+  const known = registry.get(code);
+  let out: RingserveError;
+  if (known !== undefined) {
+    out = new RingserveError(code, message, known.statusCode, null);
+  } else if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    out = new RS_ERR_HTTP_BODY_TOO_LARGE('over the server limit (--body-limit-mb)');
+  } else if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+    out = new RS_ERR_HTTP_UNSUPPORTED_MEDIA_TYPE(
+      message.replace(/^Unsupported Media Type:?\s*/, ''),
+    );
+  } else if (
+    FASTIFY_BODY_ERRORS.has(code) ||
+    (err instanceof SyntaxError && e?.statusCode === 400)
+  ) {
+    out = new RS_ERR_REQ_INVALID_BODY(message);
+  } else {
+    out = new RS_ERR_SERVER_INTERNAL(message);
+  }
+  out.cause = err;
+  return out;
+}
+
+/** The contract's error body for any thrown value (see toRingserveError for the mapping). */
+export function toErrorBody(err: unknown): ErrorBody {
+  const e = toRingserveError(err);
+  return {
+    error: {
+      message: e.message,
+      type: errorTypeForStatus(e.statusCode),
+      param: e.param,
+      code: e.statusCode,
+    },
+  };
+}

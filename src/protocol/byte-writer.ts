@@ -1,0 +1,96 @@
+import { RS_ERR_PROTOCOL_BAD_COLUMNS } from '../errors.js';
+
+/**
+ * A growable byte buffer that the JSON and msgpack encoders write into. It is kept between
+ * responses (a packer thread encodes thousands of them), so after warm-up an encode allocates
+ * only the Buffer it hands back.
+ *
+ * finish() returns a copy, not a view: the copy has its own ArrayBuffer (Buffer.allocUnsafeSlow,
+ * never Node's shared 8 KiB pool) so the packer can transfer it to the main thread without
+ * detaching the writer's own buffer or a pool other Buffers live in. The copy is one memcpy of
+ * the finished response, small next to encoding it. view() is the no-copy alternative for a
+ * caller that sends the bytes before its next write on the same thread.
+ */
+
+export type PackedDtype = 'float32' | 'int32' | 'uint8' | 'uint16';
+export type PackedView = Float32Array | Int32Array | Uint8Array | Uint16Array;
+
+// Past this size a buffer grown by one giant response is dropped at reset(), so one 200 MB
+// answer does not pin 200 MB in every packer thread for the rest of the process's life.
+const RETAIN_LIMIT_BYTES = 16 * 1024 * 1024;
+
+// The contract's byte order is little-endian, which is also how typed arrays store their
+// elements on every platform Node runs on today; refuse to load rather than emit wrong bytes.
+if (new Uint8Array(new Uint16Array([1]).buffer)[0] !== 1) {
+  throw new Error('ringserve encoders require a little-endian platform');
+}
+
+export function dtypeOf(view: PackedView): PackedDtype {
+  if (view instanceof Float32Array) return 'float32';
+  if (view instanceof Int32Array) return 'int32';
+  if (view instanceof Uint16Array) return 'uint16';
+  return 'uint8';
+}
+
+/** Throws unless `view` holds exactly product(shape) elements of `dtype`. */
+export function checkPacked(view: PackedView, shape: readonly number[], dtype: PackedDtype): void {
+  let count = 1;
+  for (const d of shape) count *= d;
+  if (dtypeOf(view) !== dtype || count !== view.length) {
+    throw new RS_ERR_PROTOCOL_BAD_COLUMNS(
+      `a ${dtypeOf(view)} view of ${view.length} elements cannot be ${dtype} of shape [${shape.join(', ')}]`,
+    );
+  }
+}
+
+export class ByteWriter {
+  protected buf: Uint8Array;
+  protected len = 0;
+  readonly #initialBytes: number;
+
+  constructor(initialBytes = 64 * 1024) {
+    this.#initialBytes = initialBytes;
+    this.buf = new Uint8Array(initialBytes);
+  }
+
+  /** Bytes written since the last reset. */
+  get length(): number {
+    return this.len;
+  }
+
+  /** Start a new response, keeping the buffer (unless one giant response grew it too far). */
+  reset(): this {
+    this.len = 0;
+    if (this.buf.length > RETAIN_LIMIT_BYTES) this.buf = new Uint8Array(this.#initialBytes);
+    return this;
+  }
+
+  /** Make room for `bytes` more bytes, doubling the buffer when it is short. */
+  reserve(bytes: number): void {
+    const needed = this.len + bytes;
+    if (needed <= this.buf.length) return;
+    const grown = new Uint8Array(Math.max(needed, this.buf.length * 2));
+    grown.set(this.buf.subarray(0, this.len));
+    this.buf = grown;
+  }
+
+  /** Append raw bytes. */
+  bytes(src: Uint8Array): this {
+    this.reserve(src.length);
+    this.buf.set(src, this.len);
+    this.len += src.length;
+    return this;
+  }
+
+  /** A copy of the bytes written, in a Buffer with its own (transferable) ArrayBuffer. */
+  finish(): Buffer {
+    const out = Buffer.allocUnsafeSlow(this.len);
+    out.set(this.buf.subarray(0, this.len));
+    return out;
+  }
+
+  /** The bytes written, without a copy: valid only until the next write or reset. */
+  view(): Buffer {
+    return Buffer.from(this.buf.buffer, this.buf.byteOffset, this.len);
+  }
+}

@@ -1,0 +1,158 @@
+import { RS_ERR_REQ_INVALID_FIELD } from '../errors.js';
+
+/**
+ * Typed readers for one field of a parsed request body (JSON or msgpack, so plain JS values).
+ * Each returns the default for an absent or null field, the value when it has the right type and
+ * range, and otherwise throws RS_ERR_REQ_INVALID_FIELD (400) naming the field path. The path is
+ * only built on failure, so a valid request costs no string work.
+ */
+
+export type Body = Readonly<Record<string, unknown>>;
+
+/** A short, safe rendering of a bad value for an error message. */
+export function describeValue(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  switch (typeof value) {
+    case 'string':
+      return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value);
+    case 'number':
+    case 'bigint':
+    case 'boolean':
+      return String(value);
+    case 'object':
+      return 'an object';
+    default:
+      return typeof value;
+  }
+}
+
+export function fieldPath(prefix: string, key: string): string {
+  return prefix === '' ? key : `${prefix}.${key}`;
+}
+
+export function fail(path: string, message: string): never {
+  throw new RS_ERR_REQ_INVALID_FIELD(path, message);
+}
+
+export function isPlainObject(value: unknown): value is Body {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    !Array.isArray(value) &&
+    !ArrayBuffer.isView(value)
+  );
+}
+
+export function optBool(obj: Body, prefix: string, key: string, dflt: boolean): boolean {
+  const v = obj[key];
+  if (v === undefined || v === null) return dflt;
+  if (typeof v !== 'boolean')
+    fail(fieldPath(prefix, key), `must be a boolean, got ${describeValue(v)}`);
+  return v;
+}
+
+/** A boolean whose absence is kept as null (the server default then applies). */
+export function optBoolOrNull(obj: Body, prefix: string, key: string): boolean | null {
+  const v = obj[key];
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'boolean')
+    fail(fieldPath(prefix, key), `must be a boolean, got ${describeValue(v)}`);
+  return v;
+}
+
+/**
+ * A finite number in [min, max]; `minOpen` makes the lower bound exclusive. Integers arriving as
+ * msgpack int64 are bigints (msgpackr's default), so those are accepted when they are exact.
+ */
+export function optNumber(
+  obj: Body,
+  prefix: string,
+  key: string,
+  dflt: number,
+  min: number,
+  max: number,
+  minOpen = false,
+): number {
+  let v = obj[key];
+  if (v === undefined || v === null) return dflt;
+  if (typeof v === 'bigint') v = bigintToSafeNumber(v);
+  if (typeof v === 'bigint') fail(fieldPath(prefix, key), `must be in [${min}, ${max}], got ${v}`);
+  if (typeof v !== 'number' || !Number.isFinite(v)) {
+    fail(fieldPath(prefix, key), `must be a number, got ${describeValue(obj[key])}`);
+  }
+  if (v > max || v < min || (minOpen && v === min)) {
+    const lower = minOpen ? '>' : '>=';
+    const range =
+      max === Number.POSITIVE_INFINITY
+        ? `${lower} ${min}`
+        : `in ${minOpen ? '(' : '['}${min}, ${max}]`;
+    fail(fieldPath(prefix, key), `must be ${range}, got ${v}`);
+  }
+  return v;
+}
+
+/** An integer in [min, max]. */
+export function optInt(
+  obj: Body,
+  prefix: string,
+  key: string,
+  dflt: number,
+  min: number,
+  max: number,
+): number {
+  let v = obj[key];
+  if (v === undefined || v === null) return dflt;
+  if (typeof v === 'bigint') v = bigintToSafeNumber(v);
+  if (typeof v === 'bigint') fail(fieldPath(prefix, key), `must be in [${min}, ${max}], got ${v}`);
+  if (typeof v !== 'number' || !Number.isInteger(v)) {
+    fail(fieldPath(prefix, key), `must be an integer, got ${describeValue(obj[key])}`);
+  }
+  if (v > max || v < min) fail(fieldPath(prefix, key), `must be in [${min}, ${max}], got ${v}`);
+  return v;
+}
+
+/** A string of minLen..maxLen UTF-16 units, or null when absent. */
+export function optString(
+  obj: Body,
+  prefix: string,
+  key: string,
+  minLen: number,
+  maxLen: number,
+): string | null {
+  const v = obj[key];
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'string')
+    fail(fieldPath(prefix, key), `must be a string, got ${describeValue(v)}`);
+  if (v.length < minLen || v.length > maxLen) {
+    fail(fieldPath(prefix, key), `must be ${minLen}..${maxLen} characters long, got ${v.length}`);
+  }
+  return v;
+}
+
+/** A bigint that is exactly a safe integer becomes a number; anything else stays out of range. */
+function bigintToSafeNumber(v: bigint): number | bigint {
+  return v >= BigInt(Number.MIN_SAFE_INTEGER) && v <= BigInt(Number.MAX_SAFE_INTEGER)
+    ? Number(v)
+    : v;
+}
+
+/** An element of an integer array: the same rules as optInt, for `token_ids[3]`-style paths. */
+export function intElement(
+  v: unknown,
+  prefix: string,
+  key: string,
+  index: number,
+  min: number,
+  maxExclusive: number,
+): number {
+  let n = v;
+  if (typeof n === 'bigint') n = bigintToSafeNumber(n);
+  if (typeof n === 'number' && Number.isInteger(n) && n >= min && n < maxExclusive) return n;
+  const path = `${fieldPath(prefix, key)}[${index}]`;
+  if (typeof n === 'bigint') fail(path, `must be in [${min}, ${maxExclusive}), got ${n}`);
+  if (typeof n !== 'number' || !Number.isInteger(n)) {
+    fail(path, `must be an integer, got ${describeValue(v)}`);
+  }
+  return fail(path, `must be in [${min}, ${maxExclusive}), got ${n}`);
+}

@@ -1,0 +1,240 @@
+import type { SamplingParams } from '../engine/types.js';
+import { RS_ERR_REQ_INVALID_BODY } from '../errors.js';
+import {
+  type Body,
+  describeValue,
+  fail,
+  intElement,
+  isPlainObject,
+  optBool,
+  optBoolOrNull,
+  optInt,
+  optNumber,
+  optString,
+} from './fields.js';
+
+/**
+ * Validation of a POST /inference/v1/generate body (CONTRACT.md) into the fixed fields the API
+ * server writes into its request ring. Straight-line checks, one per field; `token_ids` becomes an
+ * Int32Array in one pass, so no per-token object is made. Unknown fields are ignored; a wrong type
+ * or an out-of-range value is a 400 naming the field path (`sampling_params.top_p`, `token_ids[3]`).
+ */
+
+export interface GenerateRequestOptions {
+  vocabSize: number;
+  maxModelLen: number;
+  /** Server-wide defaults (--return-sampling-mask, --return-routed-experts). */
+  defaultReturnSamplingMask: boolean;
+  defaultReturnRoutedExperts: boolean;
+}
+
+export interface GenerateRequest {
+  requestId: string | null;
+  model: string | null;
+  stream: boolean;
+  includeUsage: boolean;
+  continuousUsageStats: boolean;
+  cacheSalt: string | null;
+  priority: number;
+  kvTransferParams: Readonly<Record<string, unknown>> | null;
+  /** null: the request did not say; the server's --generate-format decides. */
+  packed: boolean | null;
+  n: number;
+  promptTokenIds: Int32Array;
+  params: SamplingParams;
+  stop: string[];
+  detokenize: boolean;
+  skipSpecialTokens: boolean;
+  includeStopStrInOutput: boolean;
+  promptLogprobs: number | null;
+}
+
+const INT32_MIN = -2_147_483_648;
+const INT32_MAX = 2_147_483_647;
+// n > 1 fans out into n engine sequences; the bound keeps one request from filling a whole batch.
+export const MAX_N = 256;
+export const MAX_ID_LENGTH = 1024;
+const SP = 'sampling_params';
+
+export function parseGenerateRequest(body: unknown, opts: GenerateRequestOptions): GenerateRequest {
+  if (!isPlainObject(body)) {
+    throw new RS_ERR_REQ_INVALID_BODY(`expected an object, got ${describeValue(body)}`);
+  }
+  const promptTokenIds = readTokenIds(body, opts);
+  const sp = body[SP];
+  if (sp === undefined || sp === null) fail(SP, 'is required');
+  if (!isPlainObject(sp)) fail(SP, `must be an object, got ${describeValue(sp)}`);
+  const stream = optBool(body, '', 'stream', false);
+  const streamOptions = readStreamOptions(body, stream);
+  const kvTransferParams = body.kv_transfer_params;
+  if (
+    kvTransferParams !== undefined &&
+    kvTransferParams !== null &&
+    !isPlainObject(kvTransferParams)
+  ) {
+    fail('kv_transfer_params', `must be an object, got ${describeValue(kvTransferParams)}`);
+  }
+  return {
+    requestId: optString(body, '', 'request_id', 1, MAX_ID_LENGTH),
+    model: optString(body, '', 'model', 1, MAX_ID_LENGTH),
+    stream,
+    includeUsage: streamOptions.includeUsage,
+    continuousUsageStats: streamOptions.continuousUsageStats,
+    cacheSalt: optString(body, '', 'cache_salt', 1, 1024),
+    priority: optInt(body, '', 'priority', 0, INT32_MIN, INT32_MAX),
+    kvTransferParams: kvTransferParams ?? null,
+    packed: optBoolOrNull(body, '', 'packed'),
+    n: optInt(sp, SP, 'n', 1, 1, MAX_N),
+    promptTokenIds,
+    params: readSamplingParams(sp, promptTokenIds.length, opts),
+    stop: readStop(sp),
+    detokenize: optBool(sp, SP, 'detokenize', true),
+    skipSpecialTokens: optBool(sp, SP, 'skip_special_tokens', true),
+    includeStopStrInOutput: optBool(sp, SP, 'include_stop_str_in_output', false),
+    promptLogprobs: readPromptLogprobs(sp),
+  };
+}
+
+/** token_ids → Int32Array in one pass; each id in [0, vocab_size); room left to generate. */
+function readTokenIds(body: Body, opts: GenerateRequestOptions): Int32Array {
+  const ids = body.token_ids;
+  if (ids === undefined || ids === null) fail('token_ids', 'is required');
+  if (!Array.isArray(ids))
+    fail('token_ids', `must be an array of integers, got ${describeValue(ids)}`);
+  const len = ids.length;
+  if (len === 0) fail('token_ids', 'must hold at least 1 token');
+  if (len >= opts.maxModelLen) {
+    fail(
+      'token_ids',
+      `the prompt has ${len} tokens; max_model_len ${opts.maxModelLen} leaves no room to generate`,
+    );
+  }
+  const out = new Int32Array(len);
+  const vocab = opts.vocabSize;
+  for (let i = 0; i < len; i++) {
+    const v: unknown = ids[i];
+    out[i] =
+      typeof v === 'number' && Number.isInteger(v) && v >= 0 && v < vocab
+        ? v
+        : intElement(v, '', 'token_ids', i, 0, vocab);
+  }
+  return out;
+}
+
+function readStreamOptions(
+  body: Body,
+  stream: boolean,
+): { includeUsage: boolean; continuousUsageStats: boolean } {
+  const so = body.stream_options;
+  if (so === undefined || so === null) return { includeUsage: false, continuousUsageStats: false };
+  if (!isPlainObject(so)) fail('stream_options', `must be an object, got ${describeValue(so)}`);
+  // As vLLM: stream options without streaming are a client mistake worth saying so.
+  if (!stream) fail('stream_options', 'is only allowed when stream is true');
+  return {
+    includeUsage: optBool(so, 'stream_options', 'include_usage', false),
+    continuousUsageStats: optBool(so, 'stream_options', 'continuous_usage_stats', false),
+  };
+}
+
+function readSamplingParams(
+  sp: Body,
+  promptLen: number,
+  opts: GenerateRequestOptions,
+): SamplingParams {
+  const room = opts.maxModelLen - promptLen;
+  const maxTokens = readMaxTokens(sp, promptLen, opts.maxModelLen);
+  const topK = optInt(sp, SP, 'top_k', 0, -1, INT32_MAX);
+  const seed = optInt(sp, SP, 'seed', -1, -Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER);
+  return {
+    temperature: optNumber(sp, SP, 'temperature', 1, 0, 2),
+    topP: optNumber(sp, SP, 'top_p', 1, 0, 1, true),
+    // top_k beyond the vocabulary keeps everything, the same as top_k = vocab_size.
+    topK: topK <= 0 ? 0 : Math.min(topK, opts.vocabSize),
+    minP: optNumber(sp, SP, 'min_p', 0, 0, 1),
+    seed: seed === -1 ? null : seed,
+    maxTokens: maxTokens ?? room,
+    minTokens: optInt(sp, SP, 'min_tokens', 0, 0, maxTokens ?? room),
+    stopTokenIds: readStopTokenIds(sp, opts.vocabSize),
+    ignoreEos: optBool(sp, SP, 'ignore_eos', false),
+    presencePenalty: optNumber(sp, SP, 'presence_penalty', 0, -2, 2),
+    frequencyPenalty: optNumber(sp, SP, 'frequency_penalty', 0, -2, 2),
+    repetitionPenalty: optNumber(
+      sp,
+      SP,
+      'repetition_penalty',
+      1,
+      0,
+      Number.POSITIVE_INFINITY,
+      true,
+    ),
+    logprobs: readLogprobs(sp),
+    returnSamplingMask:
+      optBoolOrNull(sp, SP, 'return_sampling_mask') ?? opts.defaultReturnSamplingMask,
+    returnRoutedExperts:
+      optBoolOrNull(sp, SP, 'return_routed_experts') ?? opts.defaultReturnRoutedExperts,
+    routedExpertsPromptStart: optInt(sp, SP, 'routed_experts_prompt_start', 0, 0, promptLen),
+  };
+}
+
+/** max_tokens >= 1 and prompt + max_tokens <= max_model_len; null when absent. */
+function readMaxTokens(sp: Body, promptLen: number, maxModelLen: number): number | null {
+  const v = sp.max_tokens;
+  if (v === undefined || v === null) return null;
+  const room = maxModelLen - promptLen;
+  const maxTokens = optInt(sp, SP, 'max_tokens', 1, 1, INT32_MAX);
+  if (maxTokens > room) {
+    fail(
+      `${SP}.max_tokens`,
+      `prompt (${promptLen} tokens) + max_tokens (${maxTokens}) exceeds max_model_len ${maxModelLen}`,
+    );
+  }
+  return maxTokens;
+}
+
+/** logprobs: null/false → off; true → 1; an integer >= 0 → on (only the sampled token is returned). */
+function readLogprobs(sp: Body): boolean {
+  const v = sp.logprobs;
+  if (v === undefined || v === null || v === false) return false;
+  if (v === true) return true;
+  optInt(sp, SP, 'logprobs', 0, 0, INT32_MAX);
+  return true;
+}
+
+function readPromptLogprobs(sp: Body): number | null {
+  const v = sp.prompt_logprobs;
+  if (v === undefined || v === null) return null;
+  return optInt(sp, SP, 'prompt_logprobs', 0, 0, INT32_MAX);
+}
+
+/** stop: a string or an array of strings, none empty. */
+function readStop(sp: Body): string[] {
+  const v = sp.stop;
+  if (v === undefined || v === null) return [];
+  if (typeof v === 'string') {
+    if (v.length === 0) fail(`${SP}.stop`, 'must not be an empty string');
+    return [v];
+  }
+  if (!Array.isArray(v))
+    fail(`${SP}.stop`, `must be a string or an array of strings, got ${describeValue(v)}`);
+  const out: string[] = new Array(v.length);
+  for (let i = 0; i < v.length; i++) {
+    const s: unknown = v[i];
+    if (typeof s !== 'string')
+      fail(`${SP}.stop[${i}]`, `must be a string, got ${describeValue(s)}`);
+    if (s.length === 0) fail(`${SP}.stop[${i}]`, 'must not be an empty string');
+    out[i] = s;
+  }
+  return out;
+}
+
+function readStopTokenIds(sp: Body, vocabSize: number): Int32Array {
+  const v = sp.stop_token_ids;
+  if (v === undefined || v === null) return new Int32Array(0);
+  if (!Array.isArray(v)) {
+    fail(`${SP}.stop_token_ids`, `must be an array of integers, got ${describeValue(v)}`);
+  }
+  const out = new Int32Array(v.length);
+  for (let i = 0; i < v.length; i++)
+    out[i] = intElement(v[i], SP, 'stop_token_ids', i, 0, vocabSize);
+  return out;
+}

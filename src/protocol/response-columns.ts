@@ -1,0 +1,97 @@
+import { RS_ERR_PROTOCOL_BAD_COLUMNS } from '../errors.js';
+
+/**
+ * What the encoders take: a finished request (or a stream chunk's new positions) as typed-array
+ * views over the per-request accumulators. The views may point into SharedArrayBuffers; nothing is
+ * copied before encoding. One ChoiceColumns per choice, a handful of objects per request.
+ */
+
+export type FinishReasonName = 'stop' | 'length' | 'abort';
+
+export interface RoutingColumns {
+  /** rows × layers × topk expert ids, row-major. */
+  data: Uint8Array | Uint16Array;
+  rows: number;
+  layers: number;
+  topk: number;
+  /** Absolute sequence position of row 0. */
+  start: number;
+}
+
+export interface ChoiceColumns {
+  index: number;
+  tokenIds: Int32Array;
+  /** Logprob of each sampled token (floored at -9999), or null when logprobs were not asked. */
+  logprobs: Float32Array | null;
+  /** Sampling-mask CSR: a count per position, the kept ids concatenated; null when not asked. */
+  maskCounts: Int32Array | null;
+  maskIds: Int32Array | null;
+  routing: RoutingColumns | null;
+  /**
+   * ringserve's extension: the weight version each token was sampled under (a trainer needs it
+   * when /update_weights lands mid-request). Written as `weight_versions` only when non-null.
+   */
+  weightVersions: Int32Array | null;
+  /** null while a streamed choice is still running. */
+  finishReason: FinishReasonName | null;
+  /** The stop token id or stop string that ended the choice, else null. */
+  stopReason: number | string | null;
+}
+
+export interface UsageFigures {
+  promptTokens: number;
+  completionTokens: number;
+  /** Prompt tokens served from the prefix cache; null writes `prompt_tokens_details: null`. */
+  cachedTokens: number | null;
+}
+
+export interface GenerateResponseColumns {
+  /** The request id without the prefix; the response says `generate-tokens-<requestId>`. */
+  requestId: string;
+  model: string;
+  /** Unix seconds. */
+  created: number;
+  choices: readonly ChoiceColumns[];
+  usage: UsageFigures;
+  /** Passed through as given (P/D disaggregation); null when none. */
+  kvTransferParams: unknown;
+}
+
+export const RESPONSE_ID_PREFIX = 'generate-tokens-';
+
+/** Throws RS_ERR_PROTOCOL_BAD_COLUMNS unless the columns of a choice agree with each other. */
+export function checkChoiceColumns(c: ChoiceColumns): void {
+  const n = c.tokenIds.length;
+  const bad = (what: string): never => {
+    throw new RS_ERR_PROTOCOL_BAD_COLUMNS(`choice ${c.index}: ${what}`);
+  };
+  if (c.logprobs !== null && c.logprobs.length !== n) {
+    bad(`${c.logprobs.length} logprobs for ${n} tokens`);
+  }
+  if ((c.maskCounts === null) !== (c.maskIds === null))
+    bad('mask counts and ids must come together');
+  if (c.maskCounts !== null && c.maskIds !== null) {
+    if (c.maskCounts.length !== n) bad(`${c.maskCounts.length} mask counts for ${n} tokens`);
+    let sum = 0;
+    for (let i = 0; i < n; i++) sum += c.maskCounts[i] as number;
+    if (sum !== c.maskIds.length)
+      bad(`mask counts sum to ${sum} but there are ${c.maskIds.length} ids`);
+  }
+  const r = c.routing;
+  if (r !== null && r.data.length !== r.rows * r.layers * r.topk) {
+    bad(`routing holds ${r.data.length} ids, not ${r.rows} x ${r.layers} x ${r.topk}`);
+  }
+  if (c.weightVersions !== null && c.weightVersions.length !== n) {
+    bad(`${c.weightVersions.length} weight versions for ${n} tokens`);
+  }
+}
+
+/**
+ * The contract sends routing as uint8 when every expert id is <= 255, else uint16. A Uint16Array
+ * whose ids all fit is narrowed into a new Uint8Array (one per response, not per token).
+ */
+export function narrowRouting(data: Uint8Array | Uint16Array): Uint8Array | Uint16Array {
+  if (data instanceof Uint8Array) return data;
+  for (let i = 0; i < data.length; i++) if ((data[i] as number) > 255) return data;
+  return Uint8Array.from(data);
+}

@@ -1,0 +1,192 @@
+// The output worker's writes into one request's columns: append a token (id, logprob, mask row),
+// place routing rows by absolute position, grow a column's block, give all blocks back. Called once
+// per engine output row; nothing here allocates except a block move when a column outgrows its
+// block (amortised: blocks double) and one subarray view per bulk routing copy (a prefill chunk).
+//
+// Why values cross calls as they do: V8 passes numbers between functions it has not inlined as
+// tagged values, and a number that is not a small integer (|n| < 2^30) is then boxed in a new heap
+// object. A logprob passed as an argument did exactly that, one 16-byte object per token, whenever
+// the optimiser chose not to inline (seen as 1.6 MB per 100k tokens in the allocation probe). So
+// per-token calls carry only small integers: element indices (byte offsets / 4, which stay below
+// 2^30 for buffers under 4 GiB) and the record's views, and floats are read where they are stored.
+import type { RegionViews, StepRecordView } from '../../engine/messages.js';
+import { type AccumulatorTable, AccWord, COLUMN_COUNT, Column } from './accumulators.js';
+import { type BlockArena, CLASS_COUNT, classBytes, classForBytes } from './block-arena.js';
+import { RS_ERR_OUTPUT_BAD_STEP } from './errors.js';
+
+/** Routing copies of at least this many bytes use one TypedArray.set (one view object per copy). */
+const BULK_COPY_BYTES = 512;
+
+/** Bytes a block of each class holds, read in place (no call) on the per-token path. */
+const CLASS_BYTES = new Float64Array(CLASS_COUNT);
+for (let c = 0; c < CLASS_COUNT; c++) CLASS_BYTES[c] = classBytes(c);
+
+export class ColumnWriter {
+  readonly #acc: AccumulatorTable;
+  readonly #arena: BlockArena;
+  readonly #words: Int32Array;
+  readonly #offsets: Float64Array;
+
+  constructor(acc: AccumulatorTable, arena: BlockArena) {
+    this.#acc = acc;
+    this.#arena = arena;
+    this.#words = acc.words;
+    this.#offsets = acc.offsets;
+  }
+
+  /**
+   * Appends one completion position of the slot whose words start at `base`: the token, its
+   * logprob read from `v.f32[logprobAt]` (when `withLogprobs`), and its mask row of `maskCount` ids
+   * at `v.i32[maskAt..]` (when `withMask`). The arena's views are read after each #ensure, because
+   * a growth replaces them.
+   */
+  appendToken(
+    slot: number,
+    base: number,
+    token: number,
+    v: RegionViews,
+    logprobAt: number,
+    withLogprobs: boolean,
+    withMask: boolean,
+    maskCount: number,
+    maskAt: number,
+  ): void {
+    const words = this.#words;
+    const arena = this.#arena;
+    const n = words[base + AccWord.Completion]!;
+    let at = this.#ensure(slot, base, Column.Tokens, n, n + 1, 4);
+    arena.i32[at + n] = token;
+    if (withLogprobs) {
+      at = this.#ensure(slot, base, Column.Logprobs, n, n + 1, 4);
+      arena.f32[at + n] = v.f32[logprobAt]!;
+    }
+    if (withMask) {
+      at = this.#ensure(slot, base, Column.MaskCounts, n, n + 1, 4);
+      arena.i32[at + n] = maskCount;
+      const ids = words[base + AccWord.MaskIds]!;
+      if (maskCount > 0) {
+        const to = this.#ensure(slot, base, Column.MaskIds, ids, ids + maskCount, 4) + ids;
+        const dst = arena.i32;
+        const src = v.i32;
+        for (let m = 0; m < maskCount; m++) dst[to + m] = src[maskAt + m]!;
+      }
+      words[base + AccWord.MaskIds] = ids + maskCount;
+    }
+    words[base + AccWord.Completion] = n + 1;
+  }
+
+  /**
+   * Stores the `rows` routing rows of absolute positions firstPos.. that start `rowCursor` rows
+   * into record `rec`'s routing section. Rows before `promptStart` (routed_experts_prompt_start)
+   * are skipped; rows already stored (a recompute after preemption sends them again, identical) are
+   * written over in place; a row past the stored end with a hole before it breaks the format
+   * (RS_ERR_OUTPUT_BAD_STEP).
+   */
+  appendRouting(
+    slot: number,
+    base: number,
+    promptStart: number,
+    firstPos: number,
+    rows: number,
+    v: RegionViews,
+    rec: StepRecordView,
+    rowCursor: number,
+  ): void {
+    const words = this.#words;
+    const rowIds = rec.layers * rec.topk;
+    let stored = words[base + AccWord.RoutingRows]!;
+    if (stored === 0) {
+      words[base + AccWord.RoutingFirstPos] = Math.max(firstPos, promptStart);
+      words[base + AccWord.Layers] = rec.layers;
+      words[base + AccWord.Topk] = rec.topk;
+      words[base + AccWord.RoutingIdBytes] = rec.routingIdBytes;
+    } else if (
+      words[base + AccWord.Layers] !== rec.layers ||
+      words[base + AccWord.Topk] !== rec.topk ||
+      words[base + AccWord.RoutingIdBytes] !== rec.routingIdBytes
+    ) {
+      throw new RS_ERR_OUTPUT_BAD_STEP(`slot ${slot}: routing row geometry changed mid-request`);
+    }
+    const start = words[base + AccWord.RoutingFirstPos]!;
+    const skip = Math.max(0, start - firstPos);
+    if (skip >= rows) return;
+    const from = firstPos + skip;
+    const count = rows - skip;
+    if (from > start + stored) {
+      throw new RS_ERR_OUTPUT_BAD_STEP(
+        `slot ${slot}: routing rows jump from position ${start + stored} to ${from}`,
+      );
+    }
+    const dstRow = from - start;
+    const end = Math.max(stored, dstRow + count);
+    const rowBytes = rowIds * rec.routingIdBytes;
+    // Bytes are counted in 4-byte units where possible so offsets stay small integers.
+    if ((rowBytes & 3) === 0 && (rec.routingByteOffset & 3) === 0) {
+      const rowWords = rowBytes >> 2;
+      const at = this.#ensure(slot, base, Column.Routing, stored * rowWords, end * rowWords, 4);
+      const d = this.#arena.i32;
+      const s = v.i32;
+      const to = at + dstRow * rowWords;
+      const src = (rec.routingByteOffset >> 2) + (rowCursor + skip) * rowWords;
+      const n = count * rowWords;
+      if (n * 4 >= BULK_COPY_BYTES) d.set(s.subarray(src, src + n), to);
+      else for (let k = 0; k < n; k++) d[to + k] = s[src + k]!;
+    } else {
+      const at = this.#ensure(slot, base, Column.Routing, stored * rowBytes, end * rowBytes, 1);
+      const d = this.#arena.bytes;
+      const s = v.bytes;
+      const to = at + dstRow * rowBytes;
+      const src = rec.routingByteOffset + (rowCursor + skip) * rowBytes;
+      for (let k = 0, n = count * rowBytes; k < n; k++) d[to + k] = s[src + k]!;
+    }
+    stored = end;
+    words[base + AccWord.RoutingRows] = stored;
+  }
+
+  /** Gives every block of the slot back to the arena (the slot's figures are left as they are). */
+  releaseBlocks(slot: number): void {
+    const base = this.#acc.wordIndex(slot, 0);
+    for (let c = 0; c < COLUMN_COUNT; c++) {
+      const cls = this.#words[base + AccWord.ClassBase + c]!;
+      if (cls < 0) continue;
+      this.#arena.free(this.#offsets[slot * COLUMN_COUNT + c]!, cls);
+      this.#words[base + AccWord.ClassBase + c] = -1;
+    }
+  }
+
+  /**
+   * Makes the column's block hold `need` elements of `size` bytes (`used` of them filled) and
+   * returns the block's offset in elements of that size (byte offset / size).
+   */
+  #ensure(
+    slot: number,
+    base: number,
+    column: number,
+    used: number,
+    need: number,
+    size: number,
+  ): number {
+    const cls = this.#words[base + AccWord.ClassBase + column]!;
+    const i = slot * COLUMN_COUNT + column;
+    if (cls >= 0 && CLASS_BYTES[cls]! >= need * size) return this.#offsets[i]! / size;
+    return this.#move(slot, base, column, used * size, need * size) / size;
+  }
+
+  /** A first block for the column, or a bigger one with its used bytes copied over. */
+  #move(slot: number, base: number, column: number, usedBytes: number, needBytes: number): number {
+    const cls = this.#words[base + AccWord.ClassBase + column]!;
+    const i = slot * COLUMN_COUNT + column;
+    let offset: number;
+    let newClass: number;
+    if (cls < 0) {
+      offset = this.#arena.alloc(needBytes);
+      newClass = classForBytes(needBytes);
+    } else {
+      newClass = this.#arena.regrowClass(cls, needBytes);
+      offset = this.#arena.regrow(this.#offsets[i]!, cls, usedBytes, needBytes);
+    }
+    this.#offsets[i] = offset;
+    this.#words[base + AccWord.ClassBase + column] = newClass;
+    return offset;
+  }
+}

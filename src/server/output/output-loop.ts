@@ -1,0 +1,152 @@
+// The output worker's loop, runnable in any thread (workers/output-worker.ts is its entry point).
+// It never returns to its event loop while running: it drains the output ring, scatters, encodes
+// stream deltas, posts one message per pass, reads main-thread messages synchronously between
+// passes, and sleeps on the ring's futex doorbell (bounded) when the ring is empty.
+import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads';
+import { RecordType } from '../../engine/messages.js';
+import { RingConsumer } from '../../shm/ring.js';
+import { AccumulatorTable } from './accumulators.js';
+import { BlockArena } from './block-arena.js';
+import { tokenByteSource } from './detokenizer.js';
+import type {
+  FromOutputWorker,
+  OutputBatch,
+  OutputWorkerData,
+  ToOutputWorker,
+} from './messages.js';
+import { ResponseView } from './response-view.js';
+import { StepScatter } from './scatter.js';
+import { SlotEventList } from './slot-events.js';
+import { SlotMetaTable } from './slot-meta.js';
+import { StreamEncoder } from './stream-encoder.js';
+
+/** Records handled per pass at most, so a flooded ring still yields messages and stream events. */
+const MAX_RECORDS_PER_PASS = 256;
+
+export class OutputLoop {
+  readonly scatter: StepScatter;
+  readonly #consumer: RingConsumer;
+  readonly #port: MessagePort;
+  readonly #streams: StreamEncoder;
+  readonly #waitMs: number;
+  readonly #lookupHeaders = (): void => this.#readMessages();
+  #running = true;
+
+  constructor(data: OutputWorkerData) {
+    const meta = new SlotMetaTable(data.metaSab);
+    const acc = new AccumulatorTable(data.accSab);
+    const arena = new BlockArena(
+      data.arenaSab,
+      data.arenaGrowStepBytes === undefined ? {} : { growStepBytes: data.arenaGrowStepBytes },
+    );
+    const tokens = tokenByteSource(data.preset, data.specialTokenIds);
+    this.scatter = new StepScatter({ meta, acc, arena, tokens });
+    this.#streams = new StreamEncoder(
+      new ResponseView(meta, acc, data.arenaSab),
+      new SlotEventList(acc.slots),
+    );
+    this.#consumer = new RingConsumer(data.ringSab, data.ringOffset, data.ringCapacity);
+    this.#port = data.port;
+    this.#waitMs = data.waitMs;
+  }
+
+  /** Runs until a stop message; posts `ready` first and `stopped` last. */
+  run(): void {
+    this.#post({ type: 'ready' });
+    try {
+      while (this.#running) {
+        this.#readMessages();
+        if (!this.#running) break;
+        if (this.#pass() === 0) this.#consumer.waitForData(this.#waitMs);
+      }
+      this.#consumer.detach();
+      this.#post({ type: 'stopped' });
+    } catch (err) {
+      const e = err as { code?: unknown; message?: unknown };
+      this.#post({
+        type: 'error',
+        code: typeof e.code === 'string' ? e.code : 'RS_ERR_OUTPUT_WORKER_FAILED',
+        message: typeof e.message === 'string' ? e.message : String(err),
+        fatal: true,
+      });
+    }
+  }
+
+  /** One drain pass: returns the number of records handled. */
+  #pass(): number {
+    const consumer = this.#consumer;
+    const scatter = this.scatter;
+    scatter.clearEvents();
+    let records = 0;
+    while (records < MAX_RECORDS_PER_PASS && consumer.next()) {
+      records++;
+      if (consumer.type !== RecordType.Step) continue;
+      try {
+        scatter.scatterStep(consumer, consumer.offset, consumer.length);
+      } catch (err) {
+        if ((err as { code?: unknown }).code !== 'RS_ERR_OUTPUT_BAD_STEP') throw err;
+        this.#post({
+          type: 'error',
+          code: 'RS_ERR_OUTPUT_BAD_STEP',
+          message: (err as Error).message,
+          fatal: false,
+        });
+      }
+    }
+    if (records > 0) consumer.release();
+    const streams = this.#streams.encode(scatter.streamed, this.#lookupHeaders);
+    if (
+      streams !== null ||
+      scatter.finished.count + scatter.released.count + scatter.stopped.count > 0
+    ) {
+      const finished = scatter.finished.toArrays();
+      const released = scatter.released.toArrays();
+      const stopped = scatter.stopped.toArrays();
+      const batch: OutputBatch = {
+        type: 'batch',
+        finished: finished.slots,
+        finishedGenerations: finished.generations,
+        released: released.slots,
+        releasedGenerations: released.generations,
+        stopped: stopped.slots,
+        stoppedGenerations: stopped.generations,
+        streams,
+      };
+      this.#port.postMessage(batch, streams === null ? [] : [streams.bytes]);
+    }
+    return records;
+  }
+
+  /** Applies every pending main-thread message. */
+  #readMessages(): void {
+    for (;;) {
+      const received = receiveMessageOnPort(this.#port);
+      if (received === undefined) return;
+      this.#apply(received.message as ToOutputWorker);
+    }
+  }
+
+  #apply(msg: ToOutputWorker): void {
+    switch (msg.type) {
+      case 'free':
+        this.scatter.free(msg.slot, msg.generation);
+        return;
+      case 'stream':
+        this.#streams.setHeader(msg.slot, msg);
+        return;
+      case 'engine-down':
+        for (let slot = 0; slot < msg.generations.length; slot++) {
+          const gen = msg.generations[slot]!;
+          if (gen !== 0) this.scatter.engineGone(slot, gen);
+        }
+        return;
+      case 'stop':
+        this.#running = false;
+        return;
+    }
+  }
+
+  #post(msg: FromOutputWorker): void {
+    this.#port.postMessage(msg);
+  }
+}

@@ -1,0 +1,64 @@
+// Encoding of a finished request from the shared tables: what a packer thread runs per task (and
+// what a test or the inline path can run on any thread). The columns are views into the arena; the
+// encoders write them into the packer's reused writer and copy the result out once.
+import { GenerateResponseEncoder } from '../../protocol/generate-response.js';
+import type { ChoiceColumns, GenerateResponseColumns } from '../../protocol/response-columns.js';
+import { AccumulatorTable, SlotState } from './accumulators.js';
+import { RS_ERR_OUTPUT_BAD_SLOT, RS_ERR_OUTPUT_NOT_FINISHED } from './errors.js';
+import type { PackTask } from './packer-pool.js';
+import { ResponseView, requestFailure } from './response-view.js';
+import { SlotMetaTable } from './slot-meta.js';
+
+export class ResponsePacker {
+  readonly view: ResponseView;
+  readonly #encoder = new GenerateResponseEncoder();
+
+  constructor(metaSab: SharedArrayBuffer, accSab: SharedArrayBuffer, arenaSab: SharedArrayBuffer) {
+    this.view = new ResponseView(
+      new SlotMetaTable(metaSab),
+      new AccumulatorTable(accSab),
+      arenaSab,
+    );
+  }
+
+  /** The columns of the request made of `task.slots` (choice i is slot i). */
+  columns(task: PackTask): GenerateResponseColumns {
+    const { view } = this;
+    const choices: ChoiceColumns[] = [];
+    for (let i = 0; i < task.slots.length; i++) {
+      const slot = task.slots[i]!;
+      this.#checkSlot(task, i, slot);
+      choices.push(view.choice(slot, i));
+    }
+    return {
+      requestId: task.requestId,
+      model: task.model,
+      created: task.created,
+      choices,
+      usage: view.usage(task.slots),
+      kvTransferParams: task.kvTransferParams ?? null,
+    };
+  }
+
+  /** The whole response in `task.form`, in a Buffer with its own ArrayBuffer (transferable). */
+  pack(task: PackTask): Buffer {
+    return this.#encoder.encode(this.columns(task), task.form);
+  }
+
+  /** A slot must hold a complete, successful response of the generation the task names. */
+  #checkSlot(task: PackTask, i: number, slot: number): void {
+    const acc = this.view.acc;
+    if (!(slot >= 0 && slot < acc.slots))
+      throw new RS_ERR_OUTPUT_BAD_SLOT(slot, `not in [0, ${acc.slots})`);
+    const gen = task.generations?.[i];
+    const state = acc.state(slot);
+    if (
+      (gen !== undefined && acc.generation(slot) !== gen) ||
+      (state !== SlotState.Done && state !== SlotState.Finished)
+    ) {
+      throw new RS_ERR_OUTPUT_NOT_FINISHED(slot, gen ?? acc.generation(slot));
+    }
+    const failure = requestFailure(acc, slot, task.requestId);
+    if (failure !== null) throw failure;
+  }
+}

@@ -1,0 +1,310 @@
+// The output worker's core, without the thread: reads STEP records (messages.ts) and scatters each
+// output row into its request's columns, runs stop strings, and keeps each slot's lifecycle
+// (SlotState in accumulators.ts). The worker loop (output-loop.ts) feeds it from the ring and turns
+// its event lists into one message per pass; tests feed it hand-written records directly.
+//
+// A row counts only if its slot generation is the slot's current one in the slot meta: outputs of
+// a request the main thread has already moved past (a restarted engine's or server's leftovers, a
+// slot reused) are dropped without a handshake. A row of a generation the accumulators have not
+// seen yet starts that request.
+
+import {
+  type RegionViews,
+  StepColumn,
+  StepRecordView,
+  stepRecordBytes,
+} from '../../engine/messages.js';
+import { FinishReason } from '../../engine/types.js';
+import {
+  type AccumulatorTable,
+  AccWord,
+  OutputError,
+  SlotState,
+  WORDS_PER_SLOT,
+} from './accumulators.js';
+import type { BlockArena } from './block-arena.js';
+import { ColumnWriter } from './column-writer.js';
+import { StopStringMatcher, type TokenByteSource } from './detokenizer.js';
+import { RS_ERR_OUTPUT_BAD_STEP } from './errors.js';
+import { SlotEventList } from './slot-events.js';
+import { SlotFlag, type SlotMetaTable } from './slot-meta.js';
+
+export interface StepScatterOptions {
+  meta: SlotMetaTable;
+  acc: AccumulatorTable;
+  arena: BlockArena;
+  tokens: TokenByteSource;
+}
+
+export class StepScatter {
+  /** Responses completed during this pass (pack or end the stream). */
+  readonly finished: SlotEventList;
+  /** Requests the engine confirmed done during this pass (the slot may be reused once freed). */
+  readonly released: SlotEventList;
+  /** Requests this worker completed while the engine still runs them: the main thread sends ABORT. */
+  readonly stopped: SlotEventList;
+  /** Streaming requests with new positions or a finish during this pass. */
+  readonly streamed: SlotEventList;
+  /** Rows dropped because their slot was out of range (engine bug), since the start. */
+  badRows = 0;
+  readonly #meta: SlotMetaTable;
+  readonly #acc: AccumulatorTable;
+  readonly #words: Int32Array;
+  readonly #metaWords: Int32Array;
+  readonly #columns: ColumnWriter;
+  readonly #stops: StopStringMatcher;
+  readonly #rec = new StepRecordView();
+
+  constructor(opts: StepScatterOptions) {
+    this.#meta = opts.meta;
+    this.#acc = opts.acc;
+    this.#words = opts.acc.words;
+    this.#metaWords = opts.meta.words;
+    this.#columns = new ColumnWriter(opts.acc, opts.arena);
+    this.#stops = new StopStringMatcher(opts.meta, opts.tokens);
+    const slots = opts.acc.slots;
+    this.finished = new SlotEventList(slots);
+    this.released = new SlotEventList(slots);
+    this.stopped = new SlotEventList(slots);
+    this.streamed = new SlotEventList(slots);
+  }
+
+  /** Forget the events of the last pass. */
+  clearEvents(): void {
+    this.finished.clear();
+    this.released.clear();
+    this.stopped.clear();
+    this.streamed.clear();
+  }
+
+  /** Scatters one STEP record (payload at byte `offset`, `length` bytes) of region views `v`. */
+  scatterStep(v: RegionViews, offset: number, length: number): void {
+    const rec = this.#rec.attach(v, offset);
+    const rowIds = rec.layers * rec.topk;
+    if (
+      rec.count < 0 ||
+      rec.maskIdsTotal < 0 ||
+      rec.routingRowsTotal < 0 ||
+      (rec.routingIdBytes !== 1 && rec.routingIdBytes !== 2) ||
+      stepRecordBytes(
+        rec.count,
+        rec.maskIdsTotal,
+        rec.routingRowsTotal,
+        rowIds,
+        rec.routingIdBytes,
+      ) > length
+    ) {
+      throw new RS_ERR_OUTPUT_BAD_STEP(
+        `a STEP record of ${length} bytes declares more than it holds`,
+      );
+    }
+    const i32 = v.i32;
+    const maskEnd = rec.maskBase + rec.maskIdsTotal;
+    let maskAt = rec.maskBase;
+    // Routing is walked in rows, not bytes: see column-writer.ts on small integers across calls.
+    let routingRow = 0;
+    for (let j = 0; j < rec.count; j++) {
+      const maskCount = i32[rec.at(StepColumn.MaskCount, j)]!;
+      const rows = i32[rec.at(StepColumn.RoutingRows, j)]!;
+      if (
+        maskCount < 0 ||
+        rows < 0 ||
+        maskAt + maskCount > maskEnd ||
+        routingRow + rows > rec.routingRowsTotal
+      ) {
+        throw new RS_ERR_OUTPUT_BAD_STEP(
+          `output ${j} of a STEP record runs past its mask or routing ids`,
+        );
+      }
+      this.#row(v, j, maskAt, routingRow);
+      maskAt += maskCount;
+      routingRow += rows;
+    }
+  }
+
+  /** The main thread has sent the response of (slot, generation): give its blocks back. */
+  free(slot: number, generation: number): void {
+    if (!this.#current(slot, generation)) return;
+    const state = this.#acc.state(slot);
+    if (state === SlotState.Idle || state === SlotState.Draining) return;
+    this.#columns.releaseBlocks(slot);
+    this.#setState(slot, state === SlotState.Done ? SlotState.Idle : SlotState.Draining);
+  }
+
+  /**
+   * The engine died: it will send no final output for (slot, generation). A running request's
+   * blocks go back (the main thread fails it); a complete one keeps them until its free.
+   */
+  engineGone(slot: number, generation: number): void {
+    if (!this.#current(slot, generation)) return;
+    const state = this.#acc.state(slot);
+    if (state === SlotState.Running) {
+      this.#columns.releaseBlocks(slot);
+      this.#setState(slot, SlotState.Idle);
+    } else if (state === SlotState.Finished) {
+      this.#setState(slot, SlotState.Done);
+    } else if (state === SlotState.Draining) {
+      this.#setState(slot, SlotState.Idle);
+    }
+  }
+
+  #current(slot: number, generation: number): boolean {
+    return (
+      slot >= 0 &&
+      slot < this.#acc.slots &&
+      generation !== 0 &&
+      this.#acc.generation(slot) === generation
+    );
+  }
+
+  #row(v: RegionViews, j: number, maskAt: number, routingRow: number): void {
+    const rec = this.#rec;
+    const i32 = v.i32;
+    const slot = i32[rec.at(StepColumn.Slot, j)]!;
+    if (!(slot >= 0 && slot < this.#acc.slots)) {
+      this.badRows++;
+      return;
+    }
+    // Generations reach 2^31: they are compared here, never passed to a per-token call.
+    const gen = i32[rec.at(StepColumn.SlotGen, j)]!;
+    if (gen === 0 || gen !== Atomics.load(this.#metaWords, this.#meta.generationIndex(slot)))
+      return;
+    const base = slot * WORDS_PER_SLOT;
+    if (this.#words[base + AccWord.Gen] !== gen) this.#begin(slot, gen);
+    const state = this.#words[base + AccWord.State]!;
+    const finish = i32[rec.at(StepColumn.Finish, j)]!;
+    if (state === SlotState.Running) {
+      try {
+        this.#accumulate(v, j, slot, base, maskAt, routingRow);
+      } catch (err) {
+        this.#fail(slot, base, err);
+      }
+      if (finish !== FinishReason.None) this.#engineFinished(v, j, slot, base, finish);
+    } else if (
+      finish !== FinishReason.None &&
+      (state === SlotState.Finished || state === SlotState.Draining)
+    ) {
+      this.#setState(slot, state === SlotState.Finished ? SlotState.Done : SlotState.Idle);
+      this.released.push(slot, gen);
+    }
+  }
+
+  #begin(slot: number, gen: number): void {
+    if (this.#acc.state(slot) !== SlotState.Idle) this.#columns.releaseBlocks(slot);
+    this.#acc.clear(slot);
+    const base = this.#acc.wordIndex(slot, 0);
+    this.#words[base + AccWord.Gen] = gen;
+    this.#words[base + AccWord.State] = SlotState.Running;
+    if (this.#meta.hasFlag(slot, SlotFlag.HasStopStrings)) this.#stops.begin(slot);
+  }
+
+  #accumulate(
+    v: RegionViews,
+    j: number,
+    slot: number,
+    base: number,
+    maskAt: number,
+    routingRow: number,
+  ): void {
+    const rec = this.#rec;
+    const i32 = v.i32;
+    const words = this.#words;
+    const flags = this.#meta.flags(slot);
+    const weightVersion = i32[rec.at(StepColumn.WeightVersion, j)]!;
+    if (words[base + AccWord.FirstWeightVersion] === -1) {
+      words[base + AccWord.FirstWeightVersion] = weightVersion;
+    }
+    words[base + AccWord.LastWeightVersion] = weightVersion;
+    const cached = i32[rec.at(StepColumn.NumCached, j)]!;
+    if (cached > words[base + AccWord.NumCached]!) words[base + AccWord.NumCached] = cached;
+    const rows = i32[rec.at(StepColumn.RoutingRows, j)]!;
+    if (rows > 0 && (flags & SlotFlag.RoutedExperts) !== 0) {
+      const firstPos = i32[rec.at(StepColumn.RoutingFirstPos, j)]!;
+      const promptStart = this.#meta.routedExpertsPromptStart(slot);
+      this.#columns.appendRouting(slot, base, promptStart, firstPos, rows, v, rec, routingRow);
+    }
+    const token = i32[rec.at(StepColumn.Token, j)]!;
+    if (token < 0) return;
+    this.#columns.appendToken(
+      slot,
+      base,
+      token,
+      v,
+      rec.at(StepColumn.Logprob, j),
+      (flags & SlotFlag.Logprobs) !== 0,
+      (flags & SlotFlag.SamplingMask) !== 0,
+      i32[rec.at(StepColumn.MaskCount, j)]!,
+      maskAt,
+    );
+    if ((flags & SlotFlag.Stream) !== 0 && !this.streamed.has(slot)) {
+      this.streamed.push(slot, words[base + AccWord.Gen]!);
+    }
+    if ((flags & SlotFlag.HasStopStrings) !== 0) {
+      this.#checkStop(slot, base, token, i32[rec.at(StepColumn.Finish, j)]!);
+    }
+  }
+
+  /**
+   * vLLM's rules: stop strings are not checked before min_tokens, nor on the token that the engine
+   * itself stopped on (EOS or a stop id, which is never detokenized); a max_tokens finish is checked,
+   * and a match there turns it into a stop-string finish.
+   */
+  #checkStop(slot: number, base: number, token: number, finish: number): void {
+    const words = this.#words;
+    const check =
+      finish !== FinishReason.Stop &&
+      words[base + AccWord.Completion]! > this.#meta.minTokens(slot);
+    const matched = this.#stops.push(slot, token, check);
+    if (matched < 0) return;
+    words[base + AccWord.Finish] = FinishReason.Stop;
+    words[base + AccWord.StopString] = matched;
+    words[base + AccWord.StopTokenId] = -1;
+    this.#workerFinished(slot, base);
+  }
+
+  /** The worker completed the response itself: the engine still runs it until told to abort. */
+  #workerFinished(slot: number, base: number): void {
+    const gen = this.#words[base + AccWord.Gen]!;
+    this.#setState(slot, SlotState.Finished);
+    this.finished.push(slot, gen);
+    this.stopped.push(slot, gen);
+    if (this.#meta.hasFlag(slot, SlotFlag.Stream)) this.streamed.push(slot, gen);
+  }
+
+  #engineFinished(v: RegionViews, j: number, slot: number, base: number, finish: number): void {
+    const words = this.#words;
+    const gen = words[base + AccWord.Gen]!;
+    const state = words[base + AccWord.State]!;
+    if (state === SlotState.Finished) {
+      // The response completed this very row (a stop string on a max_tokens finish, or an error):
+      // the engine is done too, so nothing needs aborting.
+      this.stopped.remove(slot);
+    } else {
+      const stopTokenId = v.i32[this.#rec.at(StepColumn.StopTokenId, j)]!;
+      words[base + AccWord.Finish] = finish;
+      words[base + AccWord.StopTokenId] = finish === FinishReason.Stop ? stopTokenId : -1;
+      if (finish === FinishReason.Error) {
+        words[base + AccWord.RejectReason] = v.i32[this.#rec.at(StepColumn.RejectReason, j)]!;
+      }
+      this.finished.push(slot, gen);
+      if (this.#meta.hasFlag(slot, SlotFlag.Stream)) this.streamed.push(slot, gen);
+    }
+    this.#setState(slot, SlotState.Done);
+    this.released.push(slot, gen);
+  }
+
+  /** A request-scoped output failure (arena full, a malformed output): finish it with an error. */
+  #fail(slot: number, base: number, err: unknown): void {
+    const code = (err as { code?: unknown }).code;
+    if (code !== 'RS_ERR_OUTPUT_ARENA_FULL' && code !== 'RS_ERR_OUTPUT_BAD_STEP') throw err;
+    this.#words[base + AccWord.Error] =
+      code === 'RS_ERR_OUTPUT_ARENA_FULL' ? OutputError.ArenaFull : OutputError.BadStep;
+    this.#words[base + AccWord.Finish] = FinishReason.Error;
+    this.#columns.releaseBlocks(slot);
+    this.#workerFinished(slot, base);
+  }
+
+  #setState(slot: number, state: number): void {
+    this.#words[this.#acc.wordIndex(slot, AccWord.State)] = state;
+  }
+}

@@ -1,0 +1,76 @@
+// A doorbell: one futex word and one "sleeping" flag in shared memory. One sleeper (a ring's consumer,
+// or the engine, which drains several request rings and sleeps on one bell); any number of ringers
+// (producers). Producers make the wake syscall only while the flag is set, so a busy consumer costs
+// them one shared-cache load per commit and no syscall.
+//
+//   +0  BELL_SEQ       i32  futex word; producers Atomics.add(+1) before waking (many writers, RMW only)
+//   +4  BELL_SLEEPING  i32  the sleeper's flag (one writer): 1 from prepareSleep() to endSleep()
+//
+// No lost wake-up: the sleeper stores SLEEPING=1 and then re-checks its rings; a producer stores its
+// ring head and then loads SLEEPING. Atomics are sequentially consistent, so either the sleeper sees
+// the new head or the producer sees the flag, bumps SEQ and wakes; a sleeper that has not reached the
+// futex yet then finds SEQ changed and returns at once.
+import { BELL_SEQ, BELL_SLEEPING } from './layout.js';
+import { FUTEX_TIMED_OUT, type FutexWaitResult, shmAddon } from './native.js';
+
+const WAKE_ALL = 0x7fff_ffff;
+
+export class Doorbell {
+  /** The whole region as 32-bit words. */
+  readonly i32: Int32Array;
+  /** Byte offset of the doorbell in the region. */
+  readonly byteOffset: number;
+  readonly #seqIndex: number;
+  readonly #sleepingIndex: number;
+
+  constructor(sab: SharedArrayBuffer, byteOffset: number) {
+    if (byteOffset % 8 !== 0 || byteOffset < 0 || byteOffset + 8 > sab.byteLength) {
+      throw new RangeError(
+        `doorbell offset ${byteOffset} is not an 8-aligned offset in the buffer`,
+      );
+    }
+    this.i32 = new Int32Array(sab, 0, sab.byteLength >> 2);
+    this.byteOffset = byteOffset;
+    this.#seqIndex = (byteOffset + BELL_SEQ) >> 2;
+    this.#sleepingIndex = (byteOffset + BELL_SLEEPING) >> 2;
+  }
+
+  /** Producer side, after publishing: wakes the sleeper only if it is (about to be) asleep. */
+  ring(): void {
+    if (Atomics.load(this.i32, this.#sleepingIndex) !== 0) this.wake();
+  }
+
+  /** Unconditional wake (a command, shutdown): bumps the word so a sleeper on its way down returns. */
+  wake(): void {
+    Atomics.add(this.i32, this.#seqIndex, 1);
+    shmAddon().futexWake(this.i32, this.#seqIndex, WAKE_ALL);
+  }
+
+  /** Sleeper: announces the intent to sleep; returns the word to pass to sleep(). Re-check, then sleep. */
+  prepareSleep(): number {
+    const seq = Atomics.load(this.i32, this.#seqIndex);
+    Atomics.store(this.i32, this.#sleepingIndex, 1);
+    return seq;
+  }
+
+  /** Sleeper: blocks until rung, or `timeoutMs` passes. Always follow with endSleep(). */
+  sleep(seq: number, timeoutMs: number): FutexWaitResult {
+    if (timeoutMs <= 0) return FUTEX_TIMED_OUT;
+    return shmAddon().futexWait(this.i32, this.#seqIndex, seq, timeoutMs);
+  }
+
+  /** Sleeper: clears the flag, so producers stop making wake syscalls. */
+  endSleep(): void {
+    Atomics.store(this.i32, this.#sleepingIndex, 0);
+  }
+
+  /** True while the sleeper has announced it is asleep. */
+  isSleeping(): boolean {
+    return Atomics.load(this.i32, this.#sleepingIndex) !== 0;
+  }
+
+  /** How many times the bell has been rung (for tests and diagnostics). */
+  rings(): number {
+    return Atomics.load(this.i32, this.#seqIndex);
+  }
+}

@@ -1,0 +1,221 @@
+// Every byte offset of the shared-memory region, in one place (as pino's lib/indexes.js does).
+// Offsets are in bytes from the start of the region; a 32-bit word at byte offset `o` is
+// `i32[o >> 2]`, a float64 slot is `f64[o >> 3]`. Every block starts on a 64-byte cache line, and
+// each word has exactly one writer (named next to it); the few many-writer words change only by
+// atomic read-modify-write, which says so too.
+//
+//   0      +--------------------------------------------------------------+
+//          | HEADER         magic, layout version, sizes, creator pid      |  creator, once
+//   64     +--------------------------------------------------------------+
+//          | ENGINE BLOCK   pid, state, heartbeat, last beat, stats seq     |  engine
+//   128    +--------------------------------------------------------------+
+//          | ENGINE DOORBELL  futex word (rung by producers), sleeping flag |  see doorbell.ts
+//   192    +--------------------------------------------------------------+
+//          | ENGINE STATS   64 x f64                                      |  engine
+//   704    +--------------------------------------------------------------+
+//          | CONTROL        lock, command seq/code/args/text | ack, result  |  lock holder | engine
+//   4992   +--------------------------------------------------------------+
+//          | SERVER 0 BLOCK   pid, heartbeat, last beat | 8192 x f64 metrics |  API server 0
+//          | SERVER 0 REQUEST RING  (ring header 192 B + requestRingBytes)  |  server 0 -> engine
+//          | SERVER 0 OUTPUT RING   (ring header 192 B + outputRingBytes)   |  engine -> server 0
+//          +--------------------------------------------------------------+
+//          | SERVER 1 ... (same stride)                                    |
+//          +--------------------------------------------------------------+
+import { shmError } from './errors.js';
+
+export const CACHE_LINE_BYTES = 64;
+/** 'RSHM' read as a little-endian u32. */
+export const LAYOUT_MAGIC = 0x4d48_5352;
+/** Bump on any change to an offset below. */
+export const LAYOUT_VERSION = 1;
+
+// ---- Header (creator writes once: HDR_CREATOR_PID first, HDR_MAGIC last with Atomics.store, so a
+// reader that sees the magic sees a complete header, and a stale-region scan always finds the pid).
+export const HDR_MAGIC = 0; // i32
+export const HDR_LAYOUT_VERSION = 4; // i32
+export const HDR_CREATOR_PID = 8; // i32
+export const HDR_API_SERVER_COUNT = 12; // i32
+export const HDR_REQUEST_RING_BYTES = 16; // i32
+export const HDR_OUTPUT_RING_BYTES = 20; // i32
+export const HDR_TOTAL_BYTES = 24; // f64
+export const HDR_CREATED_AT_MS = 32; // f64, Date.now() at creation
+export const HEADER_BYTES = 64;
+
+// ---- Engine block (engine writes every word).
+export const ENGINE_BLOCK = 64;
+export const ENG_PID = ENGINE_BLOCK + 0; // i32, 0 while no engine has attached
+export const ENG_STATE = ENGINE_BLOCK + 4; // i32, one of ENGINE_STATE_*
+export const ENG_HEARTBEAT = ENGINE_BLOCK + 8; // i32 counter, Atomics.add once per beat
+export const ENG_STATS_SEQ = ENGINE_BLOCK + 12; // i32 seqlock over ENGINE STATS: odd while writing
+export const ENG_LAST_BEAT_MS = ENGINE_BLOCK + 16; // f64, Date.now() of the last beat
+
+export const ENGINE_STATE_NONE = 0;
+export const ENGINE_STATE_STARTING = 1;
+export const ENGINE_STATE_RUNNING = 2;
+export const ENGINE_STATE_PAUSED = 3;
+export const ENGINE_STATE_STOPPING = 4;
+
+// ---- Engine doorbell: the engine sleeps on it when every request ring is empty (doorbell.ts).
+export const ENGINE_DOORBELL = 128;
+
+// ---- Engine stats: 64 float64 slots, engine writes (under ENG_STATS_SEQ). Counters are totals since
+// the engine started; gauges are the value after the last step. Unnamed slots are reserved.
+export const ENGINE_STATS = 192;
+export const STATS_SLOT_COUNT = 64;
+export const STAT_RUNNING = 0; // gauge: sequences running
+export const STAT_WAITING = 1; // gauge: sequences waiting
+export const STAT_KV_USAGE = 2; // gauge: fraction of KV blocks in use, [0, 1]
+export const STAT_NUM_PREEMPTIONS = 3; // counter
+export const STAT_PREFIX_QUERIES = 4; // counter: tokens queried against the prefix cache
+export const STAT_PREFIX_HITS = 5; // counter: tokens found in the prefix cache
+export const STAT_PROMPT_TOKENS = 6; // counter
+export const STAT_GENERATION_TOKENS = 7; // counter
+export const STAT_WEIGHT_VERSION = 8; // gauge
+export const STAT_STEP_COUNT = 9; // counter
+export const STAT_NUM_GPU_BLOCKS = 10; // gauge: KV blocks in the pool
+export const STAT_BLOCK_SIZE = 11; // gauge: tokens per KV block
+export const STAT_LAST_STEP_MS = 12; // gauge: modelled duration of the last step
+export const STAT_PAUSED = 13; // gauge: 1 while paused
+
+// ---- Control block: one command at a time from any API server to the engine.
+// Request lines: written by the holder of CTL_LOCK only. Ack line: written by the engine only.
+export const CONTROL_BLOCK = ENGINE_STATS + STATS_SLOT_COUNT * 8; // 704
+/** i32: 0 when free, else the holder's pid. Many writers, Atomics.compareExchange/store only. */
+export const CTL_LOCK = CONTROL_BLOCK + 0;
+export const CTL_CMD_SEQ = CONTROL_BLOCK + 4; // i32, holder increments after writing the command
+export const CTL_CMD_CODE = CONTROL_BLOCK + 8; // i32, caller-defined command code
+export const CTL_CMD_SERVER = CONTROL_BLOCK + 12; // i32, index of the issuing API server
+export const CTL_CMD_ARGS = CONTROL_BLOCK + 16; // CTL_ARG_COUNT x f64
+export const CTL_ARG_COUNT = 8;
+export const CTL_CMD_TEXT_BYTES = CONTROL_BLOCK + 80; // i32, UTF-8 length of CTL_CMD_TEXT
+export const CTL_CMD_TEXT = CONTROL_BLOCK + 128; // CTL_TEXT_CAPACITY bytes (e.g. a weight dir)
+export const CTL_TEXT_CAPACITY = 4096;
+export const CTL_ACK_SEQ = CTL_CMD_TEXT + CTL_TEXT_CAPACITY; // i32, engine: = CMD_SEQ once done
+export const CTL_RESULT_CODE = CTL_ACK_SEQ + 4; // i32, engine: 0 = ok, else a command-defined error
+export const CTL_RESULT_VALUE = CTL_ACK_SEQ + 8; // f64, engine
+export const CONTROL_BYTES = CTL_ACK_SEQ + CACHE_LINE_BYTES - CONTROL_BLOCK; // 4288
+
+/** Where the per-server area begins. */
+export const SERVERS_START = CONTROL_BLOCK + CONTROL_BYTES; // 4992
+
+// ---- Server block, relative to serverBlockOffset(k); API server k writes every word.
+export const SRV_PID = 0; // i32
+export const SRV_HEARTBEAT = 4; // i32 counter
+export const SRV_LAST_BEAT_MS = 8; // f64
+export const SRV_METRICS = 64; // SRV_METRICS_SLOT_COUNT x f64, reserved for cluster-wide metrics
+export const SRV_METRICS_SLOT_COUNT = 8192;
+export const SERVER_BLOCK_BYTES = SRV_METRICS + SRV_METRICS_SLOT_COUNT * 8;
+
+// ---- Ring header, relative to a ring's offset; the ring's data follows it (ring.ts).
+export const RING_HEAD = 0; // i32 free-running byte position, producer (Atomics.store)
+export const RING_PRODUCER_PID = 4; // i32, producer: 0 never attached, -1 detached
+export const RING_PRODUCER_WAITING = 8; // i32, producer: 1 while blocked on a full ring
+export const RING_TAIL = 64; // i32 free-running byte position, consumer (Atomics.store)
+export const RING_CONSUMER_PID = 68; // i32, consumer: 0 never attached, -1 detached
+export const RING_DOORBELL = 128; // the ring's own doorbell (used when none is shared)
+export const RING_DATA = 192;
+export const RING_HEADER_BYTES = RING_DATA;
+
+// ---- Doorbell, relative to a doorbell's offset.
+export const BELL_SEQ = 0; // i32 futex word; many writers, Atomics.add only
+export const BELL_SLEEPING = 4; // i32, the one sleeper: 1 between prepareSleep and endSleep
+
+export const MIN_RING_BYTES = 64;
+export const MAX_RING_BYTES = 2 ** 30;
+export const MAX_API_SERVERS = 64;
+
+export interface LayoutParams {
+  /** API servers in the cluster, each with a server block, a request ring and an output ring. */
+  apiServerCount: number;
+  /** Capacity of each request ring (server -> engine), a power of two. */
+  requestRingBytes: number;
+  /** Capacity of each output ring (engine -> server), a power of two. */
+  outputRingBytes: number;
+}
+
+export const DEFAULT_LAYOUT_PARAMS: Readonly<LayoutParams> = Object.freeze({
+  apiServerCount: 1,
+  requestRingBytes: 4 * 1024 * 1024,
+  outputRingBytes: 64 * 1024 * 1024,
+});
+
+export function isValidRingCapacity(bytes: number): boolean {
+  return (
+    Number.isInteger(bytes) &&
+    bytes >= MIN_RING_BYTES &&
+    bytes <= MAX_RING_BYTES &&
+    (bytes & (bytes - 1)) === 0
+  );
+}
+
+/** Fills defaults and validates; throws RS_ERR_SHM_BAD_LAYOUT naming the field. */
+export function resolveLayoutParams(params: Partial<LayoutParams> = {}): LayoutParams {
+  const resolved = { ...DEFAULT_LAYOUT_PARAMS, ...params };
+  const { apiServerCount, requestRingBytes, outputRingBytes } = resolved;
+  if (!Number.isInteger(apiServerCount) || apiServerCount < 1 || apiServerCount > MAX_API_SERVERS) {
+    throw shmError('RS_ERR_SHM_BAD_LAYOUT', `apiServerCount ${apiServerCount} not in [1, 64]`);
+  }
+  for (const [field, value] of [
+    ['requestRingBytes', requestRingBytes],
+    ['outputRingBytes', outputRingBytes],
+  ] as const) {
+    if (!isValidRingCapacity(value)) {
+      throw shmError(
+        'RS_ERR_SHM_BAD_LAYOUT',
+        `${field} ${value} is not a power of two in [64, 2^30]`,
+      );
+    }
+  }
+  return { apiServerCount, requestRingBytes, outputRingBytes };
+}
+
+/** Bytes of one API server's area: block, request ring, output ring. */
+export function serverStride(params: LayoutParams): number {
+  return (
+    SERVER_BLOCK_BYTES +
+    RING_HEADER_BYTES +
+    params.requestRingBytes +
+    RING_HEADER_BYTES +
+    params.outputRingBytes
+  );
+}
+
+/** Total size of the region. */
+export function regionBytes(params: LayoutParams): number {
+  return SERVERS_START + params.apiServerCount * serverStride(params);
+}
+
+function checkServerIndex(params: LayoutParams, server: number): void {
+  if (!Number.isInteger(server) || server < 0 || server >= params.apiServerCount) {
+    throw shmError(
+      'RS_ERR_SHM_BAD_LAYOUT',
+      `API server index ${server} not in [0, ${params.apiServerCount})`,
+    );
+  }
+}
+
+/** Byte offset of API server k's block (add SRV_* to reach a field). */
+export function serverBlockOffset(params: LayoutParams, server: number): number {
+  checkServerIndex(params, server);
+  return SERVERS_START + server * serverStride(params);
+}
+
+/** Byte offset of API server k's first metrics slot (8192 x f64). */
+export function serverMetricsOffset(params: LayoutParams, server: number): number {
+  return serverBlockOffset(params, server) + SRV_METRICS;
+}
+
+/** Byte offset of API server k's request ring (its header; data at + RING_DATA). */
+export function requestRingOffset(params: LayoutParams, server: number): number {
+  return serverBlockOffset(params, server) + SERVER_BLOCK_BYTES;
+}
+
+/** Byte offset of API server k's output ring (its header; data at + RING_DATA). */
+export function outputRingOffset(params: LayoutParams, server: number): number {
+  return requestRingOffset(params, server) + RING_HEADER_BYTES + params.requestRingBytes;
+}
+
+/** Byte offset of engine stats slot `slot` (a STAT_* constant). */
+export function engineStatOffset(slot: number): number {
+  return ENGINE_STATS + slot * 8;
+}

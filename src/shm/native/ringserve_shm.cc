@@ -1,0 +1,309 @@
+// ringserve_shm: POSIX shared memory handed to JavaScript as a real SharedArrayBuffer, and futex
+// wait/wake that reach across processes (V8's Atomics.wait/notify only reach threads of one process).
+//
+// Documented Node/V8 addon APIs only: a context-aware module (NODE_MODULE_INIT, so it loads in worker
+// threads), v8::SharedArrayBuffer::NewBackingStore over the mmap'ed bytes (no copy; the deleter
+// munmaps once the last JS reference is gone), node::Buffer::Data to reach an Int32Array's bytes.
+// Errors are JS Errors with a stable `code` (RS_ERR_SHM_*) and the errno text in the message.
+
+#if !defined(__linux__)
+#error "ringserve_shm needs Linux (shm_open + futex); RS_ERR_ADDON_BUILD: unsupported OS"
+#endif
+
+#include <node.h>
+#include <node_buffer.h>
+#include <node_version.h>
+#include <v8.h>
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+#if NODE_MAJOR_VERSION < 20
+#error "ringserve_shm needs Node.js 20 or newer"
+#endif
+
+#ifdef V8_ENABLE_SANDBOX
+// With V8's sandbox, array buffers must live inside the sandbox and external memory is refused.
+#error "ringserve_shm cannot hand mmap'ed memory to a V8 built with the sandbox enabled"
+#endif
+
+namespace ringserve_shm {
+
+using v8::Context;
+using v8::Exception;
+using v8::FunctionCallbackInfo;
+using v8::Int32Array;
+using v8::Integer;
+using v8::Isolate;
+using v8::Local;
+using v8::Number;
+using v8::Object;
+using v8::SharedArrayBuffer;
+using v8::String;
+using v8::Value;
+
+constexpr size_t kMaxNameLength = 200;
+
+// Throws `new Error("<code>: <message>")` with `err.code = code` (and `err.errno` when non-zero).
+void ThrowCoded(Isolate* isolate, const char* code, const std::string& message, int err_no) {
+  Local<Context> context = isolate->GetCurrentContext();
+  std::string text = std::string(code) + ": " + message;
+  if (err_no != 0) text += " (" + std::string(strerror(err_no)) + ")";
+  Local<Value> error = Exception::Error(String::NewFromUtf8(isolate, text.c_str()).ToLocalChecked());
+  Local<Object> object = error.As<Object>();
+  object->Set(context, String::NewFromUtf8Literal(isolate, "code"),
+              String::NewFromUtf8(isolate, code).ToLocalChecked())
+      .Check();
+  if (err_no != 0) {
+    object->Set(context, String::NewFromUtf8Literal(isolate, "errno"), Integer::New(isolate, err_no))
+        .Check();
+  }
+  isolate->ThrowException(error);
+}
+
+// Region names are "/<name>" for shm_open; restricting the alphabet keeps them valid file names in
+// /dev/shm and keeps a caller from escaping it with '/' or "..".
+bool ReadName(const FunctionCallbackInfo<Value>& info, std::string* path) {
+  Isolate* isolate = info.GetIsolate();
+  if (info.Length() < 1 || !info[0]->IsString()) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_NAME", "region name must be a string", 0);
+    return false;
+  }
+  String::Utf8Value utf8(isolate, info[0]);
+  std::string name(*utf8, utf8.length());
+  bool ok = !name.empty() && name.size() <= kMaxNameLength && name != "." && name != "..";
+  for (char c : name) {
+    bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                   c == '-' || c == '_' || c == '.';
+    ok = ok && allowed;
+  }
+  if (!ok) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_NAME",
+               "region name '" + name + "' must be 1-200 characters of [A-Za-z0-9._-]", 0);
+    return false;
+  }
+  *path = "/" + name;
+  return true;
+}
+
+void UnmapRegion(void* data, size_t length, void* /*deleter_data*/) { munmap(data, length); }
+
+// Maps fd and returns it as a SharedArrayBuffer; on failure throws and returns false.
+bool MapAsSharedArrayBuffer(Isolate* isolate, int fd, size_t bytes, const std::string& path,
+                            Local<SharedArrayBuffer>* out) {
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) {
+    ThrowCoded(isolate, "RS_ERR_SHM_MMAP", "mmap of " + path + " (" + std::to_string(bytes) +
+                                              " bytes) failed", errno);
+    return false;
+  }
+  std::unique_ptr<v8::BackingStore> store =
+      SharedArrayBuffer::NewBackingStore(data, bytes, UnmapRegion, nullptr);
+  *out = SharedArrayBuffer::New(isolate, std::move(store));
+  return true;
+}
+
+// create(name, bytes): a new region (fails if it exists), zero-filled, its pages reserved up front
+// so that a too-small /dev/shm is an error now rather than a SIGBUS on first touch later.
+void Create(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  std::string path;
+  if (!ReadName(info, &path)) return;
+  double requested = info.Length() > 1 && info[1]->IsNumber() ? info[1].As<Number>()->Value() : -1;
+  if (!(requested >= 1 && requested <= 9007199254740991.0) || std::floor(requested) != requested) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "region size must be a positive integer number of bytes", 0);
+    return;
+  }
+  size_t bytes = static_cast<size_t>(requested);
+  int fd = shm_open(path.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    int e = errno;
+    ThrowCoded(isolate, e == EEXIST ? "RS_ERR_SHM_EXISTS" : "RS_ERR_SHM_OPEN",
+               "shm_open(" + path + ", O_CREAT|O_EXCL) failed", e);
+    return;
+  }
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(path.c_str());
+    ThrowCoded(isolate, "RS_ERR_SHM_OPEN", "ftruncate(" + path + ") failed", e);
+    return;
+  }
+  int fallocate_error = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (fallocate_error != 0 && fallocate_error != EOPNOTSUPP && fallocate_error != EINVAL) {
+    close(fd);
+    shm_unlink(path.c_str());
+    ThrowCoded(isolate, "RS_ERR_SHM_NO_SPACE",
+               "cannot reserve " + std::to_string(bytes) + " bytes for " + path + " in /dev/shm",
+               fallocate_error);
+    return;
+  }
+  Local<SharedArrayBuffer> sab;
+  bool mapped = MapAsSharedArrayBuffer(isolate, fd, bytes, path, &sab);
+  close(fd);  // the mapping keeps the object alive
+  if (!mapped) {
+    shm_unlink(path.c_str());
+    return;
+  }
+  info.GetReturnValue().Set(sab);
+}
+
+// open(name): maps an existing region whole; its size comes from fstat.
+void Open(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  std::string path;
+  if (!ReadName(info, &path)) return;
+  int fd = shm_open(path.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    int e = errno;
+    ThrowCoded(isolate, e == ENOENT ? "RS_ERR_SHM_NOT_FOUND" : "RS_ERR_SHM_OPEN",
+               "shm_open(" + path + ") failed", e);
+    return;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+    int e = st.st_size <= 0 ? 0 : errno;
+    close(fd);
+    ThrowCoded(isolate, "RS_ERR_SHM_OPEN", "region " + path + " is empty or cannot be sized", e);
+    return;
+  }
+  Local<SharedArrayBuffer> sab;
+  bool mapped = MapAsSharedArrayBuffer(isolate, fd, static_cast<size_t>(st.st_size), path, &sab);
+  close(fd);
+  if (mapped) info.GetReturnValue().Set(sab);
+}
+
+// unlink(name) -> true if removed, false if it did not exist. Mappings stay valid until unmapped.
+void Unlink(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  std::string path;
+  if (!ReadName(info, &path)) return;
+  if (shm_unlink(path.c_str()) == 0) {
+    info.GetReturnValue().Set(true);
+    return;
+  }
+  int e = errno;
+  if (e == ENOENT) {
+    info.GetReturnValue().Set(false);
+    return;
+  }
+  ThrowCoded(isolate, "RS_ERR_SHM_UNLINK", "shm_unlink(" + path + ") failed", e);
+}
+
+// Resolves (int32array, index) to the address of that element; throws on a bad argument.
+int32_t* ReadFutexWord(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  if (info.Length() < 2 || !info[0]->IsInt32Array() || !info[1]->IsNumber()) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "expected (Int32Array, index, ...)", 0);
+    return nullptr;
+  }
+  Local<Int32Array> array = info[0].As<Int32Array>();
+  double index = info[1].As<Number>()->Value();
+  if (!(index >= 0 && index < static_cast<double>(array->Length())) ||
+      std::floor(index) != index) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "futex index out of range", 0);
+    return nullptr;
+  }
+  char* base = node::Buffer::Data(info[0]);
+  return reinterpret_cast<int32_t*>(base) + static_cast<size_t>(index);
+}
+
+double MonotonicMs() {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
+// futexWait(int32array, index, expected, timeoutMs) -> 0 woken, 1 value was not `expected`,
+// 2 timed out. Shared (non-PRIVATE) futex, so a waker in another process reaches it. A signal
+// (EINTR) resumes the wait with what is left of the bound.
+void FutexWait(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  int32_t* word = ReadFutexWord(info);
+  if (word == nullptr) return;
+  if (info.Length() < 4 || !info[2]->IsNumber() || !info[3]->IsNumber()) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "expected (Int32Array, index, expected, timeoutMs)", 0);
+    return;
+  }
+  int32_t expected = info[2]->Int32Value(isolate->GetCurrentContext()).FromJust();
+  double timeout_ms = info[3].As<Number>()->Value();
+  if (!(timeout_ms >= 0 && timeout_ms <= 2147483647.0)) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "futex timeout must be a finite number of ms >= 0", 0);
+    return;
+  }
+  double deadline = MonotonicMs() + timeout_ms;
+  for (;;) {
+    double remaining = deadline - MonotonicMs();
+    if (remaining < 0) remaining = 0;
+    timespec relative;
+    relative.tv_sec = static_cast<time_t>(remaining / 1e3);
+    relative.tv_nsec = static_cast<long>((remaining - static_cast<double>(relative.tv_sec) * 1e3) * 1e6);
+    long rc = syscall(SYS_futex, word, FUTEX_WAIT, expected, &relative, nullptr, 0);
+    if (rc == 0) {
+      info.GetReturnValue().Set(0);
+      return;
+    }
+    int e = errno;
+    if (e == EAGAIN) {
+      info.GetReturnValue().Set(1);
+      return;
+    }
+    if (e == ETIMEDOUT) {
+      info.GetReturnValue().Set(2);
+      return;
+    }
+    if (e != EINTR) {
+      ThrowCoded(isolate, "RS_ERR_SHM_FUTEX", "futex wait failed", e);
+      return;
+    }
+  }
+}
+
+// futexWake(int32array, index, count) -> number of waiters woken (in any process).
+void FutexWake(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  int32_t* word = ReadFutexWord(info);
+  if (word == nullptr) return;
+  double requested = info.Length() > 2 && info[2]->IsNumber() ? info[2].As<Number>()->Value() : 1;
+  int count = requested >= static_cast<double>(INT_MAX) ? INT_MAX
+              : requested < 1                           ? 1
+                                                        : static_cast<int>(requested);
+  long rc = syscall(SYS_futex, word, FUTEX_WAKE, count, nullptr, nullptr, 0);
+  if (rc < 0) {
+    ThrowCoded(isolate, "RS_ERR_SHM_FUTEX", "futex wake failed", errno);
+    return;
+  }
+  info.GetReturnValue().Set(static_cast<int32_t>(rc));
+}
+
+void Export(Local<Context> context, Local<Object> exports, const char* name,
+            v8::FunctionCallback callback) {
+  Isolate* isolate = Isolate::GetCurrent();  // Context::GetIsolate is deprecated in newer V8
+  Local<v8::Function> fn = v8::Function::New(context, callback).ToLocalChecked();
+  Local<String> key = String::NewFromUtf8(isolate, name).ToLocalChecked();
+  fn->SetName(key);
+  exports->Set(context, key, fn).Check();
+}
+
+}  // namespace ringserve_shm
+
+// Context-aware: every Node environment (main thread, each worker thread) gets its own exports.
+NODE_MODULE_INIT(/* exports, module, context */) {
+  ringserve_shm::Export(context, exports, "create", ringserve_shm::Create);
+  ringserve_shm::Export(context, exports, "open", ringserve_shm::Open);
+  ringserve_shm::Export(context, exports, "unlink", ringserve_shm::Unlink);
+  ringserve_shm::Export(context, exports, "futexWait", ringserve_shm::FutexWait);
+  ringserve_shm::Export(context, exports, "futexWake", ringserve_shm::FutexWake);
+}

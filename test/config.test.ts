@@ -1,0 +1,257 @@
+import { describe, expect, it } from 'vitest';
+import { formatHelp, isHelpRequested, parseArgs } from '../src/cli-args.js';
+import { buildConfig, CONFIG_FIELDS, type RingserveConfig } from '../src/config.js';
+import { getPreset, PRESET_NAMES } from '../src/engine/presets.js';
+import { RingserveError } from '../src/errors.js';
+
+const NO_ENV = {};
+
+/** The coded error parseArgs throws, or a failure when it throws nothing. */
+function configError(argv: string[], env: Record<string, string> = NO_ENV): RingserveError {
+  try {
+    parseArgs(argv, env);
+  } catch (err) {
+    expect(err).toBeInstanceOf(RingserveError);
+    const e = err as RingserveError;
+    expect(e.code).toBe('RS_ERR_CONFIG_INVALID');
+    return e;
+  }
+  throw new Error(`parseArgs(${JSON.stringify(argv)}) did not throw`);
+}
+
+describe('config defaults', () => {
+  it('fills every field, derived ones from the preset, and freezes', () => {
+    const c = parseArgs([], NO_ENV);
+    const qwen = getPreset('qwen3-30b-a3b');
+    expect(c).toMatchObject({
+      host: '0.0.0.0',
+      port: 8000,
+      apiServerCount: 1,
+      model: 'qwen3-30b-a3b',
+      servedModelName: 'sim-qwen3-30b-a3b',
+      maxModelLen: qwen.maxModelLen,
+      maxNumSeqs: 256,
+      maxNumBatchedTokens: 8192,
+      numGpuBlocks: qwen.defaultNumGpuBlocks,
+      blockSize: 16,
+      seed: 0,
+      speedup: 1,
+      maxSpeed: false,
+      outputProcessing: 'workers',
+      generateFormat: 'packed',
+      returnSamplingMask: false,
+      returnRoutedExperts: false,
+      lengthProfile: 'rl',
+      apiKey: null,
+      adminApiKey: null,
+      logLevel: 'info',
+    });
+    expect(c.packerThreads).toBeGreaterThanOrEqual(1);
+    expect(Object.isFrozen(c)).toBe(true);
+    for (const f of CONFIG_FIELDS) expect(c[f.key], f.flag).not.toBeUndefined();
+    expect(Object.keys(c).sort()).toEqual(CONFIG_FIELDS.map((f) => f.key).sort());
+  });
+
+  it('offers every engine preset as --model and derives from the chosen one', () => {
+    expect(PRESET_NAMES).toContain('tiny');
+    const tiny = getPreset('tiny');
+    const c = parseArgs(['--model', 'tiny', '--block-size', '32'], NO_ENV);
+    expect(c.servedModelName).toBe('sim-tiny');
+    expect(c.maxModelLen).toBe(tiny.maxModelLen);
+    expect(c.numGpuBlocks).toBe(Math.floor((tiny.defaultNumGpuBlocks * 16) / 32));
+  });
+
+  it('gives every field a flag, a help line and a range or choices', () => {
+    const flags = new Set<string>();
+    for (const f of CONFIG_FIELDS) {
+      expect(f.flag).toMatch(/^--[a-z][a-z0-9-]+$/);
+      expect(flags.has(f.flag)).toBe(false);
+      flags.add(f.flag);
+      expect(f.help.length).toBeGreaterThan(5);
+      if (f.kind === 'int' || f.kind === 'number') {
+        expect(
+          f.choices !== undefined || (f.min !== undefined && f.max !== undefined),
+          f.flag,
+        ).toBe(true);
+      }
+      if (f.kind === 'enum') expect(f.choices?.length, f.flag).toBeGreaterThan(0);
+      if (f.default === null && f.kind !== 'string') expect(f.derived, f.flag).toBeDefined();
+    }
+  });
+});
+
+describe('parseArgs forms', () => {
+  it('accepts --flag value, --flag=value, and last occurrence wins', () => {
+    const c = parseArgs(['--port', '9000', '--host=127.0.0.1', '--seed=7', '--port=9001'], NO_ENV);
+    expect([c.port, c.host, c.seed]).toEqual([9001, '127.0.0.1', 7]);
+  });
+
+  it('accepts booleans as --flag, --no-flag and --flag=true|false', () => {
+    expect(parseArgs(['--max-speed'], NO_ENV).maxSpeed).toBe(true);
+    expect(parseArgs(['--max-speed', '--no-max-speed'], NO_ENV).maxSpeed).toBe(false);
+    expect(parseArgs(['--return-sampling-mask=true'], NO_ENV).returnSamplingMask).toBe(true);
+    expect(parseArgs(['--return-routed-experts=false'], NO_ENV).returnRoutedExperts).toBe(false);
+  });
+
+  it('parses every kind: ints, numbers, enums, strings', () => {
+    const c = parseArgs(
+      [
+        '--api-server-count',
+        '3',
+        '--speedup',
+        '2.5',
+        '--output-processing',
+        'inline',
+        '--generate-format',
+        'legacy',
+        '--length-profile',
+        'chat',
+        '--api-key',
+        'k1',
+        '--served-model-name',
+        'policy',
+        '--max-model-len',
+        '2048',
+        '--drain-timeout-s',
+        '1e1',
+        '--scheduling-policy',
+        'priority',
+        '--log-level',
+        'warn',
+      ],
+      NO_ENV,
+    );
+    expect(c).toMatchObject({
+      apiServerCount: 3,
+      speedup: 2.5,
+      outputProcessing: 'inline',
+      generateFormat: 'legacy',
+      lengthProfile: 'chat',
+      apiKey: 'k1',
+      servedModelName: 'policy',
+      maxModelLen: 2048,
+      drainTimeoutS: 10,
+      schedulingPolicy: 'priority',
+      logLevel: 'warn',
+    } satisfies Partial<RingserveConfig>);
+  });
+
+  it('reads keys from the environment, and the flag wins over it', () => {
+    const env = { RINGSERVE_ADMIN_API_KEY: 'admin', VLLM_API_KEY: 'user' };
+    expect(parseArgs([], env)).toMatchObject({ adminApiKey: 'admin', apiKey: 'user' });
+    expect(parseArgs(['--admin-api-key', 'flag'], env).adminApiKey).toBe('flag');
+    expect(parseArgs([], { RINGSERVE_ADMIN_API_KEY: '' }).adminApiKey).toBeNull();
+  });
+
+  it('detects --help and -h', () => {
+    expect(isHelpRequested(['--port', '1', '--help'])).toBe(true);
+    expect(isHelpRequested(['-h'])).toBe(true);
+    expect(isHelpRequested(['--port', '1'])).toBe(false);
+  });
+});
+
+describe('parseArgs errors name the flag', () => {
+  it('rejects a non-integer with the exact message', () => {
+    const e = configError(['--port', 'x']);
+    expect(e.message).toBe('--port: must be an integer in [0, 65535], got "x"');
+    expect(e.param).toBe('--port');
+  });
+
+  it('rejects out-of-range ints, and fractional ints', () => {
+    expect(configError(['--port', '65536']).message).toBe(
+      '--port: must be an integer in [0, 65535], got "65536"',
+    );
+    expect(configError(['--api-server-count', '0']).param).toBe('--api-server-count');
+    expect(configError(['--api-server-count=33']).param).toBe('--api-server-count');
+    expect(configError(['--max-num-seqs', '1.5']).param).toBe('--max-num-seqs');
+    expect(configError(['--seed', '-1']).param).toBe('--seed');
+  });
+
+  it('rejects bad numbers, including an exclusive lower bound', () => {
+    expect(configError(['--speedup', '0']).message).toBe(
+      '--speedup: must be a number in (0, 1000000], got "0"',
+    );
+    expect(configError(['--speedup', 'fast']).param).toBe('--speedup');
+    expect(configError(['--body-limit-mb', 'NaN']).param).toBe('--body-limit-mb');
+    expect(configError(['--drain-timeout-s', '-1']).param).toBe('--drain-timeout-s');
+  });
+
+  it('rejects values outside an enum or a numeric choice list', () => {
+    expect(configError(['--output-processing', 'threads']).message).toBe(
+      '--output-processing: must be one of workers, inline, got "threads"',
+    );
+    expect(configError(['--model', 'llama']).message).toContain('--model: must be one of');
+    expect(configError(['--block-size', '24']).message).toBe(
+      '--block-size: must be one of 1, 8, 16, 32, 64, 128, got "24"',
+    );
+  });
+
+  it('rejects unknown flags, positionals, missing values and valued negations', () => {
+    expect(configError(['--tensor-parallel-size', '2']).message).toBe(
+      '--tensor-parallel-size: unknown flag (see --help)',
+    );
+    expect(configError(['serve']).message).toBe('serve: unexpected argument');
+    expect(configError(['--port']).message).toBe(
+      '--port: expects a value (an integer in [0, 65535])',
+    );
+    expect(configError(['--port', '--seed', '1']).param).toBe('--port');
+    expect(configError(['--no-max-speed=1']).param).toBe('--no-max-speed');
+    expect(configError(['--no-port']).message).toBe('--no-port: unknown flag (see --help)');
+    expect(configError(['--max-speed=yes']).param).toBe('--max-speed');
+  });
+
+  it('rejects an empty string', () => {
+    expect(configError(['--host', '']).param).toBe('--host');
+    expect(configError(['--served-model-name=']).param).toBe('--served-model-name');
+  });
+
+  it('rejects flags that contradict each other', () => {
+    expect(configError(['--max-num-seqs', '512', '--max-num-batched-tokens', '256']).message).toBe(
+      '--max-num-batched-tokens: must be >= --max-num-seqs (512), got 256',
+    );
+    const kv = configError([
+      '--model',
+      'tiny',
+      '--num-gpu-blocks',
+      '10',
+      '--max-model-len',
+      '4096',
+    ]);
+    expect(kv.param).toBe('--num-gpu-blocks');
+    expect(kv.message).toContain('cannot hold one sequence');
+  });
+});
+
+describe('buildConfig', () => {
+  it('applies the same checks to programmatic values', () => {
+    expect(buildConfig({ port: 0, model: 'tiny' }).port).toBe(0);
+    expect(() => buildConfig({ port: 70000 })).toThrow(
+      '--port: must be an integer in [0, 65535], got 70000',
+    );
+    expect(() => buildConfig({ maxSpeed: 'yes' as unknown as boolean })).toThrow(/--max-speed/);
+    expect(() => buildConfig({ bogus: 1 } as never)).toThrow('bogus: unknown configuration field');
+  });
+
+  it('treats null as "use the default"', () => {
+    expect(buildConfig({ seed: null, servedModelName: null }).servedModelName).toBe(
+      'sim-qwen3-30b-a3b',
+    );
+  });
+});
+
+describe('formatHelp', () => {
+  it('lists every flag with its help, default and range', () => {
+    const help = formatHelp();
+    expect(help.startsWith('usage: ringserve serve [flags]')).toBe(true);
+    for (const f of CONFIG_FIELDS) {
+      expect(help).toContain(f.flag);
+      expect(help).toContain(f.help);
+    }
+    expect(help).toContain('--max-speed, --no-max-speed');
+    expect(help).toMatch(/--port <int>\s+TCP port/);
+    expect(help).toContain('default: 8000; an integer in [0, 65535]');
+    expect(help).toContain('default: sim-<model>');
+    expect(help).toContain('env RINGSERVE_ADMIN_API_KEY');
+    expect(help).toContain('--help, -h');
+  });
+});

@@ -1,0 +1,225 @@
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import {
+  createError,
+  errorTypeForStatus,
+  isRingserveError,
+  listErrorCodes,
+  RingserveError,
+  RS_ERR_CONFIG_INVALID,
+  RS_ERR_MODEL_NOT_FOUND,
+  RS_ERR_REQ_INVALID_FIELD,
+  RS_ERR_SERVER_QUEUE_FULL,
+  SHM_ERRORS,
+  toErrorBody,
+  toRingserveError,
+} from '../src/errors.js';
+import { shmError } from '../src/shm/errors.js';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+
+// The pinned list: changing it is a deliberate act, with a row in docs/errors.md.
+const PINNED: ReadonlyArray<readonly [string, number]> = [
+  ['RS_ERR_REQ_INVALID_FIELD', 400],
+  ['RS_ERR_REQ_INVALID_BODY', 400],
+  ['RS_ERR_REQ_DUPLICATE_ID', 400],
+  ['RS_ERR_REQ_ABORTED', 499],
+  ['RS_ERR_HTTP_BODY_TOO_LARGE', 413],
+  ['RS_ERR_HTTP_UNSUPPORTED_MEDIA_TYPE', 415],
+  ['RS_ERR_HTTP_ROUTE_NOT_FOUND', 404],
+  ['RS_ERR_MODEL_NOT_FOUND', 404],
+  ['RS_ERR_AUTH_UNAUTHORIZED', 401],
+  ['RS_ERR_SERVER_QUEUE_FULL', 429],
+  ['RS_ERR_SERVER_DRAINING', 503],
+  ['RS_ERR_ENGINE_DEAD', 503],
+  ['RS_ERR_ENGINE_UNRESPONSIVE', 503],
+  ['RS_ERR_ENGINE_REQUEST_FAILED', 500],
+  ['RS_ERR_ADDON_BUILD', 500],
+  ['RS_ERR_ADDON_MISSING', 500],
+  ['RS_ERR_SHM_OPEN', 500],
+  ['RS_ERR_SHM_MMAP', 500],
+  ['RS_ERR_SHM_EXISTS', 500],
+  ['RS_ERR_SHM_NOT_FOUND', 500],
+  ['RS_ERR_SHM_NO_SPACE', 500],
+  ['RS_ERR_SHM_UNLINK', 500],
+  ['RS_ERR_SHM_BAD_NAME', 500],
+  ['RS_ERR_SHM_BAD_ARGUMENT', 500],
+  ['RS_ERR_SHM_FUTEX', 500],
+  ['RS_ERR_SHM_BAD_MAGIC', 500],
+  ['RS_ERR_SHM_LAYOUT_VERSION', 500],
+  ['RS_ERR_SHM_BAD_LAYOUT', 500],
+  ['RS_ERR_SHM_LOCK_TIMEOUT', 503],
+  ['RS_ERR_SHM_CONTROL_TIMEOUT', 503],
+  ['RS_ERR_RING_FULL', 503],
+  ['RS_ERR_RING_RECORD_TOO_LARGE', 500],
+  ['RS_ERR_RING_PEER_GONE', 503],
+  ['RS_ERR_RING_BAD_CAPACITY', 500],
+  ['RS_ERR_RING_BAD_TYPE', 500],
+  ['RS_ERR_RING_CORRUPT', 500],
+  ['RS_ERR_CONFIG_INVALID', 500],
+  ['RS_ERR_PROTOCOL_BAD_COLUMNS', 500],
+  ['RS_ERR_CLIENT_HTTP', 502],
+  ['RS_ERR_CLIENT_DECODE', 502],
+  ['RS_ERR_CLIENT_INVARIANT', 502],
+  ['RS_ERR_CLIENT_TIMEOUT', 504],
+  ['RS_ERR_SERVER_INTERNAL', 500],
+];
+
+const CREATE_ERROR_CALL =
+  /createError\(\s*'(RS_ERR_[A-Z0-9_]+)',\s*(?:'(?:[^'\\]|\\.)*'|`[^`]*`|"[^"]*")\s*,\s*(\d{3})\b/g;
+
+/** code → HTTP status, from the table rows of docs/errors.md. */
+function documentedCodes(): Map<string, number> {
+  const text = readFileSync(join(root, 'docs/errors.md'), 'utf8');
+  const rows = new Map<string, number>();
+  for (const m of text.matchAll(/^\| `(RS_ERR_[A-Z0-9_]+)` +\| (\d{3}) +\|/gm)) {
+    rows.set(m[1] as string, Number(m[2]));
+  }
+  return rows;
+}
+
+function sourceFiles(dir: string): string[] {
+  const out: string[] = [];
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return out;
+  }
+  for (const name of names) {
+    const path = join(dir, name);
+    if (statSync(path).isDirectory()) out.push(...sourceFiles(path));
+    else if (/\.(ts|mjs|js|cc|cpp|h)$/.test(name)) out.push(path);
+  }
+  return out;
+}
+
+describe('error code registry', () => {
+  it('holds exactly the pinned codes with their statuses, in order', () => {
+    expect(listErrorCodes().map((e) => [e.code, e.statusCode])).toEqual(PINNED);
+  });
+
+  it('documents every registered code with its status in docs/errors.md', () => {
+    const documented = documentedCodes();
+    for (const { code, statusCode } of listErrorCodes()) {
+      expect(documented.get(code), code).toBe(statusCode);
+    }
+  });
+
+  it('documents every RS_ERR_ code that appears anywhere in the sources', () => {
+    const documented = documentedCodes();
+    const found = new Set<string>();
+    const statuses = new Map<string, number>();
+    for (const dir of ['src', 'workers', 'scripts', 'bench', 'ops']) {
+      for (const file of sourceFiles(join(root, dir))) {
+        const text = readFileSync(file, 'utf8');
+        for (const m of text.matchAll(/RS_ERR_[A-Z0-9]+_[A-Z0-9_]*[A-Z0-9]/g)) found.add(m[0]);
+        // Codes made outside src/errors.ts, e.g. createError('RS_ERR_X_Y', 'template', 503).
+        for (const m of text.matchAll(CREATE_ERROR_CALL))
+          statuses.set(m[1] as string, Number(m[2]));
+      }
+    }
+    expect(found.size).toBeGreaterThan(30);
+    const missing = [...found].filter((code) => !documented.has(code));
+    expect(missing).toEqual([]);
+    for (const [code, status] of statuses) expect(documented.get(code), code).toBe(status);
+  });
+
+  it('refuses a duplicate code and a code outside RS_ERR_<AREA>_<WHAT>', () => {
+    expect(() => createError('RS_ERR_REQ_INVALID_FIELD', 'again', 400)).toThrow(/defined twice/);
+    expect(() => createError('RS_ERR_NOAREA', 'x', 400)).toThrow(/RS_ERR_<AREA>_<WHAT>/);
+    expect(() => createError('FST_ERR_X_Y', 'x', 400)).toThrow(/RS_ERR_<AREA>_<WHAT>/);
+  });
+
+  it('registers the shared-memory layer codes from its own table', () => {
+    expect(Object.keys(SHM_ERRORS).length).toBeGreaterThanOrEqual(11);
+    const err = new SHM_ERRORS.RS_ERR_RING_FULL(4096, 64, 100);
+    expect(err.code).toBe('RS_ERR_RING_FULL');
+    expect(err.statusCode).toBe(503);
+    expect(err.message).toBe('ring at offset 4096: no room for a 64-byte record within 100 ms');
+  });
+});
+
+describe('createError', () => {
+  it('makes errors with code, status, formatted message and param', () => {
+    const err = new RS_ERR_REQ_INVALID_FIELD('sampling_params.top_p', 'must be in (0, 1], got 2');
+    expect(err).toBeInstanceOf(RingserveError);
+    expect(err).toBeInstanceOf(Error);
+    expect(err).toBeInstanceOf(RS_ERR_REQ_INVALID_FIELD);
+    expect(err.code).toBe('RS_ERR_REQ_INVALID_FIELD');
+    expect(err.statusCode).toBe(400);
+    expect(err.param).toBe('sampling_params.top_p');
+    expect(err.message).toBe('sampling_params.top_p: must be in (0, 1], got 2');
+    expect(isRingserveError(err)).toBe(true);
+    expect(RS_ERR_REQ_INVALID_FIELD.code).toBe('RS_ERR_REQ_INVALID_FIELD');
+    expect(RS_ERR_REQ_INVALID_FIELD.name).toBe('RS_ERR_REQ_INVALID_FIELD');
+  });
+
+  it('uses a fixed param where the error is always about one field, and none otherwise', () => {
+    expect(new RS_ERR_MODEL_NOT_FOUND('gpt-9').param).toBe('model');
+    expect(new RS_ERR_SERVER_QUEUE_FULL(10).param).toBeNull();
+    expect(new RS_ERR_CONFIG_INVALID('--port', 'bad').param).toBe('--port');
+  });
+
+  it('keeps a readable message when given too few or too many arguments', () => {
+    expect(new RS_ERR_SERVER_QUEUE_FULL().message).toContain('%s');
+    expect(new RS_ERR_SERVER_QUEUE_FULL(5, 'extra').message).toBe(
+      'the request queue is full (5 requests waiting); retry later extra',
+    );
+  });
+});
+
+describe('toErrorBody', () => {
+  it('renders the contract shape with vLLM type names', () => {
+    const body = toErrorBody(
+      new RS_ERR_REQ_INVALID_FIELD('token_ids[3]', 'must be in [0, 1000), got 1000'),
+    );
+    expect(body).toEqual({
+      error: {
+        message: 'token_ids[3]: must be in [0, 1000), got 1000',
+        type: 'BadRequestError',
+        param: 'token_ids[3]',
+        code: 400,
+      },
+    });
+    expect(toErrorBody(new RS_ERR_MODEL_NOT_FOUND('x')).error.type).toBe('NotFoundError');
+    expect(toErrorBody(new RS_ERR_SERVER_QUEUE_FULL(1)).error.code).toBe(429);
+    expect(errorTypeForStatus(503)).toBe('ServiceUnavailableError');
+    expect(errorTypeForStatus(418)).toBe('BadRequestError');
+    expect(errorTypeForStatus(507)).toBe('InternalServerError');
+  });
+
+  it('maps fastify body errors, coded plain errors and unknown throws', () => {
+    const tooLarge = Object.assign(new Error('Request body is too large'), {
+      code: 'FST_ERR_CTP_BODY_TOO_LARGE',
+      statusCode: 413,
+    });
+    expect(toRingserveError(tooLarge).code).toBe('RS_ERR_HTTP_BODY_TOO_LARGE');
+    expect(toErrorBody(tooLarge).error.code).toBe(413);
+
+    const media = Object.assign(new Error('Unsupported Media Type: text/plain'), {
+      code: 'FST_ERR_CTP_INVALID_MEDIA_TYPE',
+      statusCode: 415,
+    });
+    expect(toRingserveError(media).message).toContain('text/plain');
+    expect(toRingserveError(media).statusCode).toBe(415);
+
+    const badJson = Object.assign(new SyntaxError('Unexpected token } in JSON'), {
+      statusCode: 400,
+    });
+    expect(toRingserveError(badJson).code).toBe('RS_ERR_REQ_INVALID_BODY');
+
+    const fromShm = shmError('RS_ERR_RING_PEER_GONE', 128, 'consumer', 4242);
+    const mapped = toRingserveError(fromShm);
+    expect(mapped.code).toBe('RS_ERR_RING_PEER_GONE');
+    expect(mapped.statusCode).toBe(503);
+    expect(mapped.cause).toBe(fromShm);
+
+    const unknown = toRingserveError(new TypeError('x is undefined'));
+    expect(unknown.code).toBe('RS_ERR_SERVER_INTERNAL');
+    expect(unknown.statusCode).toBe(500);
+    expect(toRingserveError('a string').message).toBe('internal error: a string');
+  });
+});

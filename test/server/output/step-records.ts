@@ -1,0 +1,86 @@
+// Hand-written STEP records for the output-side tests: rows as plain objects, written with the
+// engine's own format helpers (messages.ts) into any SharedArrayBuffer or ring.
+import {
+  type RegionViews,
+  StepColumn,
+  StepRecordView,
+  stepRecordBytes,
+  writeStepHeader,
+} from '../../../src/engine/messages.js';
+
+export interface StepRow {
+  slot: number;
+  gen: number;
+  /** -1: no token (a prefill chunk, an abort). */
+  token?: number;
+  logprob?: number;
+  finish?: number;
+  stopTokenId?: number;
+  numCached?: number;
+  weightVersion?: number;
+  maskIds?: readonly number[];
+  /** For finish 4 (Error): the engine's RejectReason. */
+  rejectReason?: number;
+  /** Routing rows: absolute position of the first, then rows x layers x topk ids, row-major. */
+  routingFirstPos?: number;
+  routing?: readonly number[];
+}
+
+export interface StepGeometry {
+  layers: number;
+  topk: number;
+  idBytes: 1 | 2;
+}
+
+export const TINY_GEOMETRY: StepGeometry = { layers: 2, topk: 2, idBytes: 1 };
+
+export function stepBytes(rows: readonly StepRow[], g: StepGeometry): number {
+  const maskIds = rows.reduce((n, r) => n + (r.maskIds?.length ?? 0), 0);
+  const routingRows = rows.reduce((n, r) => n + (r.routing?.length ?? 0) / (g.layers * g.topk), 0);
+  return stepRecordBytes(rows.length, maskIds, routingRows, g.layers * g.topk, g.idBytes);
+}
+
+/** Writes a STEP record's payload at byte `offset` (8-aligned) of `v`; returns its byte length. */
+export function writeStep(
+  v: RegionViews,
+  offset: number,
+  rows: readonly StepRow[],
+  g: StepGeometry,
+): number {
+  const rowIds = g.layers * g.topk;
+  const maskTotal = rows.reduce((n, r) => n + (r.maskIds?.length ?? 0), 0);
+  const routingTotal = rows.reduce((n, r) => n + (r.routing?.length ?? 0) / rowIds, 0);
+  writeStepHeader(
+    v,
+    offset,
+    rows.length,
+    maskTotal,
+    routingTotal,
+    g.layers,
+    g.topk,
+    g.idBytes,
+    0,
+    0,
+  );
+  const rec = new StepRecordView().attach(v, offset);
+  let maskAt = rec.maskBase;
+  let routingAt = g.idBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
+  const routingDst = g.idBytes === 1 ? v.bytes : v.u16;
+  rows.forEach((r, j) => {
+    v.i32[rec.at(StepColumn.Slot, j)] = r.slot;
+    v.i32[rec.at(StepColumn.Token, j)] = r.token ?? -1;
+    v.f32[rec.at(StepColumn.Logprob, j)] = r.logprob ?? 0;
+    v.i32[rec.at(StepColumn.Finish, j)] = r.finish ?? 0;
+    v.i32[rec.at(StepColumn.StopTokenId, j)] = r.stopTokenId ?? -1;
+    v.i32[rec.at(StepColumn.NumCached, j)] = r.numCached ?? 0;
+    v.i32[rec.at(StepColumn.WeightVersion, j)] = r.weightVersion ?? 0;
+    v.i32[rec.at(StepColumn.MaskCount, j)] = r.maskIds?.length ?? 0;
+    v.i32[rec.at(StepColumn.RoutingRows, j)] = (r.routing?.length ?? 0) / rowIds;
+    v.i32[rec.at(StepColumn.RoutingFirstPos, j)] = r.routingFirstPos ?? 0;
+    v.i32[rec.at(StepColumn.SlotGen, j)] = r.gen;
+    v.i32[rec.at(StepColumn.RejectReason, j)] = r.rejectReason ?? 0;
+    for (const id of r.maskIds ?? []) v.i32[maskAt++] = id;
+    for (const id of r.routing ?? []) routingDst[routingAt++] = id;
+  });
+  return stepBytes(rows, g);
+}

@@ -1,0 +1,94 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { FUTEX_NOT_EQUAL, FUTEX_TIMED_OUT, FUTEX_WOKEN, shmAddon } from '../../src/shm/native.js';
+import { type Fixture, startFixture, stopFixture, uniqueRegionName, until } from './helpers.js';
+
+const addon = shmAddon();
+const created: string[] = [];
+let fixture: Fixture | undefined;
+
+function create(bytes: number): { name: string; sab: SharedArrayBuffer } {
+  const name = uniqueRegionName('native');
+  created.push(name);
+  return { name, sab: addon.create(name, bytes) };
+}
+
+afterEach(async () => {
+  await stopFixture(fixture);
+  fixture = undefined;
+  for (const name of created.splice(0)) addon.unlink(name);
+});
+
+describe('native addon', () => {
+  it('creates a zero-filled region as a real SharedArrayBuffer that a second mapping shares', () => {
+    const { name, sab } = create(8192);
+    expect(sab).toBeInstanceOf(SharedArrayBuffer);
+    expect(sab.byteLength).toBe(8192);
+    const first = new Int32Array(sab);
+    expect(first.every((word) => word === 0)).toBe(true);
+    const second = new Int32Array(addon.open(name));
+    Atomics.store(first, 5, 42);
+    expect(Atomics.load(second, 5)).toBe(42);
+    expect(Atomics.add(second, 5, 1)).toBe(42);
+    expect(Atomics.load(first, 5)).toBe(43);
+  });
+
+  it('answers coded errors: exists, not found, bad name, bad size', () => {
+    const { name } = create(4096);
+    expect(() => addon.create(name, 4096)).toThrow(
+      expect.objectContaining({ code: 'RS_ERR_SHM_EXISTS' }),
+    );
+    expect(() => addon.open(uniqueRegionName('absent'))).toThrow(
+      expect.objectContaining({ code: 'RS_ERR_SHM_NOT_FOUND' }),
+    );
+    expect(() => addon.open('../etc')).toThrow(
+      expect.objectContaining({ code: 'RS_ERR_SHM_BAD_NAME' }),
+    );
+    expect(() => addon.create(uniqueRegionName('zero'), 0)).toThrow(
+      expect.objectContaining({ code: 'RS_ERR_SHM_BAD_ARGUMENT' }),
+    );
+  });
+
+  it('unlinks: true once, then false; a mapping outlives the name', () => {
+    const { name, sab } = create(4096);
+    expect(addon.unlink(name)).toBe(true);
+    expect(addon.unlink(name)).toBe(false);
+    const words = new Int32Array(sab);
+    Atomics.store(words, 0, 7);
+    expect(Atomics.load(words, 0)).toBe(7);
+  });
+
+  it('futexWait reports not-equal at once and times out after its bound', () => {
+    const { sab } = create(4096);
+    const words = new Int32Array(sab);
+    expect(addon.futexWait(words, 0, 1, 10_000)).toBe(FUTEX_NOT_EQUAL);
+    const started = performance.now();
+    expect(addon.futexWait(words, 0, 0, 30)).toBe(FUTEX_TIMED_OUT);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(25);
+    expect(addon.futexWake(words, 0, 1)).toBe(0);
+    expect(() => addon.futexWait(words, 1024, 0, 1)).toThrow(
+      expect.objectContaining({ code: 'RS_ERR_SHM_BAD_ARGUMENT' }),
+    );
+    expect(() => addon.futexWait(words, 0, 0, Number.POSITIVE_INFINITY)).toThrow(
+      expect.objectContaining({ code: 'RS_ERR_SHM_BAD_ARGUMENT' }),
+    );
+  });
+
+  it('futexWake reaches a waiter in another process', async () => {
+    const { name, sab } = create(4096);
+    const words = new Int32Array(sab);
+    fixture = startFixture('shm-futex-waiter.mjs', [name, '20000']);
+    await fixture.waitFor('ready', 10_000);
+    // The waiter announced itself just before entering the futex: wake until one is woken.
+    let woken = 0;
+    await until(
+      () => {
+        woken = addon.futexWake(words, 0, 1);
+        return woken === 1;
+      },
+      10_000,
+      'the waiter to block on the futex',
+    );
+    const done = await fixture.waitFor('done', 10_000);
+    expect(done.result).toBe(FUTEX_WOKEN);
+  });
+});

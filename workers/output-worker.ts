@@ -1,0 +1,10 @@
+// The output worker thread of an API server: one per server, started by OutputWorker.start()
+// (src/server/output/output-worker-handle.ts) with OutputWorkerData. The loop lives in
+// src/server/output/output-loop.ts so it can be read and tested without a thread.
+import { workerData } from 'node:worker_threads';
+import type { OutputWorkerData } from '../src/server/output/messages.js';
+import { OutputLoop } from '../src/server/output/output-loop.js';
+
+const data = workerData as OutputWorkerData;
+new OutputLoop(data).run();
+data.port.close();
