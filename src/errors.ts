@@ -255,6 +255,7 @@ export function errorTypeForStatus(statusCode: number): string {
 // fastify's own content-type-parser errors, mapped to ringserve's codes so every answer has one shape.
 const FASTIFY_BODY_ERRORS = new Set([
   'FST_ERR_CTP_EMPTY_JSON_BODY',
+  'FST_ERR_CTP_INVALID_JSON_BODY',
   'FST_ERR_CTP_INVALID_CONTENT_LENGTH',
   'FST_ERR_CTP_EMPTY_TYPE',
   'FST_ERR_CTP_INVALID_TYPE',
@@ -282,6 +283,8 @@ export function toRingserveError(err: unknown): RingserveError {
     );
   } else if (
     FASTIFY_BODY_ERRORS.has(code) ||
+    // Any other fastify error that blames the request (a 400 of its own) is still bad input.
+    (code.startsWith('FST_ERR_') && e?.statusCode === 400) ||
     (err instanceof SyntaxError && e?.statusCode === 400)
   ) {
     out = new RS_ERR_REQ_INVALID_BODY(message);

@@ -1,0 +1,76 @@
+#!/usr/bin/env node
+/**
+ * `ringserve serve | bench | soak`. `serve` (what `npm start` runs) starts the supervisor, which
+ * forks the engine core and the API servers; flags are named like vLLM's (`--help` lists them).
+ */
+import { formatHelp, isHelpRequested, parseArgs } from './cli-args.js';
+import { Supervisor } from './cluster/supervisor.js';
+import { isRingserveError } from './errors.js';
+
+const USAGE = `usage: ringserve <command> [flags]
+
+commands:
+  serve   run the API servers and the engine core (default)
+  bench   not built yet: the before/after benchmark (npm run bench)
+  soak    not built yet: the long-running soak test
+
+'ringserve serve --help' lists the server's flags.`;
+
+async function serve(argv: readonly string[]): Promise<number> {
+  if (isHelpRequested(argv)) {
+    process.stdout.write(`${formatHelp('ringserve serve')}\n`);
+    return 0;
+  }
+  const config = parseArgs(argv);
+  const supervisor = new Supervisor(config);
+  const stop = (signal: string): void => {
+    console.error(`ringserve: ${signal}: draining (up to ${config.drainTimeoutS} s)`);
+    supervisor.stop().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        console.error(`ringserve: shutdown failed: ${String(error)}`);
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.once('SIGINT', () => stop('SIGINT'));
+  try {
+    const port = await supervisor.start();
+    console.error(
+      `ringserve: serving ${config.servedModelName} (${config.model}) on http://${config.host}:${port} ` +
+        `with ${config.apiServerCount} API server(s)`,
+    );
+  } catch (error) {
+    await supervisor.stop().catch(() => {});
+    throw error;
+  }
+  return -1;
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === undefined || command.startsWith('--')) return serve(argv);
+  if (command === 'serve') return serve(rest);
+  if (command === 'help' || command === '-h') {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  if (command === 'bench' || command === 'soak') {
+    console.error(`ringserve ${command}: not built yet in this version.`);
+    return 2;
+  }
+  console.error(`ringserve: unknown command '${command}'\n\n${USAGE}`);
+  return 2;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    if (code >= 0) process.exit(code);
+  },
+  (error: unknown) => {
+    if (isRingserveError(error)) console.error(`ringserve: ${error.code}: ${error.message}`);
+    else console.error(`ringserve: ${(error as Error).stack ?? String(error)}`);
+    process.exit(isRingserveError(error) && error.code === 'RS_ERR_CONFIG_INVALID' ? 2 : 1);
+  },
+);

@@ -1,0 +1,41 @@
+/**
+ * Ring sizes for a configuration. The request ring must hold the largest ADD record (a prompt of
+ * max_model_len tokens, 4 bytes each) several times over; the output ring must hold the largest STEP
+ * record: a full prefill budget of routing rows plus every running sequence's outputs.
+ */
+import type { RingserveConfig } from '../config.js';
+import { stepRecordBytes } from '../engine/messages.js';
+import { getPreset } from '../engine/presets.js';
+import type { LayoutParams } from '../shm/layout.js';
+
+// 32 MiB: a burst of 300 prompts of 16k tokens (19 MiB) is taken without waiting for the engine.
+const MIN_REQUEST_RING = 32 * 1024 * 1024;
+const MIN_OUTPUT_RING = 16 * 1024 * 1024;
+/** A ring holds at least this many of its largest record, so one slow drain does not stall a step. */
+const RECORDS_PER_RING = 4;
+/** Kept-set ids per position assumed when sizing (top_k 512 is the RL default ceiling). */
+const MASK_IDS_PER_POSITION = 512;
+
+function pow2AtLeast(bytes: number): number {
+  return 2 ** Math.ceil(Math.log2(bytes));
+}
+
+export function layoutParamsFor(config: RingserveConfig): LayoutParams {
+  const preset = getPreset(config.model);
+  const rowIds = preset.routingLayers * preset.expertsPerToken;
+  const idBytes = preset.numExperts > 256 ? 2 : 1;
+  const largestAdd = 256 + config.maxModelLen * 4;
+  const rows = config.maxNumBatchedTokens + config.maxNumSeqs;
+  const largestStep = stepRecordBytes(
+    config.maxNumSeqs,
+    config.maxNumSeqs * MASK_IDS_PER_POSITION,
+    rows,
+    rowIds,
+    idBytes,
+  );
+  return {
+    apiServerCount: config.apiServerCount,
+    requestRingBytes: pow2AtLeast(Math.max(MIN_REQUEST_RING, largestAdd * RECORDS_PER_RING)),
+    outputRingBytes: pow2AtLeast(Math.max(MIN_OUTPUT_RING, largestStep * RECORDS_PER_RING)),
+  };
+}

@@ -1,0 +1,182 @@
+/**
+ * The primary process: creates the cluster's shared region (removing stale ones from crashed runs),
+ * forks the engine core and the API servers (node:cluster, one shared port), restarts whichever
+ * child crashes, drains on SIGTERM and unlinks the region on the way out.
+ *
+ * Restart rules (DESIGN.md, Processes):
+ * - an API server dies: the engine drops that server's requests and frees their blocks (server-down),
+ *   then a new API server takes the same index; the others keep serving;
+ * - the engine dies: every API server is told (engine-down: /health 503, in-flight requests fail
+ *   with 503), a new engine is forked, and engine-up is sent once it is ready.
+ */
+import { type ChildProcess, fork } from 'node:child_process';
+import cluster, { type Worker } from 'node:cluster';
+import { randomBytes } from 'node:crypto';
+import type { RingserveConfig } from '../config.js';
+import { createRegion, type Region, removeStaleRegions, unlinkRegion } from '../shm/region.js';
+import { layoutParamsFor } from './layout-params.js';
+import { type ChildMessage, childEnv, entryPoint, type SupervisorMessage } from './roles.js';
+
+/** A crash loop is not restarted faster than this. */
+const RESTART_DELAY_MS = 200;
+/** How long the engine may take to stop once asked before it is killed. */
+const ENGINE_STOP_MS = 5_000;
+
+export interface SupervisorOptions {
+  /** Region name; default `ringserve-<pid>-<random>`. */
+  regionName?: string;
+  log?: (line: string) => void;
+}
+
+export class Supervisor {
+  readonly config: RingserveConfig;
+  readonly regionName: string;
+  #region: Region | null = null;
+  #engine: ChildProcess | null = null;
+  readonly #servers = new Map<number, Worker>();
+  #stopping = false;
+  #port = 0;
+  readonly #log: (line: string) => void;
+  #engineReady: Promise<void> = Promise.resolve();
+
+  constructor(config: RingserveConfig, options: SupervisorOptions = {}) {
+    this.config = config;
+    this.regionName =
+      options.regionName ?? `ringserve-${process.pid}-${randomBytes(4).toString('hex')}`;
+    this.#log = options.log ?? ((line) => console.error(line));
+  }
+
+  /** The port the API servers listen on (known once start() resolved). */
+  get port(): number {
+    return this.#port;
+  }
+
+  async start(): Promise<number> {
+    process.title = 'ringserve-primary';
+    const removed = removeStaleRegions();
+    if (removed.length > 0) this.#log(`ringserve: removed stale regions ${removed.join(', ')}`);
+    this.#region = createRegion(this.regionName, layoutParamsFor(this.config));
+    await this.#startEngine();
+    cluster.setupPrimary({ exec: entryPoint('api'), silent: false });
+    cluster.on('exit', (worker, code, signal) => this.#onServerExit(worker, code, signal));
+    const ports = [];
+    for (let k = 0; k < this.config.apiServerCount; k++) ports.push(this.#startServer(k));
+    const listening = await Promise.all(ports);
+    this.#port = listening[0] ?? 0;
+    return this.#port;
+  }
+
+  /** Drains the API servers (bounded), stops the engine, unlinks the region. */
+  async stop(): Promise<void> {
+    if (this.#stopping) return;
+    this.#stopping = true;
+    const drainMs = this.config.drainTimeoutS * 1000;
+    await Promise.all(
+      [...this.#servers.values()].map((worker) => stopWorker(worker, drainMs + 2_000)),
+    );
+    if (this.#engine) await stopChild(this.#engine, ENGINE_STOP_MS);
+    if (this.#region) unlinkRegion(this.regionName);
+  }
+
+  #startEngine(): Promise<void> {
+    const child = fork(entryPoint('engine'), [], {
+      env: childEnv('engine', this.regionName, this.config),
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    this.#engine = child;
+    this.#engineReady = new Promise((resolve, reject) => {
+      const onMessage = (message: ChildMessage): void => {
+        if (message.type === 'ready') {
+          child.off('exit', onEarlyExit);
+          resolve();
+        } else if (message.type === 'server-reset') this.#restartServer(message.server);
+      };
+      const onEarlyExit = (code: number | null): void =>
+        reject(new Error(`the engine core exited with ${code} before it was ready`));
+      child.on('message', onMessage);
+      child.once('exit', onEarlyExit);
+    });
+    child.once('exit', (code, signal) => this.#onEngineExit(child, code, signal));
+    return this.#engineReady;
+  }
+
+  #onEngineExit(child: ChildProcess, code: number | null, signal: string | null): void {
+    if (this.#stopping || child !== this.#engine) return;
+    this.#log(`ringserve: engine core exited (code ${code}, signal ${signal}); restarting it`);
+    this.#broadcast({ type: 'engine-down' });
+    setTimeout(() => {
+      if (this.#stopping) return;
+      this.#startEngine().then(
+        () => this.#broadcast({ type: 'engine-up' }),
+        (error: Error) => this.#log(`ringserve: engine restart failed: ${error.message}`),
+      );
+    }, RESTART_DELAY_MS);
+  }
+
+  #startServer(server: number): Promise<number> {
+    const worker = cluster.fork({ ...childEnv('api', this.regionName, this.config, server) });
+    this.#servers.set(server, worker);
+    return new Promise((resolve, reject) => {
+      worker.on('message', (message: ChildMessage) => {
+        if (message.type === 'ready' && message.role === 'api') resolve(message.port ?? 0);
+        else if (message.type === 'abort-ids') this.#broadcast(message, message.from);
+      });
+      worker.once('exit', (code) => reject(new Error(`API server ${server} exited with ${code}`)));
+    });
+  }
+
+  #onServerExit(worker: Worker, code: number, signal: string): void {
+    const server = indexOf(this.#servers, worker);
+    if (server < 0) return;
+    this.#servers.delete(server);
+    if (this.#stopping) return;
+    this.#log(
+      `ringserve: API server ${server} exited (code ${code}, signal ${signal}); restarting it`,
+    );
+    // The engine first drops the dead server's requests; its 'server-reset' answer restarts the server.
+    this.#engineReady.then(() => this.#engine?.send({ type: 'server-down', server }));
+  }
+
+  #restartServer(server: number): void {
+    if (this.#stopping || this.#servers.has(server)) return;
+    setTimeout(() => {
+      if (this.#stopping) return;
+      this.#startServer(server).catch((error: Error) => this.#log(`ringserve: ${error.message}`));
+    }, RESTART_DELAY_MS);
+  }
+
+  #broadcast(message: SupervisorMessage, except = -1): void {
+    for (const [k, worker] of this.#servers) {
+      if (k !== except && worker.isConnected()) worker.send(message);
+    }
+  }
+}
+
+function indexOf(servers: Map<number, Worker>, worker: Worker): number {
+  for (const [k, w] of servers) if (w === worker) return k;
+  return -1;
+}
+
+function stopWorker(worker: Worker, timeoutMs: number): Promise<void> {
+  return new Promise((resolve) => {
+    if (worker.isDead()) return resolve();
+    const timer = setTimeout(() => worker.process.kill('SIGKILL'), timeoutMs);
+    worker.once('exit', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    worker.process.kill('SIGTERM');
+  });
+}
+
+function stopChild(child: ChildProcess, timeoutMs: number): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.once('exit', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    child.kill('SIGTERM');
+  });
+}

@@ -1,0 +1,19 @@
+/**
+ * Chooses the output path for --output-processing: the output worker and packer pool (default),
+ * or the inline per-token-object baseline.
+ */
+import type { RingserveConfig } from '../config.js';
+import type { Region } from '../shm/region.js';
+import { InlineOutputPath } from './inline-output-path.js';
+import type { OutputEvents, OutputPath } from './output-path.js';
+import { WorkerOutputPath } from './worker-output-path.js';
+
+export async function createOutputPath(
+  config: RingserveConfig,
+  region: Region,
+  server: number,
+  events: OutputEvents,
+): Promise<OutputPath> {
+  if (config.outputProcessing === 'inline') return new InlineOutputPath(region, server, events);
+  return WorkerOutputPath.start(config, region, server, events);
+}

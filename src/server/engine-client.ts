@@ -1,0 +1,109 @@
+/**
+ * The API server's side of the engine: writes ADD and ABORT records into this server's request ring,
+ * runs control commands, and reads the engine's heartbeat and stats from the shared region.
+ * (vLLM v1 keeps this in core_client.py; the transport itself is src/shm/ring.ts.)
+ */
+import { ControlClient } from '../engine/control-channel.js';
+import {
+  ABORT_BYTES,
+  type AddFields,
+  addRecordBytes,
+  RecordType,
+  writeAbort,
+  writeAdd,
+} from '../engine/messages.js';
+import { RS_ERR_ENGINE_DEAD, RS_ERR_RING_FULL } from '../errors.js';
+import {
+  ENG_LAST_BEAT_MS,
+  ENG_PID,
+  ENG_STATS_SEQ,
+  ENGINE_STATS,
+  STATS_SLOT_COUNT,
+} from '../shm/layout.js';
+import type { Region } from '../shm/region.js';
+import { requestRingProducer } from '../shm/region.js';
+import type { RingProducer } from '../shm/ring.js';
+
+/** The engine beats once per loop turn (<= 50 ms idle); this much silence means it is stuck. */
+export const HEARTBEAT_STALE_MS = 2_000;
+/** How long an ADD may wait for room in a full request ring before the request gets a 503. */
+const ADD_WAIT_MS = 20;
+
+export class EngineClient {
+  readonly region: Region;
+  readonly server: number;
+  readonly control: ControlClient;
+  readonly #ring: RingProducer;
+  /** False between the supervisor's engine-down and engine-up. */
+  #up = true;
+  readonly #stats = new Float64Array(STATS_SLOT_COUNT);
+
+  constructor(region: Region, server: number) {
+    this.region = region;
+    this.server = server;
+    this.#ring = requestRingProducer(region, server);
+    this.control = new ControlClient(region, server);
+  }
+
+  /** Writes and publishes an ADD record. Throws a 503 error if the engine is down or the ring stays full. */
+  add(fields: AddFields): void {
+    if (!this.#up) throw new RS_ERR_ENGINE_DEAD('the engine core is restarting');
+    const bytes = addRecordBytes(fields);
+    let at = this.#ring.tryReserve(RecordType.Add, bytes);
+    if (at < 0) {
+      try {
+        at = this.#ring.reserve(RecordType.Add, bytes, ADD_WAIT_MS);
+      } catch (error) {
+        throw new RS_ERR_RING_FULL(
+          `request ring of API server ${this.server}: ${(error as Error).message}`,
+        );
+      }
+    }
+    writeAdd(this.#ring, at, fields);
+    this.#ring.commit();
+  }
+
+  /** Asks the engine to end the request in `slot`; its final output (finish abort) confirms it. */
+  abort(slot: number): void {
+    if (!this.#up) return;
+    const at = this.#ring.reserve(RecordType.Abort, ABORT_BYTES, ADD_WAIT_MS);
+    writeAbort(this.#ring, at, slot);
+    this.#ring.commit();
+  }
+
+  setUp(up: boolean): void {
+    this.#up = up;
+  }
+
+  get up(): boolean {
+    return this.#up;
+  }
+
+  /** Milliseconds since the engine's last heartbeat (Infinity before the first). */
+  heartbeatAgeMs(): number {
+    const last = this.region.f64[ENG_LAST_BEAT_MS >> 3]!;
+    return last > 0 ? Date.now() - last : Number.POSITIVE_INFINITY;
+  }
+
+  /** Alive: the supervisor has not reported it down and it beats. */
+  alive(): boolean {
+    return (
+      this.#up &&
+      Atomics.load(this.region.i32, ENG_PID >> 2) !== 0 &&
+      this.heartbeatAgeMs() < HEARTBEAT_STALE_MS
+    );
+  }
+
+  /** A consistent copy of the engine's stats block (seqlock read); index with the STAT_* constants. */
+  stats(): Float64Array {
+    const { i32, f64 } = this.region;
+    const base = ENGINE_STATS >> 3;
+    for (let attempt = 0; attempt < 100; attempt++) {
+      const before = Atomics.load(i32, ENG_STATS_SEQ >> 2);
+      if ((before & 1) !== 0) continue;
+      for (let s = 0; s < STATS_SLOT_COUNT; s++) this.#stats[s] = f64[base + s]!;
+      if (Atomics.load(i32, ENG_STATS_SEQ >> 2) === before) break;
+    }
+    return this.#stats;
+  }
+}

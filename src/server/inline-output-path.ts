@@ -1,0 +1,291 @@
+/**
+ * `--output-processing inline`: output processing on the main thread, the way a per-token-object
+ * frontend does it (vLLM's Python API server: one object per token with its id, logprob and mask,
+ * the response built at the end with JSON.stringify). It exists as the benchmark's baseline arm and
+ * is built as a careful engineer would build that design, with no artificial slowness: it drains the
+ * same output ring, polled from the event loop every millisecond while requests are in flight.
+ */
+
+import { RecordType, StepColumn, StepRecordView } from '../engine/messages.js';
+import { rejectReasonMessage } from '../engine/reject.js';
+import { FinishReason } from '../engine/types.js';
+import { RS_ERR_ENGINE_REQUEST_FAILED } from '../errors.js';
+import type { GenerateRequest } from '../protocol/generate-request.js';
+import type { ResponseForm } from '../protocol/generate-response.js';
+import { encodeGenerateResponse } from '../protocol/generate-response.js';
+import {
+  type ChoiceColumns,
+  type FinishReasonName,
+  type GenerateResponseColumns,
+  narrowRouting,
+} from '../protocol/response-columns.js';
+import { choiceObject, stringifyGenerateResponse } from '../protocol/response-object.js';
+import type { Region } from '../shm/region.js';
+import { outputRingConsumer } from '../shm/region.js';
+import type { RingConsumer } from '../shm/ring.js';
+import type { OutputEvents, OutputPath, ResponseIdentity } from './output-path.js';
+
+const POLL_MS = 1;
+
+/** One generated token, as a per-token-object frontend keeps it. */
+interface TokenOutput {
+  id: number;
+  logprob: number;
+  mask: number[] | null;
+  weightVersion: number;
+}
+
+interface InlineRequest {
+  gen: number;
+  form: ResponseForm;
+  identity: ResponseIdentity;
+  request: GenerateRequest;
+  tokens: TokenOutput[];
+  /** Routing rows (each a number[] of layers*topk ids) and the position of the first. */
+  routing: number[][];
+  routingStart: number;
+  layers: number;
+  topk: number;
+  numCached: number;
+  /** Tokens already sent as stream events. */
+  streamed: number;
+  done: boolean;
+}
+
+export class InlineOutputPath implements OutputPath {
+  readonly #consumer: RingConsumer;
+  readonly #events: OutputEvents;
+  readonly #view = new StepRecordView();
+  readonly #requests: (InlineRequest | undefined)[] = [];
+  #open = 0;
+  #timer: NodeJS.Timeout | null = null;
+
+  constructor(region: Region, server: number, events: OutputEvents) {
+    this.#consumer = outputRingConsumer(region, server);
+    this.#events = events;
+  }
+
+  open(
+    slot: number,
+    gen: number,
+    request: GenerateRequest,
+    form: ResponseForm,
+    id: ResponseIdentity,
+  ): void {
+    this.#requests[slot] = {
+      gen,
+      form,
+      identity: id,
+      request,
+      tokens: [],
+      routing: [],
+      routingStart: -1,
+      layers: 0,
+      topk: 0,
+      numCached: 0,
+      streamed: 0,
+      done: false,
+    };
+    this.#open++;
+    this.#timer ??= setInterval(() => this.#poll(), POLL_MS);
+  }
+
+  free(slot: number, gen: number): void {
+    const r = this.#requests[slot];
+    if (r === undefined || r.gen !== gen) return;
+    this.#requests[slot] = undefined;
+    if (--this.#open === 0 && this.#timer !== null) {
+      clearInterval(this.#timer);
+      this.#timer = null;
+    }
+  }
+
+  engineDown(): void {
+    this.#requests.length = 0;
+    this.#open = 0;
+  }
+
+  queueDepth(): number {
+    return 0;
+  }
+
+  async close(): Promise<void> {
+    if (this.#timer !== null) clearInterval(this.#timer);
+    this.#timer = null;
+  }
+
+  #poll(): void {
+    const c = this.#consumer;
+    let any = false;
+    while (c.next()) {
+      any = true;
+      if (c.type === RecordType.Step) this.#step(c);
+    }
+    if (any) c.release();
+  }
+
+  #step(c: RingConsumer): void {
+    const rec = this.#view.attach(c, c.offset);
+    const i32 = c.i32;
+    const rowIds = rec.layers * rec.topk;
+    const routingIds = rec.routingIdBytes === 1 ? c.bytes : c.u16;
+    let mask = rec.maskBase;
+    let routing = rec.routingIdBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
+    for (let j = 0; j < rec.count; j++) {
+      const slot = i32[rec.at(StepColumn.Slot, j)]!;
+      const maskCount = i32[rec.at(StepColumn.MaskCount, j)]!;
+      const rows = i32[rec.at(StepColumn.RoutingRows, j)]!;
+      const r = this.#requests[slot];
+      if (r !== undefined && r.gen === i32[rec.at(StepColumn.SlotGen, j)] && !r.done) {
+        for (let row = 0; row < rows; row++) {
+          const start = routing + row * rowIds;
+          r.routing.push(Array.from(routingIds.subarray(start, start + rowIds)));
+        }
+        if (rows > 0 && r.routingStart < 0) {
+          r.routingStart = i32[rec.at(StepColumn.RoutingFirstPos, j)]!;
+          r.layers = rec.layers;
+          r.topk = rec.topk;
+        }
+        const token = i32[rec.at(StepColumn.Token, j)]!;
+        if (token >= 0) {
+          r.tokens.push({
+            id: token,
+            logprob: c.f32[rec.at(StepColumn.Logprob, j)]!,
+            mask: r.request.params.returnSamplingMask
+              ? Array.from(i32.subarray(mask, mask + maskCount))
+              : null,
+            weightVersion: i32[rec.at(StepColumn.WeightVersion, j)]!,
+          });
+          r.numCached = i32[rec.at(StepColumn.NumCached, j)]!;
+        }
+        const finish = i32[rec.at(StepColumn.Finish, j)]!;
+        if (finish !== FinishReason.None) this.#finish(slot, r, finish, rec, j, i32);
+        else if (r.request.stream && r.tokens.length > r.streamed)
+          this.#streamDelta(slot, r, null, null);
+      }
+      mask += maskCount;
+      routing += rows * rowIds;
+    }
+  }
+
+  #finish(
+    slot: number,
+    r: InlineRequest,
+    finish: number,
+    rec: StepRecordView,
+    j: number,
+    i32: Int32Array,
+  ): void {
+    r.done = true;
+    if (finish === FinishReason.Error) {
+      const reason = rejectReasonMessage(i32[rec.at(StepColumn.RejectReason, j)]!);
+      this.#events.complete(
+        slot,
+        r.gen,
+        new RS_ERR_ENGINE_REQUEST_FAILED(r.identity.requestId, reason),
+      );
+    } else {
+      const stopId = i32[rec.at(StepColumn.StopTokenId, j)]!;
+      const name: FinishReasonName =
+        finish === FinishReason.Stop ? 'stop' : finish === FinishReason.Length ? 'length' : 'abort';
+      const stopReason = stopId >= 0 ? stopId : null;
+      if (r.request.stream) this.#streamDelta(slot, r, name, stopReason);
+      else this.#events.complete(slot, r.gen, this.#encode(r, name, stopReason));
+    }
+    this.#events.released(slot, r.gen);
+  }
+
+  /** One SSE event with the tokens not yet streamed (and the end of the stream when finished). */
+  #streamDelta(
+    slot: number,
+    r: InlineRequest,
+    finishReason: FinishReasonName | null,
+    stopReason: number | null,
+  ): void {
+    const tokens = r.tokens.slice(r.streamed);
+    const routing = r.routing;
+    r.routing = [];
+    const routingStart = r.routingStart;
+    r.routingStart = -1;
+    r.streamed = r.tokens.length;
+    const choice = this.#choice(r, tokens, routing, routingStart, finishReason, stopReason);
+    let text = `data: ${JSON.stringify({
+      request_id: `generate-tokens-${r.identity.requestId}`,
+      model: r.identity.model,
+      created: r.identity.created,
+      choices: [choiceObject(choice, r.form === 'legacy')],
+      usage: null,
+    })}\n\n`;
+    const last = finishReason !== null;
+    if (last) {
+      if (r.request.includeUsage) {
+        const n = r.tokens.length;
+        const prompt = r.request.promptTokenIds.length;
+        text += `data: ${JSON.stringify({
+          request_id: `generate-tokens-${r.identity.requestId}`,
+          model: r.identity.model,
+          created: r.identity.created,
+          choices: [],
+          usage: {
+            prompt_tokens: prompt,
+            completion_tokens: n,
+            total_tokens: prompt + n,
+            prompt_tokens_details: null,
+          },
+        })}\n\n`;
+      }
+      text += 'data: [DONE]\n\n';
+    }
+    this.#events.stream(slot, r.gen, Buffer.from(text), last);
+  }
+
+  #choice(
+    r: InlineRequest,
+    tokens: TokenOutput[],
+    routing: number[][],
+    routingStart: number,
+    finishReason: FinishReasonName | null,
+    stopReason: number | null,
+  ): ChoiceColumns {
+    const p = r.request.params;
+    return {
+      index: 0,
+      tokenIds: Int32Array.from(tokens, (t) => t.id),
+      logprobs: p.logprobs ? Float32Array.from(tokens, (t) => t.logprob) : null,
+      maskCounts: p.returnSamplingMask ? Int32Array.from(tokens, (t) => t.mask?.length ?? 0) : null,
+      maskIds: p.returnSamplingMask ? Int32Array.from(tokens.flatMap((t) => t.mask ?? [])) : null,
+      routing: p.returnRoutedExperts
+        ? {
+            data: narrowRouting(Uint16Array.from(routing.flat())),
+            rows: routing.length,
+            layers: r.layers,
+            topk: r.topk,
+            start: Math.max(0, routingStart),
+          }
+        : null,
+      weightVersions: null,
+      finishReason,
+      stopReason,
+    };
+  }
+
+  /** Builds the response from the per-token objects: columns from objects, then JSON.stringify. */
+  #encode(r: InlineRequest, finishReason: FinishReasonName, stopReason: number | null): Buffer {
+    const n = r.tokens.length;
+    const choice = this.#choice(r, r.tokens, r.routing, r.routingStart, finishReason, stopReason);
+    const res: GenerateResponseColumns = {
+      requestId: r.identity.requestId,
+      model: r.identity.model,
+      created: r.identity.created,
+      choices: [choice],
+      usage: {
+        promptTokens: r.request.promptTokenIds.length,
+        completionTokens: n,
+        cachedTokens: null,
+      },
+      kvTransferParams: r.request.kvTransferParams,
+    };
+    if (r.form === 'msgpack') return encodeGenerateResponse(res, 'msgpack');
+    return Buffer.from(stringifyGenerateResponse(res, r.form === 'legacy'));
+  }
+}
