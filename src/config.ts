@@ -87,7 +87,8 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'apiKey', flag: '--api-key', kind: 'string', default: null, env: 'VLLM_API_KEY', help: 'require "Authorization: Bearer <key>" on API routes' },
   { key: 'adminApiKey', flag: '--admin-api-key', kind: 'string', default: null, env: 'RINGSERVE_ADMIN_API_KEY', help: 'require this key on control routes (pause, update_weights, ...)' },
   { key: 'logLevel', flag: '--log-level', kind: 'enum', default: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], help: 'pino log level' },
-  { key: 'maxQueueLen', flag: '--max-queue-len', kind: 'int', default: 4096, min: 1, max: 1_048_576, help: 'waiting requests per API server before answering 429' },
+  // The engine keeps a slot generation per (API server, slot): MAX_SLOTS_PER_SERVER in core-loop.ts.
+  { key: 'maxQueueLen', flag: '--max-queue-len', kind: 'int', default: 4096, min: 1, max: 65_536, help: 'requests in flight per API server (running or queued) before answering 429' },
   { key: 'bodyLimitMb', flag: '--body-limit-mb', kind: 'number', default: 32, min: 0, minExclusive: true, max: 1024, help: 'largest request body in MiB (413 above)' },
   { key: 'drainTimeoutS', flag: '--drain-timeout-s', kind: 'number', default: 30, min: 0, max: 3600, help: 'on SIGTERM, wait this long for in-flight requests, then abort them' },
   { key: 'packerThreads', flag: '--packer-threads', kind: 'int', default: null, min: 1, max: 64, derived: 'cores / api-server-count, at least 1', help: 'packer worker threads per API server' },
