@@ -14,6 +14,7 @@ export async function createOutputPath(
   server: number,
   events: OutputEvents,
 ): Promise<OutputPath> {
-  if (config.outputProcessing === 'inline') return new InlineOutputPath(region, server, events);
+  if (config.outputProcessing === 'inline')
+    return new InlineOutputPath(region, server, events, config.model);
   return WorkerOutputPath.start(config, region, server, events);
 }

@@ -6,7 +6,9 @@
  * same output ring, polled from the event loop every millisecond while requests are in flight.
  */
 
+import { TextDecoder } from 'node:util';
 import { RecordType, StepColumn, StepRecordView } from '../engine/messages.js';
+import { getPreset } from '../engine/presets.js';
 import { rejectReasonMessage } from '../engine/reject.js';
 import { FinishReason } from '../engine/types.js';
 import { RS_ERR_ENGINE_REQUEST_FAILED } from '../errors.js';
@@ -23,6 +25,7 @@ import { choiceObject, stringifyGenerateResponse } from '../protocol/response-ob
 import type { Region } from '../shm/region.js';
 import { outputRingConsumer } from '../shm/region.js';
 import type { RingConsumer } from '../shm/ring.js';
+import { type TokenByteSource, tokenByteSource } from './output/detokenizer.js';
 import type { OutputEvents, OutputPath, ResponseIdentity } from './output-path.js';
 
 const POLL_MS = 1;
@@ -37,6 +40,9 @@ interface TokenOutput {
 
 interface InlineRequest {
   gen: number;
+  /** Decoded text so far, kept only when the request has stop strings. */
+  text: string | null;
+  decoder: TextDecoder | null;
   form: ResponseForm;
   identity: ResponseIdentity;
   request: GenerateRequest;
@@ -60,9 +66,15 @@ export class InlineOutputPath implements OutputPath {
   #open = 0;
   #timer: NodeJS.Timeout | null = null;
 
-  constructor(region: Region, server: number, events: OutputEvents) {
+  readonly #tokenBytes: TokenByteSource;
+  readonly #scratch: Uint8Array;
+
+  constructor(region: Region, server: number, events: OutputEvents, presetName: string) {
     this.#consumer = outputRingConsumer(region, server);
     this.#events = events;
+    const preset = getPreset(presetName);
+    this.#tokenBytes = tokenByteSource(preset.name, preset.eosTokenIds);
+    this.#scratch = new Uint8Array(this.#tokenBytes.maxTokenBytes);
   }
 
   open(
@@ -72,8 +84,11 @@ export class InlineOutputPath implements OutputPath {
     form: ResponseForm,
     id: ResponseIdentity,
   ): void {
+    const stops = request.stop.length > 0;
     this.#requests[slot] = {
       gen,
+      text: stops ? '' : null,
+      decoder: stops ? new TextDecoder() : null,
       form,
       identity: id,
       request,
@@ -136,7 +151,12 @@ export class InlineOutputPath implements OutputPath {
       const maskCount = i32[rec.at(StepColumn.MaskCount, j)]!;
       const rows = i32[rec.at(StepColumn.RoutingRows, j)]!;
       const r = this.#requests[slot];
-      if (r !== undefined && r.gen === i32[rec.at(StepColumn.SlotGen, j)] && !r.done) {
+      const finish = i32[rec.at(StepColumn.Finish, j)]!;
+      const current = r !== undefined && r.gen === i32[rec.at(StepColumn.SlotGen, j)];
+      if (current && r.done) {
+        // Finished here (a stop string) before the engine knew: its final output releases it.
+        if (finish !== FinishReason.None) this.#events.released(slot, r.gen);
+      } else if (current) {
         for (let row = 0; row < rows; row++) {
           const start = routing + row * rowIds;
           r.routing.push(Array.from(routingIds.subarray(start, start + rowIds)));
@@ -158,14 +178,36 @@ export class InlineOutputPath implements OutputPath {
           });
           r.numCached = i32[rec.at(StepColumn.NumCached, j)]!;
         }
-        const finish = i32[rec.at(StepColumn.Finish, j)]!;
-        if (finish !== FinishReason.None) this.#finish(slot, r, finish, rec, j, i32);
+        const stop = token >= 0 && r.text !== null ? this.#matchStop(r, token) : null;
+        if (stop !== null) this.#stopByString(slot, r, stop);
+        else if (finish !== FinishReason.None) this.#finish(slot, r, finish, rec, j, i32);
         else if (r.request.stream && r.tokens.length > r.streamed)
           this.#streamDelta(slot, r, null, null);
       }
       mask += maskCount;
       routing += rows * rowIds;
     }
+  }
+
+  /** Appends the token's text and returns the stop string it completes, if any (vLLM's check). */
+  #matchStop(r: InlineRequest, token: number): string | null {
+    const n = this.#tokenBytes.write(token, this.#scratch, 0);
+    const piece = r.decoder!.decode(this.#scratch.subarray(0, n), { stream: true });
+    r.text += piece;
+    if (r.tokens.length <= r.request.params.minTokens) return null;
+    for (const stop of r.request.stop) {
+      const from = r.text!.length - piece.length - stop.length + 1;
+      if (r.text!.indexOf(stop, Math.max(0, from)) >= 0) return stop;
+    }
+    return null;
+  }
+
+  /** A stop string matched: answer now, and ask the engine to stop generating (its abort confirms). */
+  #stopByString(slot: number, r: InlineRequest, stop: string): void {
+    r.done = true;
+    if (r.request.stream) this.#streamDelta(slot, r, 'stop', stop);
+    else this.#events.complete(slot, r.gen, this.#encode(r, 'stop', stop));
+    this.#events.stopped(slot, r.gen);
   }
 
   #finish(
@@ -200,7 +242,7 @@ export class InlineOutputPath implements OutputPath {
     slot: number,
     r: InlineRequest,
     finishReason: FinishReasonName | null,
-    stopReason: number | null,
+    stopReason: number | string | null,
   ): void {
     const tokens = r.tokens.slice(r.streamed);
     const routing = r.routing;
@@ -245,7 +287,7 @@ export class InlineOutputPath implements OutputPath {
     routing: number[][],
     routingStart: number,
     finishReason: FinishReasonName | null,
-    stopReason: number | null,
+    stopReason: number | string | null,
   ): ChoiceColumns {
     const p = r.request.params;
     return {
@@ -270,7 +312,11 @@ export class InlineOutputPath implements OutputPath {
   }
 
   /** Builds the response from the per-token objects: columns from objects, then JSON.stringify. */
-  #encode(r: InlineRequest, finishReason: FinishReasonName, stopReason: number | null): Buffer {
+  #encode(
+    r: InlineRequest,
+    finishReason: FinishReasonName,
+    stopReason: number | string | null,
+  ): Buffer {
     const n = r.tokens.length;
     const choice = this.#choice(r, r.tokens, r.routing, r.routingStart, finishReason, stopReason);
     const res: GenerateResponseColumns = {

@@ -1,0 +1,115 @@
+/**
+ * Stop strings end a request at the token that completes them, in both output-processing modes,
+ * and the inline per-token-object baseline answers exactly what the worker path answers.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type GenerateResult, generate, generateStream } from '../../src/client/index.js';
+import { getPreset } from '../../src/engine/presets.js';
+import { tokenByteSource } from '../../src/server/output/detokenizer.js';
+import { type Cluster, startCluster } from './harness.js';
+
+const PROMPT = [5, 17, 300, 42, 7];
+const tiny = getPreset('tiny');
+const source = tokenByteSource('tiny', tiny.eosTokenIds);
+
+function body(
+  seed: number,
+  extra: Record<string, unknown> = {},
+  params: Record<string, unknown> = {},
+) {
+  return {
+    token_ids: PROMPT,
+    sampling_params: {
+      max_tokens: 120,
+      ignore_eos: true,
+      seed,
+      logprobs: 1,
+      top_p: 0.9,
+      return_sampling_mask: true,
+      return_routed_experts: true,
+      ...params,
+    },
+    ...extra,
+  };
+}
+
+function texts(tokens: Int32Array): string[] {
+  const scratch = new Uint8Array(64);
+  const decoder = new TextDecoder();
+  let text = '';
+  return Array.from(tokens, (t) => {
+    const n = source.write(t, scratch, 0);
+    text += decoder.decode(scratch.subarray(0, n), { stream: true });
+    return text;
+  });
+}
+
+function arrays(r: GenerateResult) {
+  const c = r.choices[0]!;
+  return {
+    tokens: Array.from(c.tokenIds),
+    logprobs: Array.from(c.logprobs ?? []),
+    counts: Array.from(c.mask?.counts ?? []),
+    ids: Array.from(c.mask?.ids ?? []),
+    routing: Array.from(c.routedExperts?.data ?? []),
+    start: c.routedExperts?.start,
+    finish: c.finishReason,
+    stop: c.stopReason,
+  };
+}
+
+let workers: Cluster;
+let inline: Cluster;
+
+beforeAll(async () => {
+  [workers, inline] = await Promise.all([
+    startCluster(['--model', 'tiny', '--max-speed', '--api-server-count', '2']),
+    startCluster(['--model', 'tiny', '--max-speed', '--output-processing', 'inline']),
+  ]);
+});
+
+afterAll(async () => {
+  await Promise.all([workers?.stop(), inline?.stop()]);
+});
+
+describe('inline baseline and worker path', () => {
+  it('answer the same arrays in every form', async () => {
+    for (const seed of [11, 12]) {
+      const variants: [Record<string, unknown>, 'json' | 'msgpack'][] = [
+        [{}, 'json'],
+        [{ packed: false }, 'json'],
+        [{}, 'msgpack'],
+      ];
+      for (const [extra, accept] of variants) {
+        const a = arrays(await generate(workers.url, body(seed, extra), { accept }));
+        const b = arrays(await generate(inline.url, body(seed, extra), { accept }));
+        expect(b).toEqual(a);
+      }
+      const streamed = await generateStream(inline.url, body(seed, { stream: true })).collect();
+      expect(arrays(streamed)).toEqual(arrays(await generate(workers.url, body(seed))));
+    }
+  });
+
+  it('stop strings end the request at the token that completes them', async () => {
+    const full = await generate(workers.url, body(21));
+    const prefixes = texts(full.choices[0]!.tokenIds);
+    // A stop string taken from the middle of the text; the request must end where it first appears.
+    const text = prefixes.at(-1)!;
+    const stop = text.slice(Math.floor(text.length / 2), Math.floor(text.length / 2) + 4);
+    const end = prefixes.findIndex((p) => p.includes(stop));
+    expect(end).toBeGreaterThanOrEqual(0);
+    expect(end + 1).toBeLessThan(120);
+    for (const cluster of [workers, inline]) {
+      const r = arrays(await generate(cluster.url, body(21, {}, { stop: [stop] })));
+      expect(r.finish).toBe('stop');
+      expect(r.stop).toBe(stop);
+      expect(r.tokens).toEqual(Array.from(full.choices[0]!.tokenIds.subarray(0, end + 1)));
+      const s = await generateStream(
+        cluster.url,
+        body(21, { stream: true }, { stop: [stop] }),
+      ).collect();
+      expect(arrays(s).tokens).toEqual(r.tokens);
+      expect(s.choices[0]!.finishReason).toBe('stop');
+    }
+  });
+});
