@@ -56,24 +56,27 @@ export class StepBatchWriter {
     this.#waitMs = waitMs;
   }
 
-  /** Writes and commits one STEP record per server with outputs. */
+  /**
+   * Writes one STEP record per server with outputs, and commits each server's records with one
+   * store. A server whose outputs would make a record larger than a quarter of its ring (a long
+   * prefill chunk's routing rows, vocabulary-sized masks) gets several records, so a step never
+   * fails for its size and the consumer can drain one record while the next is written.
+   */
   write(out: StepOutputs, sink: StepBatchSink, clockMs: number, stepMs: number): void {
     this.#count.fill(0);
-    this.#maskIds.fill(0);
-    this.#routingRows.fill(0);
     for (let j = 0; j < out.count; j++) {
       const k = out.server[j]!;
-      if (k < 0 || k >= this.#servers) continue;
-      this.#count[k]!++;
-      this.#maskIds[k]! += out.maskCount[j]!;
-      this.#routingRows[k]! += out.routingRows[j]!;
+      if (k >= 0 && k < this.#servers) this.#count[k]!++;
     }
     for (let k = 0; k < this.#servers; k++) {
       if (this.#count[k] === 0) continue;
       const producer = sink.producer(k);
       if (producer === null) continue;
       try {
-        this.#writeServer(out, k, producer, sink, clockMs, stepMs);
+        const budget = producer.maxPayloadBytes >> 2;
+        let from = 0;
+        while (from < out.count)
+          from = this.#writeChunk(out, k, from, budget, producer, sink, clockMs, stepMs);
         producer.commit();
       } catch (error) {
         sink.serverFailed(k, error as Error);
@@ -81,9 +84,52 @@ export class StepBatchWriter {
     }
   }
 
+  /**
+   * Writes server k's outputs from index `from` on, as many as fit `budget` bytes (at least one),
+   * into one record; returns the index to continue from.
+   */
+  #writeChunk(
+    out: StepOutputs,
+    k: number,
+    from: number,
+    budget: number,
+    producer: RingProducer,
+    sink: StepBatchSink,
+    clockMs: number,
+    stepMs: number,
+  ): number {
+    const rowIds = this.#layers * this.#topk;
+    let count = 0;
+    let maskIds = 0;
+    let rows = 0;
+    let to = from;
+    for (; to < out.count; to++) {
+      if (out.server[to] !== k) continue;
+      const nextMask = maskIds + out.maskCount[to]!;
+      const nextRows = rows + out.routingRows[to]!;
+      if (
+        count > 0 &&
+        stepRecordBytes(count + 1, nextMask, nextRows, rowIds, this.#idBytes) > budget
+      ) {
+        break;
+      }
+      count++;
+      maskIds = nextMask;
+      rows = nextRows;
+    }
+    if (count === 0) return out.count;
+    this.#count[k] = count;
+    this.#maskIds[k] = maskIds;
+    this.#routingRows[k] = rows;
+    this.#writeServer(out, k, from, to, producer, sink, clockMs, stepMs);
+    return to;
+  }
+
   #writeServer(
     out: StepOutputs,
     k: number,
+    from: number,
+    to: number,
     producer: RingProducer,
     sink: StepBatchSink,
     clockMs: number,
@@ -117,7 +163,7 @@ export class StepBatchWriter {
     let maskAt = rec.maskBase;
     let routingAt = this.#idBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
     const routingDst = this.#idBytes === 1 ? v.bytes : v.u16;
-    for (let j = 0; j < out.count; j++) {
+    for (let j = from; j < to; j++) {
       if (out.server[j] !== k) continue;
       const slot = out.slot[j]!;
       i32[rec.at(StepColumn.Slot, n)] = slot;
