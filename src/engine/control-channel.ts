@@ -5,6 +5,13 @@
  * engine's doorbell; the engine runs it between two steps and acknowledges by storing CTL_ACK_SEQ.
  * The caller polls the acknowledgement from its event loop (never blocks it) with a bound, and a lock
  * whose holder died is taken over rather than waited on forever.
+ *
+ * A caller that gives up must not have its command run later, when nobody waits for it (a pause
+ * that lands seconds after the trainer was told it failed would stall generation for good). So the
+ * caller writes its deadline (wall clock, shared by every process of the machine) into the last
+ * argument, and the engine answers Expired, without running it, a command whose deadline has passed.
+ * The engine acknowledges the sequence number it read, never a newer one, so a late acknowledgement
+ * cannot be taken for the answer to the next caller's command.
  */
 
 import { createError } from '../errors.js';
@@ -39,6 +46,10 @@ export const ControlResult = {
   Ok: 0,
   Failed: 1,
   UnknownCommand: 2,
+  /** The engine cannot do it in its present state (reset_prefix_cache while blocks are in use). */
+  Refused: 3,
+  /** The caller's deadline had passed when the engine saw the command: it was not run. */
+  Expired: 4,
 } as const;
 
 export const ControlTimeoutError = createError(
@@ -46,7 +57,20 @@ export const ControlTimeoutError = createError(
   'the engine did not acknowledge the %s command within %s ms',
   503,
 );
+export const ControlRefusedError = createError(
+  'RS_ERR_CONTROL_REFUSED',
+  'the engine refused the %s command: %s',
+  409,
+);
+export const ControlFailedError = createError(
+  'RS_ERR_CONTROL_FAILED',
+  'the engine failed to carry out the %s command (result %s)',
+  500,
+);
 
+/** Arguments a command may carry; the last slot holds the caller's deadline. */
+export const CONTROL_ARG_COUNT = CTL_ARG_COUNT - 1;
+const DEADLINE_ARG = CTL_ARG_COUNT - 1;
 const POLL_MS = 1;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -75,32 +99,42 @@ export class ControlClient {
     text: string | null,
     timeoutMs: number,
   ): Promise<ControlReply> {
+    if (args.length > CONTROL_ARG_COUNT) throw new RangeError('too many control arguments');
+    const bytes = text === null ? new Uint8Array(0) : encoder.encode(text);
+    if (bytes.length > CTL_TEXT_CAPACITY) throw new RangeError('control text too long');
     const { i32, f64 } = this.#region;
     const deadline = performance.now() + timeoutMs;
-    await this.#lock(deadline, code);
+    await this.#lock(deadline, code, timeoutMs);
     try {
+      // A caller that gave up left its command unacknowledged: the engine may be reading its fields
+      // right now, so they are not overwritten before the engine has answered it (Expired).
+      await this.#waitForAck(Atomics.load(i32, CTL_CMD_SEQ >> 2), deadline, code, timeoutMs);
       i32[CTL_CMD_CODE >> 2] = code;
       i32[CTL_CMD_SERVER >> 2] = this.#server;
-      for (let a = 0; a < CTL_ARG_COUNT; a++) f64[(CTL_CMD_ARGS >> 3) + a] = args[a] ?? 0;
-      const bytes = text === null ? new Uint8Array(0) : encoder.encode(text);
-      if (bytes.length > CTL_TEXT_CAPACITY) throw new RangeError('control text too long');
+      for (let a = 0; a < CONTROL_ARG_COUNT; a++) f64[(CTL_CMD_ARGS >> 3) + a] = args[a] ?? 0;
+      f64[(CTL_CMD_ARGS >> 3) + DEADLINE_ARG] = Date.now() + (deadline - performance.now());
       new Uint8Array(this.#region.sab, CTL_CMD_TEXT, bytes.length).set(bytes);
       i32[CTL_CMD_TEXT_BYTES >> 2] = bytes.length;
       const seq = (Atomics.load(i32, CTL_CMD_SEQ >> 2) + 1) | 0;
       Atomics.store(i32, CTL_CMD_SEQ >> 2, seq);
       engineDoorbell(this.#region).wake();
-      while (Atomics.load(i32, CTL_ACK_SEQ >> 2) !== seq) {
-        if (performance.now() >= deadline)
-          throw new ControlTimeoutError(commandName(code), timeoutMs);
-        await sleep(POLL_MS);
-      }
+      await this.#waitForAck(seq, deadline, code, timeoutMs);
       return { code: i32[CTL_RESULT_CODE >> 2]!, value: f64[CTL_RESULT_VALUE >> 3]! };
     } finally {
       Atomics.store(i32, CTL_LOCK >> 2, 0);
     }
   }
 
-  async #lock(deadline: number, code: ControlCode): Promise<void> {
+  async #waitForAck(seq: number, deadline: number, code: number, timeoutMs: number): Promise<void> {
+    const i32 = this.#region.i32;
+    while (Atomics.load(i32, CTL_ACK_SEQ >> 2) !== seq) {
+      if (performance.now() >= deadline)
+        throw new ControlTimeoutError(commandName(code), timeoutMs);
+      await sleep(POLL_MS);
+    }
+  }
+
+  async #lock(deadline: number, code: ControlCode, timeoutMs: number): Promise<void> {
     const i32 = this.#region.i32;
     for (;;) {
       const holder = Atomics.compareExchange(i32, CTL_LOCK >> 2, 0, process.pid);
@@ -111,7 +145,7 @@ export class ControlClient {
         continue;
       }
       if (performance.now() >= deadline) {
-        throw new ControlTimeoutError(commandName(code), 'lock');
+        throw new ControlTimeoutError(`${commandName(code)} (waiting for the lock)`, timeoutMs);
       }
       await sleep(POLL_MS);
     }
@@ -121,6 +155,7 @@ export class ControlClient {
 export interface PendingCommand {
   code: number;
   server: number;
+  /** The caller's arguments (CONTROL_ARG_COUNT of them; missing ones are 0). */
   args: Float64Array;
   text: string;
 }
@@ -128,7 +163,10 @@ export interface PendingCommand {
 /** Engine side: polled once per loop turn; a pending command is run, then acknowledged. */
 export class ControlServer {
   readonly #region: Region;
-  readonly #args = new Float64Array(CTL_ARG_COUNT);
+  readonly #args = new Float64Array(CONTROL_ARG_COUNT);
+  readonly #command: PendingCommand = { code: 0, server: 0, args: this.#args, text: '' };
+  /** The sequence number of the command pending() handed out, acknowledged by complete(). */
+  #taken = 0;
 
   constructor(region: Region) {
     this.#region = region;
@@ -139,24 +177,40 @@ export class ControlServer {
     if (Atomics.load(i32, CTL_ACK_SEQ >> 2) !== seq) this.#ack(seq, ControlResult.Failed, 0);
   }
 
-  /** The command waiting to be run, or null. */
+  /** Whether a command waits to be run (cheap: two loads, no object). */
+  hasPending(): boolean {
+    const i32 = this.#region.i32;
+    return Atomics.load(i32, CTL_ACK_SEQ >> 2) !== Atomics.load(i32, CTL_CMD_SEQ >> 2);
+  }
+
+  /**
+   * The command waiting to be run, or null. One whose caller's deadline has passed is answered
+   * Expired here, and null returned. The returned object is reused by the next call.
+   */
   pending(): PendingCommand | null {
     const { i32, f64 } = this.#region;
     const seq = Atomics.load(i32, CTL_CMD_SEQ >> 2);
     if (Atomics.load(i32, CTL_ACK_SEQ >> 2) === seq) return null;
-    for (let a = 0; a < CTL_ARG_COUNT; a++) this.#args[a] = f64[(CTL_CMD_ARGS >> 3) + a]!;
+    if (f64[(CTL_CMD_ARGS >> 3) + DEADLINE_ARG]! < Date.now()) {
+      this.#ack(seq, ControlResult.Expired, 0);
+      return null;
+    }
+    this.#taken = seq;
+    for (let a = 0; a < CONTROL_ARG_COUNT; a++) this.#args[a] = f64[(CTL_CMD_ARGS >> 3) + a]!;
     const length = Math.min(i32[CTL_CMD_TEXT_BYTES >> 2]!, CTL_TEXT_CAPACITY);
-    return {
-      code: i32[CTL_CMD_CODE >> 2]!,
-      server: i32[CTL_CMD_SERVER >> 2]!,
-      args: this.#args,
-      text: decoder.decode(new Uint8Array(this.#region.sab, CTL_CMD_TEXT, length).slice()),
-    };
+    const command = this.#command;
+    command.code = i32[CTL_CMD_CODE >> 2]!;
+    command.server = i32[CTL_CMD_SERVER >> 2]!;
+    command.text =
+      length === 0
+        ? ''
+        : decoder.decode(new Uint8Array(this.#region.sab, CTL_CMD_TEXT, length).slice());
+    return command;
   }
 
-  /** Acknowledges the pending command with a result. */
+  /** Acknowledges the command pending() returned last, with a result. */
   complete(code: number, value: number): void {
-    this.#ack(Atomics.load(this.#region.i32, CTL_CMD_SEQ >> 2), code, value);
+    this.#ack(this.#taken, code, value);
   }
 
   #ack(seq: number, code: number, value: number): void {
@@ -168,7 +222,7 @@ export class ControlServer {
   }
 }
 
-function commandName(code: number): string {
+export function commandName(code: number): string {
   for (const [name, value] of Object.entries(ControlCommand)) if (value === code) return name;
   return `#${code}`;
 }

@@ -180,6 +180,11 @@ export class SimEngine {
     return this.#paused;
   }
 
+  /** The weight version tokens are sampled under now. */
+  get weightVersion(): number {
+    return this.#model.weightVersion;
+  }
+
   /** Sets the weight version (or increments it); in-flight requests continue on the new weights. */
   updateWeights(version?: number): number {
     const next = version ?? this.#model.weightVersion + 1;

@@ -28,8 +28,18 @@ export interface ChoiceColumns {
   maskIds: Int32Array | null;
   routing: RoutingColumns | null;
   /**
-   * ringserve's extension: the weight version each token was sampled under (a trainer needs it
-   * when /update_weights lands mid-request). Written as `weight_versions` only when non-null.
+   * ringserve's extension, `choice.weight_versions`: the weight version each completion token was
+   * sampled under, one int32 per token, in token order. An /update_weights that lands while a
+   * request runs splits it: tokens before the swap carry the old version, tokens after it the new
+   * one (a trainer with in-flight updates needs the split per token, not just first and last, to
+   * weigh or drop the stale part). Wire forms, like the other per-token columns:
+   *   packed JSON: `"weight_versions": {"data": <base64 int32 LE>, "shape": [n], "dtype": "int32"}`
+   *   legacy JSON: `"weight_versions": [v, v, ...]`
+   *   msgpack:     the packed form with `data` as bin
+   *   stream:      each event carries the versions of its new tokens only.
+   * The version is the one /update_weights answered (`weight_version`): from the manifest
+   * `<weight_dir>/ringserve-weights.json` {"version": n}, else the previous one + 1. Written only
+   * when non-null; a client must treat an absent field as "not reported", never as a version.
    */
   weightVersions: Int32Array | null;
   /** null while a streamed choice is still running. */

@@ -305,7 +305,7 @@ export class InlineOutputPath implements OutputPath {
             start: Math.max(0, routingStart),
           }
         : null,
-      weightVersions: null,
+      weightVersions: Int32Array.from(tokens, (t) => t.weightVersion),
       finishReason,
       stopReason,
     };

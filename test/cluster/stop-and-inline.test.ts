@@ -53,6 +53,7 @@ function arrays(r: GenerateResult) {
     ids: Array.from(c.mask?.ids ?? []),
     routing: Array.from(c.routedExperts?.data ?? []),
     start: c.routedExperts?.start,
+    weightVersions: Array.from(c.weightVersions ?? []),
     finish: c.finishReason,
     stop: c.stopReason,
   };
@@ -84,6 +85,7 @@ describe('inline baseline and worker path', () => {
         const a = arrays(await generate(workers.url, body(seed, extra), { accept }));
         const b = arrays(await generate(inline.url, body(seed, extra), { accept }));
         expect(b).toEqual(a);
+        expect(a.weightVersions).toHaveLength(a.tokens.length);
       }
       const streamed = await generateStream(inline.url, body(seed, { stream: true })).collect();
       expect(arrays(streamed)).toEqual(arrays(await generate(workers.url, body(seed))));

@@ -12,8 +12,8 @@
 //        | f64 words: the byte offset of each column's block, Column.* per slot      |
 //        +---------------------------------------------------------------------------+
 //
-// Column element counts are derived, not stored twice: tokens, logprobs and mask counts hold
-// COMPLETION elements, mask ids MASK_IDS, routing ROUTING_ROWS * LAYERS * TOPK ids of
+// Column element counts are derived, not stored twice: tokens, logprobs, mask counts and weight
+// versions hold COMPLETION elements, mask ids MASK_IDS, routing ROUTING_ROWS * LAYERS * TOPK ids of
 // ROUTING_ID_BYTES each. A column whose class is -1 has no block (not asked, or nothing yet).
 import { RS_ERR_OUTPUT_BAD_SLOT } from './errors.js';
 
@@ -23,8 +23,10 @@ export const Column = {
   MaskCounts: 2,
   MaskIds: 3,
   Routing: 4,
+  /** The weight version each completion token was sampled under (int32, one per token). */
+  WeightVersions: 5,
 } as const;
-export const COLUMN_COUNT = 5;
+export const COLUMN_COUNT = 6;
 
 /** Lifecycle of a slot as the output worker sees it. */
 export const SlotState = {

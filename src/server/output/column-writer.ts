@@ -35,10 +35,11 @@ export class ColumnWriter {
   }
 
   /**
-   * Appends one completion position of the slot whose words start at `base`: the token, its
-   * logprob read from `v.f32[logprobAt]` (when `withLogprobs`), and its mask row of `maskCount` ids
-   * at `v.i32[maskAt..]` (when `withMask`). The arena's views are read after each #ensure, because
-   * a growth replaces them.
+   * Appends one completion position of the slot whose words start at `base`: the token, the
+   * weight version it was sampled under (AccWord.LastWeightVersion, which the caller sets from the
+   * same row first), its logprob read from `v.f32[logprobAt]` (when `withLogprobs`), and its mask
+   * row of `maskCount` ids at `v.i32[maskAt..]` (when `withMask`). The arena's views are read
+   * after each #ensure, because a growth replaces them.
    */
   appendToken(
     slot: number,
@@ -56,6 +57,9 @@ export class ColumnWriter {
     const n = words[base + AccWord.Completion]!;
     let at = this.#ensure(slot, base, Column.Tokens, n, n + 1, 4);
     arena.i32[at + n] = token;
+    // The row's weight version, which the scatter stored as the slot's last one just before.
+    at = this.#ensure(slot, base, Column.WeightVersions, n, n + 1, 4);
+    arena.i32[at + n] = words[base + AccWord.LastWeightVersion]!;
     if (withLogprobs) {
       at = this.#ensure(slot, base, Column.Logprobs, n, n + 1, 4);
       arena.f32[at + n] = v.f32[logprobAt]!;

@@ -101,7 +101,7 @@ export class ResponseView {
         : null,
       routing:
         (flags & SlotFlag.RoutedExperts) !== 0 ? this.#routing(slot, from.routingRows) : null,
-      weightVersions: null,
+      weightVersions: this.#i32(slot, Column.WeightVersions, from.tokens, n),
       finishReason: final ? this.finishName(slot) : null,
       stopReason: final ? this.stopReason(slot) : null,
     };
