@@ -5,13 +5,15 @@
  */
 import { formatHelp, isHelpRequested, parseArgs } from './cli-args.js';
 import { Supervisor } from './cluster/supervisor.js';
+import type { RingserveConfig } from './config.js';
 import { isRingserveError } from './errors.js';
+import { createLogger } from './metrics/log.js';
 
 const USAGE = `usage: ringserve <command> [flags]
 
 commands:
   serve   run the API servers and the engine core (default)
-  bench   not built yet: the before/after benchmark (npm run bench)
+  bench   the before/after benchmark, per-token objects vs ringserve (npm run bench; --help)
   soak    not built yet: the long-running soak test
 
 'ringserve serve --help' lists the server's flags.`;
@@ -22,13 +24,15 @@ async function serve(argv: readonly string[]): Promise<number> {
     return 0;
   }
   const config = parseArgs(argv);
-  const supervisor = new Supervisor(config);
+  const log = createLogger(config.logLevel, { name: 'ringserve' });
+  log.info({ config: loggableConfig(config) }, 'ringserve configuration');
+  const supervisor = new Supervisor(config, { logger: log });
   const stop = (signal: string): void => {
-    console.error(`ringserve: ${signal}: draining (up to ${config.drainTimeoutS} s)`);
+    log.info({ signal, drain_timeout_s: config.drainTimeoutS }, 'draining');
     supervisor.stop().then(
       () => process.exit(0),
       (error: unknown) => {
-        console.error(`ringserve: shutdown failed: ${String(error)}`);
+        log.error({ err: error }, 'shutdown failed');
         process.exit(1);
       },
     );
@@ -37,6 +41,8 @@ async function serve(argv: readonly string[]): Promise<number> {
   process.once('SIGINT', () => stop('SIGINT'));
   try {
     const port = await supervisor.start();
+    log.info({ port, region: supervisor.regionName }, 'cluster ready');
+    // Not a log record: scripts and test/cluster/harness.ts wait for this exact line on stderr.
     console.error(
       `ringserve: serving ${config.servedModelName} (${config.model}) on http://${config.host}:${port} ` +
         `with ${config.apiServerCount} API server(s)`,
@@ -48,6 +54,15 @@ async function serve(argv: readonly string[]): Promise<number> {
   return -1;
 }
 
+/** The configuration as logged at startup: keys are never written out, only whether one is set. */
+function loggableConfig(config: RingserveConfig): Record<string, unknown> {
+  return {
+    ...config,
+    apiKey: config.apiKey === null ? null : '<set>',
+    adminApiKey: config.adminApiKey === null ? null : '<set>',
+  };
+}
+
 async function main(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = argv;
   if (command === undefined || command.startsWith('--')) return serve(argv);
@@ -56,7 +71,12 @@ async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
-  if (command === 'bench' || command === 'soak') {
+  if (command === 'bench') {
+    // Loaded only here: the benchmark brings its own dependencies (undici) and never runs in serve.
+    const { runRolloutBench } = await import('../bench/rollout/main.js');
+    return runRolloutBench(rest);
+  }
+  if (command === 'soak') {
     console.error(`ringserve ${command}: not built yet in this version.`);
     return 2;
   }

@@ -24,6 +24,7 @@ export type SupervisorMessage =
 export type ChildMessage =
   | { type: 'ready'; role: Role; server?: number; port?: number }
   | { type: 'server-reset'; server: number }
+  | { type: 'server-failed'; server: number }
   | { type: 'abort-ids'; ids: string[]; from: number }
   | { type: 'drained'; server: number };
 

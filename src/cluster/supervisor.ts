@@ -13,6 +13,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import cluster, { type Worker } from 'node:cluster';
 import { randomBytes } from 'node:crypto';
 import type { RingserveConfig } from '../config.js';
+import { createLogger, type Logger } from '../metrics/log.js';
 import { createRegion, type Region, removeStaleRegions, unlinkRegion } from '../shm/region.js';
 import { layoutParamsFor } from './layout-params.js';
 import { type ChildMessage, childEnv, entryPoint, type SupervisorMessage } from './roles.js';
@@ -25,7 +26,8 @@ const ENGINE_STOP_MS = 5_000;
 export interface SupervisorOptions {
   /** Region name; default `ringserve-<pid>-<random>`. */
   regionName?: string;
-  log?: (line: string) => void;
+  /** Default: a pino logger at the config's --log-level. */
+  logger?: Logger;
 }
 
 export class Supervisor {
@@ -36,14 +38,14 @@ export class Supervisor {
   readonly #servers = new Map<number, Worker>();
   #stopping = false;
   #port = 0;
-  readonly #log: (line: string) => void;
+  readonly #log: Logger;
   #engineReady: Promise<void> = Promise.resolve();
 
   constructor(config: RingserveConfig, options: SupervisorOptions = {}) {
     this.config = config;
     this.regionName =
       options.regionName ?? `ringserve-${process.pid}-${randomBytes(4).toString('hex')}`;
-    this.#log = options.log ?? ((line) => console.error(line));
+    this.#log = options.logger ?? createLogger(config.logLevel, { name: 'ringserve' });
   }
 
   /** The port the API servers listen on (known once start() resolved). */
@@ -54,7 +56,8 @@ export class Supervisor {
   async start(): Promise<number> {
     process.title = 'ringserve-primary';
     const removed = removeStaleRegions();
-    if (removed.length > 0) this.#log(`ringserve: removed stale regions ${removed.join(', ')}`);
+    if (removed.length > 0)
+      this.#log.warn({ regions: removed }, 'removed stale shared-memory regions');
     this.#region = createRegion(this.regionName, layoutParamsFor(this.config));
     await this.#startEngine();
     cluster.setupPrimary({ exec: entryPoint('api'), silent: false });
@@ -90,6 +93,8 @@ export class Supervisor {
           child.off('exit', onEarlyExit);
           resolve();
         } else if (message.type === 'server-reset') this.#restartServer(message.server);
+        else if (message.type === 'server-failed')
+          this.#servers.get(message.server)?.process.kill('SIGKILL');
       };
       const onEarlyExit = (code: number | null): void =>
         reject(new Error(`the engine core exited with ${code} before it was ready`));
@@ -102,13 +107,23 @@ export class Supervisor {
 
   #onEngineExit(child: ChildProcess, code: number | null, signal: string | null): void {
     if (this.#stopping || child !== this.#engine) return;
-    this.#log(`ringserve: engine core exited (code ${code}, signal ${signal}); restarting it`);
+    this.#log.error(
+      { role: 'engine', code, signal, cause: exitCause(code, signal) },
+      'engine core exited; restarting it',
+    );
     this.#broadcast({ type: 'engine-down' });
     setTimeout(() => {
       if (this.#stopping) return;
+      const started = performance.now();
       this.#startEngine().then(
-        () => this.#broadcast({ type: 'engine-up' }),
-        (error: Error) => this.#log(`ringserve: engine restart failed: ${error.message}`),
+        () => {
+          this.#log.info(
+            { role: 'engine', restart_ms: Math.round(performance.now() - started) },
+            'engine core restarted',
+          );
+          this.#broadcast({ type: 'engine-up' });
+        },
+        (error: Error) => this.#log.error({ role: 'engine', err: error }, 'engine restart failed'),
       );
     }, RESTART_DELAY_MS);
   }
@@ -130,8 +145,9 @@ export class Supervisor {
     if (server < 0) return;
     this.#servers.delete(server);
     if (this.#stopping) return;
-    this.#log(
-      `ringserve: API server ${server} exited (code ${code}, signal ${signal}); restarting it`,
+    this.#log.error(
+      { role: 'api', api_server: server, code, signal, cause: exitCause(code, signal) },
+      'API server exited; restarting it',
     );
     // The engine first drops the dead server's requests; its 'server-reset' answer restarts the server.
     this.#engineReady.then(() => this.#engine?.send({ type: 'server-down', server }));
@@ -141,7 +157,14 @@ export class Supervisor {
     if (this.#stopping || this.#servers.has(server)) return;
     setTimeout(() => {
       if (this.#stopping) return;
-      this.#startServer(server).catch((error: Error) => this.#log(`ringserve: ${error.message}`));
+      this.#startServer(server).then(
+        () => this.#log.info({ role: 'api', api_server: server }, 'API server restarted'),
+        (error: Error) =>
+          this.#log.error(
+            { role: 'api', api_server: server, err: error },
+            'API server restart failed',
+          ),
+      );
     }, RESTART_DELAY_MS);
   }
 
@@ -150,6 +173,14 @@ export class Supervisor {
       if (k !== except && worker.isConnected()) worker.send(message);
     }
   }
+}
+
+/** Why a child ended, in words (the log line's `cause`). */
+function exitCause(code: number | null, signal: string | null): string {
+  if (signal !== null)
+    return signal === 'SIGKILL' ? 'killed (SIGKILL: OOM killer or kill -9)' : `signal ${signal}`;
+  if (code === 70) return 'output worker failed';
+  return code === 0 ? 'exited on its own' : `exit code ${code}`;
 }
 
 function indexOf(servers: Map<number, Worker>, worker: Worker): number {

@@ -122,7 +122,8 @@ export class CoreLoop {
       if (this.#engine.hasWork()) {
         this.#out.clear();
         const timing = this.#engine.step(this.#out);
-        this.#writer.write(this.#out, this, Date.now(), timing.ms);
+        // Sub-millisecond wall clock: inter-token latency is measured from these stamps.
+        this.#writer.write(this.#out, this, performance.timeOrigin + performance.now(), timing.ms);
         this.#lastStepMs = timing.ms;
         this.#publish(timing.ms);
         this.#rest(started + timing.ms);

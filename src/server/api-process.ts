@@ -3,9 +3,23 @@
  * (output worker + packer pool, or the inline baseline), builds the fastify app and listens on the
  * shared port. Supervisor messages switch it between engine-up and engine-down, and drain it.
  */
-import { readChildEnv, type SupervisorMessage, sendToParent } from '../cluster/roles.js';
-import { getPreset } from '../engine/presets.js';
 import {
+  type ChildEnv,
+  readChildEnv,
+  type SupervisorMessage,
+  sendToParent,
+} from '../cluster/roles.js';
+import { getPreset } from '../engine/presets.js';
+import { createLogger, type Logger, rateLimit } from '../metrics/log.js';
+import { ProcessHealth } from '../metrics/process-health.js';
+import { RequestTimeline } from '../metrics/request-timeline.js';
+import { shareRequestMetrics } from '../metrics/worker-metrics.js';
+import {
+  healthIndex,
+  outputRingOffset,
+  RING_HEAD,
+  RING_TAIL,
+  requestMetricsIndex,
   SRV_HEAP_USED,
   SRV_HEARTBEAT,
   SRV_IN_FLIGHT,
@@ -14,24 +28,35 @@ import {
   SRV_RSS,
   serverBlockOffset,
 } from '../shm/layout.js';
-import { openRegion } from '../shm/region.js';
+import { openRegion, type Region } from '../shm/region.js';
 import { buildApp } from './app.js';
 import { createOutputPath } from './create-output-path.js';
 import { EngineClient } from './engine-client.js';
+import type { OutputPath } from './output-path.js';
 import { RequestCoordinator } from './request-coordinator.js';
 
 /** How often an API server publishes its heartbeat and own figures into its server block. */
 const SERVER_BEAT_MS = 100;
+/** An output ring fuller than this is worth a warning: the engine will soon wait on this server. */
+const OUTPUT_RING_WARN_FRACTION = 0.75;
 
-async function main(): Promise<void> {
-  const { region: name, config, server } = readChildEnv();
+async function main(env: ChildEnv, log: Logger): Promise<void> {
+  const { region: name, config, server } = env;
   process.title = `ringserve-api-${server}`;
   const region = openRegion(name);
   const block = serverBlockOffset(region.params, server);
   Atomics.store(region.i32, (block + SRV_PID) >> 2, process.pid);
-  const log = (line: string): void => console.error(line);
   const engine = new EngineClient(region, server);
-  const coordinator = new RequestCoordinator(config, engine);
+  // The output worker records request metrics into this server's slots of the region and the
+  // timeline; it finds them in its environment data, so they are shared before it starts.
+  const timeline = new RequestTimeline(config.maxQueueLen);
+  shareRequestMetrics({
+    metricsSab: region.sab,
+    metricsIndex: requestMetricsIndex(region.params, server),
+    timelineSab: timeline.sab,
+    maxModelLen: config.maxModelLen,
+  });
+  const coordinator = new RequestCoordinator(config, engine, { timeline, log });
   const output = await createOutputPath(config, region, server, coordinator);
   coordinator.attach(output);
   const preset = getPreset(config.model);
@@ -40,7 +65,7 @@ async function main(): Promise<void> {
     engine,
     coordinator,
     startedAt: Date.now(),
-    log,
+    log: (line) => log.error(line),
     requestOptions: {
       vocabSize: preset.vocabSize,
       maxModelLen: config.maxModelLen,
@@ -49,24 +74,23 @@ async function main(): Promise<void> {
     },
     broadcastAbort: (ids) => sendToParent({ type: 'abort-ids', ids, from: server }),
   });
-  // The server's own figures, readable by any process that maps the region (metrics, tests).
-  const beat = setInterval(() => {
-    const f64 = region.f64;
-    f64[(block + SRV_HEAP_USED) >> 3] = process.memoryUsage().heapUsed;
-    f64[(block + SRV_RSS) >> 3] = process.memoryUsage.rss();
-    f64[(block + SRV_IN_FLIGHT) >> 3] = coordinator.table.active;
-    f64[(block + SRV_LAST_BEAT_MS) >> 3] = Date.now();
-    Atomics.add(region.i32, (block + SRV_HEARTBEAT) >> 2, 1);
-  }, SERVER_BEAT_MS);
-  beat.unref();
+  const health = new ProcessHealth(region.f64, healthIndex(region.params, server), {
+    inFlight: () => coordinator.table.active,
+    packerQueue: () => output.queueDepth(),
+    onLoopBlocked: (lateMs) => log.warn({ blocked_ms: Math.round(lateMs) }, 'event loop blocked'),
+  });
+  health.start();
+  const beat = startBeat(region, server, coordinator, output, log);
 
   let closing = false;
   const shutdown = async (timeoutMs: number): Promise<void> => {
     if (closing) return;
     closing = true;
+    clearInterval(beat);
     await coordinator.drain(timeoutMs);
     await app.close();
     await output.close();
+    health.stop();
     process.exit(0);
   };
   process.on('message', (message: SupervisorMessage) => {
@@ -81,10 +105,48 @@ async function main(): Promise<void> {
   await app.listen({ host: config.host, port: config.port });
   const address = app.server.address();
   const port = typeof address === 'object' && address !== null ? address.port : config.port;
+  log.info({ port, output_processing: config.outputProcessing }, 'API server listening');
   sendToParent({ type: 'ready', role: 'api', server, port });
 }
 
-main().catch((error: unknown) => {
-  console.error(`ringserve-api: failed to start: ${(error as Error).stack ?? String(error)}`);
+/**
+ * The server's heartbeat and own figures in its server block, readable by any process that maps
+ * the region (the supervisor's tests, the harness), and a warning while its output ring fills up.
+ */
+function startBeat(
+  region: Region,
+  server: number,
+  coordinator: RequestCoordinator,
+  output: OutputPath,
+  log: Logger,
+): NodeJS.Timeout {
+  const block = serverBlockOffset(region.params, server);
+  const ring = outputRingOffset(region.params, server);
+  const capacity = region.params.outputRingBytes;
+  const warnRing = rateLimit(10_000);
+  const beat = setInterval(() => {
+    const { f64, i32 } = region;
+    f64[(block + SRV_HEAP_USED) >> 3] = process.memoryUsage().heapUsed;
+    f64[(block + SRV_RSS) >> 3] = process.memoryUsage.rss();
+    f64[(block + SRV_IN_FLIGHT) >> 3] = coordinator.table.active;
+    f64[(block + SRV_LAST_BEAT_MS) >> 3] = Date.now();
+    Atomics.add(i32, (block + SRV_HEARTBEAT) >> 2, 1);
+    const used =
+      (Atomics.load(i32, (ring + RING_HEAD) >> 2) - Atomics.load(i32, (ring + RING_TAIL) >> 2)) | 0;
+    if (used > capacity * OUTPUT_RING_WARN_FRACTION && warnRing()) {
+      log.warn(
+        { used_bytes: used, capacity_bytes: capacity, packer_queue: output.queueDepth() },
+        'output ring filling up: the output worker is behind the engine',
+      );
+    }
+  }, SERVER_BEAT_MS);
+  beat.unref();
+  return beat;
+}
+
+const env = readChildEnv();
+const log = createLogger(env.config.logLevel, { name: 'ringserve-api', api_server: env.server });
+main(env, log).catch((error: unknown) => {
+  log.fatal({ err: error }, 'API server failed to start');
   process.exit(1);
 });

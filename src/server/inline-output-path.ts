@@ -12,6 +12,7 @@ import { getPreset } from '../engine/presets.js';
 import { rejectReasonMessage } from '../engine/reject.js';
 import { FinishReason } from '../engine/types.js';
 import { RS_ERR_ENGINE_REQUEST_FAILED } from '../errors.js';
+import { recorderFromEnvironment } from '../metrics/worker-metrics.js';
 import type { GenerateRequest } from '../protocol/generate-request.js';
 import type { ResponseForm } from '../protocol/generate-response.js';
 import { encodeGenerateResponse } from '../protocol/generate-response.js';
@@ -63,6 +64,10 @@ export class InlineOutputPath implements OutputPath {
   readonly #events: OutputEvents;
   readonly #view = new StepRecordView();
   readonly #requests: (InlineRequest | undefined)[] = [];
+  /** vLLM's request metrics, as the output worker records them (src/metrics/request-recorder.ts). */
+  readonly #metrics = recorderFromEnvironment(
+    (slot) => this.#requests[slot]?.request.promptTokenIds.length ?? 0,
+  );
   #open = 0;
   #timer: NodeJS.Timeout | null = null;
 
@@ -141,6 +146,7 @@ export class InlineOutputPath implements OutputPath {
 
   #step(c: RingConsumer): void {
     const rec = this.#view.attach(c, c.offset);
+    this.#metrics?.step(rec.clockMs, rec.stepMs);
     const i32 = c.i32;
     const rowIds = rec.layers * rec.topk;
     const routingIds = rec.routingIdBytes === 1 ? c.bytes : c.u16;
@@ -157,6 +163,7 @@ export class InlineOutputPath implements OutputPath {
         // Finished here (a stop string) before the engine knew: its final output releases it.
         if (finish !== FinishReason.None) this.#events.released(slot, r.gen);
       } else if (current) {
+        this.#metrics?.seen(slot, r.gen);
         for (let row = 0; row < rows; row++) {
           const start = routing + row * rowIds;
           r.routing.push(Array.from(routingIds.subarray(start, start + rowIds)));
@@ -177,6 +184,7 @@ export class InlineOutputPath implements OutputPath {
             weightVersion: i32[rec.at(StepColumn.WeightVersion, j)]!,
           });
           r.numCached = i32[rec.at(StepColumn.NumCached, j)]!;
+          this.#metrics?.token(slot);
         }
         const stop = token >= 0 && r.text !== null ? this.#matchStop(r, token) : null;
         if (stop !== null) this.#stopByString(slot, r, stop);
@@ -205,6 +213,7 @@ export class InlineOutputPath implements OutputPath {
   /** A stop string matched: answer now, and ask the engine to stop generating (its abort confirms). */
   #stopByString(slot: number, r: InlineRequest, stop: string): void {
     r.done = true;
+    this.#metrics?.finished(slot, FinishReason.Stop, r.tokens.length);
     if (r.request.stream) this.#streamDelta(slot, r, 'stop', stop);
     else this.#events.complete(slot, r.gen, this.#encode(r, 'stop', stop));
     this.#events.stopped(slot, r.gen);
@@ -219,6 +228,7 @@ export class InlineOutputPath implements OutputPath {
     i32: Int32Array,
   ): void {
     r.done = true;
+    this.#metrics?.finished(slot, finish, r.tokens.length);
     if (finish === FinishReason.Error) {
       const reason = rejectReasonMessage(i32[rec.at(StepColumn.RejectReason, j)]!);
       this.#events.complete(

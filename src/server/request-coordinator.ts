@@ -17,19 +17,22 @@ import {
   RS_ERR_SERVER_QUEUE_FULL,
   toErrorBody,
 } from '../errors.js';
+import { type Logger, rateLimit } from '../metrics/log.js';
+import type { RequestTimeline } from '../metrics/request-timeline.js';
 import type { GenerateRequest } from '../protocol/generate-request.js';
 import { CONTENT_TYPE, type ResponseForm } from '../protocol/generate-response.js';
 import { SSE_CONTENT_TYPE } from '../protocol/sse.js';
 import type { EngineClient } from './engine-client.js';
 import { checkStopStrings } from './output/slot-meta.js';
 import type { OutputEvents, OutputPath } from './output-path.js';
-import { RequestTable } from './request-table.js';
+import { type InFlight, RequestTable } from './request-table.js';
 
 interface RequestState {
   readonly reply: FastifyReply;
   readonly stream: boolean;
   readonly form: ResponseForm;
   readonly startMs: number;
+  readonly promptTokens: number;
   /** The engine confirmed the request is over. */
   released: boolean;
 }
@@ -41,6 +44,17 @@ export interface CompletedRequest {
   ok: boolean;
 }
 
+export interface CoordinatorOptions {
+  /** Request arrivals for the output worker's metrics, and what it recorded for the log line. */
+  timeline?: RequestTimeline;
+  /** One info line per finished request, warnings for a full request ring. */
+  log?: Logger;
+  onDone?: (done: CompletedRequest) => void;
+}
+
+/** vLLM's finish reason names by FinishReason code (engine/types.ts). */
+const FINISH_NAMES = [null, 'stop', 'length', 'abort', 'error'] as const;
+
 export class RequestCoordinator implements OutputEvents {
   readonly table: RequestTable<RequestState>;
   readonly #engine: EngineClient;
@@ -48,16 +62,17 @@ export class RequestCoordinator implements OutputEvents {
   #output: OutputPath | null = null;
   #draining = false;
   readonly #onDone: (done: CompletedRequest) => void;
+  readonly #timeline: RequestTimeline | null;
+  readonly #log: Logger | null;
+  readonly #ringFullWarning = rateLimit(10_000);
 
-  constructor(
-    config: RingserveConfig,
-    engine: EngineClient,
-    onDone: (done: CompletedRequest) => void = () => {},
-  ) {
+  constructor(config: RingserveConfig, engine: EngineClient, options: CoordinatorOptions = {}) {
     this.#config = config;
     this.#engine = engine;
     this.table = new RequestTable(config.maxQueueLen);
-    this.#onDone = onDone;
+    this.#onDone = options.onDone ?? (() => {});
+    this.#timeline = options.timeline ?? null;
+    this.#log = options.log ?? null;
   }
 
   attach(output: OutputPath): void {
@@ -91,11 +106,13 @@ export class RequestCoordinator implements OutputEvents {
       stream: request.stream,
       form,
       startMs: performance.now(),
+      promptTokens: request.promptTokenIds.length,
       released: false,
     };
     const entry = this.table.take(requestId, state);
     if (entry === null) throw new RS_ERR_SERVER_QUEUE_FULL(this.table.capacity);
     const { slot, gen } = entry;
+    this.#timeline?.arrive(slot);
     const model = request.model ?? this.#config.servedModelName;
     output.open(slot, gen, request, form, {
       requestId,
@@ -115,6 +132,9 @@ export class RequestCoordinator implements OutputEvents {
     } catch (error) {
       this.table.settle(slot);
       this.#free(slot, gen);
+      if ((error as { code?: unknown }).code === 'RS_ERR_RING_FULL' && this.#ringFullWarning()) {
+        this.#log?.warn((error as Error).message);
+      }
       throw error;
     }
     if (request.stream) this.#startStream(reply);
@@ -124,6 +144,7 @@ export class RequestCoordinator implements OutputEvents {
       if (current?.gen === gen && !current.settled) {
         this.table.settle(slot);
         this.#engine.abort(slot);
+        this.#logFinished(current, 499, 'abort');
       }
     });
   }
@@ -151,11 +172,13 @@ export class RequestCoordinator implements OutputEvents {
       } else if (!entry.state.stream) {
         reply.header('content-type', CONTENT_TYPE[entry.state.form]).send(result);
       }
+      const ok = !(result instanceof Error);
+      this.#logFinished(entry, ok ? 200 : toErrorBody(result).error.code, ok ? null : 'error');
       this.#onDone({
         requestId: entry.requestId,
         slot,
         latencyMs: performance.now() - startMs,
-        ok: !(result instanceof Error),
+        ok,
       });
     }
     this.#maybeFree(slot, gen);
@@ -217,6 +240,31 @@ export class RequestCoordinator implements OutputEvents {
 
   // ---- internals ---------------------------------------------------------------------------------
 
+  /**
+   * The request's one info line. Token counts and the finish reason come from what the output worker
+   * recorded (the timeline); `fallback` names the finish when it recorded nothing (a failure before
+   * any output, a client that left).
+   */
+  #logFinished(entry: InFlight<RequestState>, status: number, fallback: string | null): void {
+    const log = this.#log;
+    if (log === null || !log.isLevelEnabled('info')) return;
+    const outcome = this.#timeline?.outcome(entry.slot, entry.gen) ?? null;
+    const ttftMs = outcome?.ttftMs ?? null;
+    log.info(
+      {
+        request_id: entry.requestId,
+        status,
+        prompt_tokens: entry.state.promptTokens,
+        completion_tokens: outcome?.completionTokens ?? null,
+        finish_reason: (outcome === null ? null : FINISH_NAMES[outcome.finish]) ?? fallback,
+        latency_ms: tenths(performance.now() - entry.state.startMs),
+        ttft_ms: ttftMs === null ? null : tenths(ttftMs),
+        stream: entry.state.stream,
+      },
+      'request finished',
+    );
+  }
+
   #maybeFree(slot: number, gen: number): void {
     const entry = this.table.get(slot);
     if (entry === undefined || entry.gen !== gen) return;
@@ -245,4 +293,6 @@ export class RequestCoordinator implements OutputEvents {
   }
 }
 
+/** Milliseconds to one decimal, for log lines. */
+const tenths = (ms: number): number => Math.round(ms * 10) / 10;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));

@@ -15,6 +15,8 @@
 //   704    +--------------------------------------------------------------+
 //          | CONTROL        lock, command seq/code/args/text | ack, result  |  lock holder | engine
 //   4992   +--------------------------------------------------------------+
+//          | ENGINE HEALTH  64 x f64: the engine process's own figures      |  engine
+//   5504   +--------------------------------------------------------------+
 //          | SERVER 0 BLOCK   pid, heartbeat, last beat | 8192 x f64 metrics |  API server 0
 //          | SERVER 0 REQUEST RING  (ring header 192 B + requestRingBytes)  |  server 0 -> engine
 //          | SERVER 0 OUTPUT RING   (ring header 192 B + outputRingBytes)   |  engine -> server 0
@@ -27,7 +29,7 @@ export const CACHE_LINE_BYTES = 64;
 /** 'RSHM' read as a little-endian u32. */
 export const LAYOUT_MAGIC = 0x4d48_5352;
 /** Bump on any change to an offset below. */
-export const LAYOUT_VERSION = 1;
+export const LAYOUT_VERSION = 2;
 
 // ---- Header (creator writes once: HDR_CREATOR_PID first, HDR_MAGIC last with Atomics.store, so a
 // reader that sees the magic sees a complete header, and a stale-region scan always finds the pid).
@@ -76,6 +78,12 @@ export const STAT_NUM_GPU_BLOCKS = 10; // gauge: KV blocks in the pool
 export const STAT_BLOCK_SIZE = 11; // gauge: tokens per KV block
 export const STAT_LAST_STEP_MS = 12; // gauge: modelled duration of the last step
 export const STAT_PAUSED = 13; // gauge: 1 while paused
+// Totals of the engine processes before this one (a restarted engine starts its counters at 0): the
+// new engine adds its predecessor's final counters here before its first publish, under the
+// seqlock, so `carry + counter` never goes backwards across an engine restart (src/metrics/engine-carry.ts).
+export const STAT_CARRY_PREEMPTIONS = 16;
+export const STAT_CARRY_PREFIX_QUERIES = 17;
+export const STAT_CARRY_PREFIX_HITS = 18;
 
 // ---- Control block: one command at a time from any API server to the engine.
 // Request lines: written by the holder of CTL_LOCK only. Ack line: written by the engine only.
@@ -95,8 +103,33 @@ export const CTL_RESULT_CODE = CTL_ACK_SEQ + 4; // i32, engine: 0 = ok, else a c
 export const CTL_RESULT_VALUE = CTL_ACK_SEQ + 8; // f64, engine
 export const CONTROL_BYTES = CTL_ACK_SEQ + CACHE_LINE_BYTES - CONTROL_BLOCK; // 4288
 
+// ---- Engine health: the engine process's own figures (gc, event-loop delay, memory), in the same
+// HEALTH_* layout as an API server's SRV_HEALTH area below; the engine's main thread writes it.
+export const ENGINE_HEALTH = CONTROL_BLOCK + CONTROL_BYTES; // 4992
+
+// ---- Process health: HEALTH_SLOT_COUNT f64 slots, relative to ENGINE_HEALTH or a server's SRV_HEALTH.
+// Written by the process's main thread (src/metrics/process-health.ts); gauges are the value at the
+// last publish (every 100 ms), GC histograms count since the region was created (a restarted
+// process continues them), the GC max and event-loop figures cover the current process only.
+export const HEALTH_SLOT_COUNT = 64;
+export const HEALTH_PUBLISHED_AT_MS = 0; // Date.now() of the last publish; 0: never published
+export const HEALTH_PID = 1;
+export const HEALTH_HEAP_USED = 2; // bytes
+export const HEALTH_RSS = 3; // bytes
+export const HEALTH_LAG_P50 = 4; // seconds, event-loop delay since the process started
+export const HEALTH_LAG_P99 = 5;
+export const HEALTH_LAG_MAX = 6;
+export const HEALTH_IN_FLIGHT = 7; // API servers only: requests whose client is waiting
+export const HEALTH_PACKER_QUEUE = 8; // API servers only: encode tasks waiting for a packer
+/** Longest GC pause by kind (GC_KIND_* order), seconds, since the process started. */
+export const HEALTH_GC_MAX = 16;
+/** GC pause histograms by kind, GC_HIST_STRIDE slots each (buckets, +Inf, sum; see HIST_* below). */
+export const HEALTH_GC_HIST = 32;
+export const GC_HIST_STRIDE = 8;
+export const GC_KIND_COUNT = 4; // minor, major, incremental, weakcb
+
 /** Where the per-server area begins. */
-export const SERVERS_START = CONTROL_BLOCK + CONTROL_BYTES; // 4992
+export const SERVERS_START = ENGINE_HEALTH + HEALTH_SLOT_COUNT * 8; // 5504
 
 // ---- Server block, relative to serverBlockOffset(k); API server k writes every word.
 export const SRV_PID = 0; // i32
@@ -108,6 +141,34 @@ export const SRV_IN_FLIGHT = 32; // f64, requests whose client is waiting, at ea
 export const SRV_METRICS = 64; // SRV_METRICS_SLOT_COUNT x f64, reserved for cluster-wide metrics
 export const SRV_METRICS_SLOT_COUNT = 8192;
 export const SERVER_BLOCK_BYTES = SRV_METRICS + SRV_METRICS_SLOT_COUNT * 8;
+/**
+ * Request metrics of API server k (REQ_METRICS_SLOT_COUNT f64, RM_* below), written by its output
+ * worker thread only. A restarted API server continues the totals it finds here, so the sum over
+ * servers never goes backwards (src/metrics/request-recorder.ts).
+ */
+export const SRV_REQUEST_METRICS = SRV_METRICS;
+/** API server k's process health (HEALTH_* above), written by its main thread only. */
+export const SRV_HEALTH = SRV_METRICS + 4096 * 8;
+
+// ---- Request metrics slots, relative to SRV_REQUEST_METRICS. Counters are totals; a histogram is
+// HIST_STRIDE slots: count per bucket (not cumulative, bucket i holds bounds[i-1] < v <= bounds[i]),
+// then the +Inf bucket at index `bounds.length`, then the sum at `bounds.length + 1`.
+export const HIST_STRIDE = 32;
+export const RM_PROMPT_TOKENS = 0;
+export const RM_GENERATION_TOKENS = 1;
+/** Finished requests by reason, vLLM's FINISH_REASON_STRINGS order: stop, length, abort, error, repetition. */
+export const RM_SUCCESS = 8;
+export const RM_FINISH_REASON_COUNT = 5;
+export const RM_TTFT = 32;
+export const RM_ITL = RM_TTFT + HIST_STRIDE;
+export const RM_E2E = RM_ITL + HIST_STRIDE;
+export const RM_QUEUE = RM_E2E + HIST_STRIDE;
+export const RM_PREFILL = RM_QUEUE + HIST_STRIDE;
+export const RM_DECODE = RM_PREFILL + HIST_STRIDE;
+export const RM_INFERENCE = RM_DECODE + HIST_STRIDE;
+export const RM_PROMPT_HIST = RM_INFERENCE + HIST_STRIDE;
+export const RM_GENERATION_HIST = RM_PROMPT_HIST + HIST_STRIDE;
+export const REQ_METRICS_SLOT_COUNT = RM_GENERATION_HIST + HIST_STRIDE; // 320
 
 // ---- Ring header, relative to a ring's offset; the ring's data follows it (ring.ts).
 export const RING_HEAD = 0; // i32 free-running byte position, producer (Atomics.store)
@@ -206,6 +267,16 @@ export function serverBlockOffset(params: LayoutParams, server: number): number 
 /** Byte offset of API server k's first metrics slot (8192 x f64). */
 export function serverMetricsOffset(params: LayoutParams, server: number): number {
   return serverBlockOffset(params, server) + SRV_METRICS;
+}
+
+/** f64 index (byte offset >> 3) of API server k's first request-metrics slot (RM_*). */
+export function requestMetricsIndex(params: LayoutParams, server: number): number {
+  return (serverBlockOffset(params, server) + SRV_REQUEST_METRICS) >> 3;
+}
+
+/** f64 index of a process's first health slot (HEALTH_*): API server k, or the engine for -1. */
+export function healthIndex(params: LayoutParams, server: number): number {
+  return (server < 0 ? ENGINE_HEALTH : serverBlockOffset(params, server) + SRV_HEALTH) >> 3;
 }
 
 /** Byte offset of API server k's request ring (its header; data at + RING_DATA). */

@@ -171,6 +171,21 @@ describe('generate on a 2-API-server cluster', () => {
     });
     expect(model.statusCode).toBe(404);
     await model.body.dump();
+    const empty = await request(`${cluster.url}/inference/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '',
+    });
+    expect(empty.statusCode).toBe(400);
+    await empty.body.dump();
+    // Control calls often come as JSON with no body at all: that is "no body", not bad JSON.
+    const resume = await request(`${cluster.url}/resume`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '',
+    });
+    expect(resume.statusCode).toBe(200);
+    expect(await resume.body.json()).toEqual({ status: 'resumed' });
     const route = await request(`${cluster.url}/no/such/route`);
     expect(route.statusCode).toBe(404);
     expect(((await route.body.json()) as { error: { code: number } }).error.code).toBe(404);

@@ -24,6 +24,7 @@ describe('layout', () => {
       layout.ENGINE_DOORBELL,
       layout.ENGINE_STATS,
       layout.CONTROL_BLOCK,
+      layout.ENGINE_HEALTH,
       layout.SERVERS_START,
     ];
     const blocks: Array<[number, number]> = [
@@ -32,6 +33,7 @@ describe('layout', () => {
       [layout.ENGINE_DOORBELL, 64],
       [layout.ENGINE_STATS, layout.STATS_SLOT_COUNT * 8],
       [layout.CONTROL_BLOCK, layout.CONTROL_BYTES],
+      [layout.ENGINE_HEALTH, layout.HEALTH_SLOT_COUNT * 8],
     ];
     for (let k = 0; k < params.apiServerCount; k++) {
       blocks.push([serverBlockOffset(params, k), layout.SERVER_BLOCK_BYTES]);

@@ -4,6 +4,7 @@
 // passes, and sleeps on the ring's futex doorbell (bounded) when the ring is empty.
 import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads';
 import { RecordType } from '../../engine/messages.js';
+import { recorderFromEnvironment } from '../../metrics/worker-metrics.js';
 import { RingConsumer } from '../../shm/ring.js';
 import { AccumulatorTable } from './accumulators.js';
 import { BlockArena } from './block-arena.js';
@@ -40,7 +41,15 @@ export class OutputLoop {
       data.arenaGrowStepBytes === undefined ? {} : { growStepBytes: data.arenaGrowStepBytes },
     );
     const tokens = tokenByteSource(data.preset, data.specialTokenIds);
-    this.scatter = new StepScatter({ meta, acc, arena, tokens });
+    // Request metrics into the region, when the API server shared where (worker-metrics.ts).
+    const metrics = recorderFromEnvironment((slot) => meta.promptLen(slot));
+    this.scatter = new StepScatter({
+      meta,
+      acc,
+      arena,
+      tokens,
+      ...(metrics === null ? {} : { metrics }),
+    });
     this.#streams = new StreamEncoder(
       new ResponseView(meta, acc, data.arenaSab),
       new SlotEventList(acc.slots),

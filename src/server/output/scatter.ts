@@ -15,6 +15,7 @@ import {
   stepRecordBytes,
 } from '../../engine/messages.js';
 import { FinishReason } from '../../engine/types.js';
+import type { ScatterMetrics } from '../../metrics/request-recorder.js';
 import {
   type AccumulatorTable,
   AccWord,
@@ -34,7 +35,11 @@ export interface StepScatterOptions {
   acc: AccumulatorTable;
   arena: BlockArena;
   tokens: TokenByteSource;
+  /** Observes request figures as outputs arrive (the output worker's RequestRecorder). */
+  metrics?: ScatterMetrics;
 }
+
+const NO_METRICS: ScatterMetrics = { step() {}, begin() {}, token() {}, finished() {} };
 
 export class StepScatter {
   /** Responses completed during this pass (pack or end the stream). */
@@ -54,6 +59,7 @@ export class StepScatter {
   readonly #columns: ColumnWriter;
   readonly #stops: StopStringMatcher;
   readonly #rec = new StepRecordView();
+  readonly #metrics: ScatterMetrics;
 
   constructor(opts: StepScatterOptions) {
     this.#meta = opts.meta;
@@ -62,6 +68,7 @@ export class StepScatter {
     this.#metaWords = opts.meta.words;
     this.#columns = new ColumnWriter(opts.acc, opts.arena);
     this.#stops = new StopStringMatcher(opts.meta, opts.tokens);
+    this.#metrics = opts.metrics ?? NO_METRICS;
     const slots = opts.acc.slots;
     this.finished = new SlotEventList(slots);
     this.released = new SlotEventList(slots);
@@ -98,6 +105,7 @@ export class StepScatter {
         `a STEP record of ${length} bytes declares more than it holds`,
       );
     }
+    this.#metrics.step(rec.clockMs, rec.stepMs);
     const i32 = v.i32;
     const maskEnd = rec.maskBase + rec.maskIdsTotal;
     let maskAt = rec.maskBase;
@@ -195,6 +203,7 @@ export class StepScatter {
     const base = this.#acc.wordIndex(slot, 0);
     this.#words[base + AccWord.Gen] = gen;
     this.#words[base + AccWord.State] = SlotState.Running;
+    this.#metrics.begin(slot, gen);
     if (this.#meta.hasFlag(slot, SlotFlag.HasStopStrings)) this.#stops.begin(slot);
   }
 
@@ -236,6 +245,7 @@ export class StepScatter {
       i32[rec.at(StepColumn.MaskCount, j)]!,
       maskAt,
     );
+    this.#metrics.token(slot);
     if ((flags & SlotFlag.Stream) !== 0 && !this.streamed.has(slot)) {
       this.streamed.push(slot, words[base + AccWord.Gen]!);
     }
@@ -266,6 +276,11 @@ export class StepScatter {
   #workerFinished(slot: number, base: number): void {
     const gen = this.#words[base + AccWord.Gen]!;
     this.#setState(slot, SlotState.Finished);
+    this.#metrics.finished(
+      slot,
+      this.#words[base + AccWord.Finish]!,
+      this.#words[base + AccWord.Completion]!,
+    );
     this.finished.push(slot, gen);
     this.stopped.push(slot, gen);
     if (this.#meta.hasFlag(slot, SlotFlag.Stream)) this.streamed.push(slot, gen);
@@ -286,6 +301,7 @@ export class StepScatter {
       if (finish === FinishReason.Error) {
         words[base + AccWord.RejectReason] = v.i32[this.#rec.at(StepColumn.RejectReason, j)]!;
       }
+      this.#metrics.finished(slot, finish, words[base + AccWord.Completion]!);
       this.finished.push(slot, gen);
       if (this.#meta.hasFlag(slot, SlotFlag.Stream)) this.streamed.push(slot, gen);
     }

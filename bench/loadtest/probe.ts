@@ -1,0 +1,214 @@
+/**
+ * The probe, a process of its own (not the load generator's, not the cluster's): what a router,
+ * a Prometheus server and an RL trainer's control loop do to a server under load.
+ * - GET /health every healthEveryMs, open loop: a probe is sent when it is due whether or not the
+ *   previous one has answered, and its latency is measured from when it was due, so a server that
+ *   stalls for 2 s shows 40 slow probes, not one (no coordinated omission).
+ * - GET /metrics every metricsEveryMs, parsed into the figures the benchmark reports.
+ * - every cycleEveryMs: POST /pause, POST /update_weights {"weight_dir": null}, POST /resume, each
+ *   timed, and the cycle as a whole.
+ * Every call is bounded by callTimeoutMs; a probe that reaches the bound is recorded at it.
+ */
+import { Pool } from 'undici';
+import { ENGINE_STATS, STAT_GENERATION_TOKENS } from '../../src/shm/layout.js';
+import { openRegion, type Region } from '../../src/shm/region.js';
+import { serveChild } from './child.js';
+import type { ProbeProgress, ProbeResult, ProbeSpec } from './messages.js';
+import { metricsSnapshot } from './prom-text.js';
+
+/** Epoch ms with sub-millisecond resolution (Date.now() is whole ms; health answers take less). */
+const nowMs = (): number => performance.timeOrigin + performance.now();
+
+/** Status recorded for a probe that got no HTTP answer (timeout, connection error). */
+const NO_ANSWER = 0;
+const PROGRESS_EVERY_MS = 500;
+
+class Probe {
+  readonly #spec: ProbeSpec;
+  /** Health probes and control calls use their own connections, so neither queues behind the other. */
+  readonly #healthPool: Pool;
+  readonly #controlPool: Pool;
+  readonly #result: ProbeResult = {
+    healthAtMs: [],
+    healthMs: [],
+    healthStatus: [],
+    metrics: [],
+    engineTokensAtMs: [],
+    engineTokens: [],
+    metricsFailures: 0,
+    metricsFailureSample: null,
+    cycleAtMs: [],
+    pauseMs: [],
+    updateMs: [],
+    resumeMs: [],
+    cycleMs: [],
+    cycleFailures: 0,
+    cycleFailureSample: null,
+  };
+  readonly #pending = new Set<Promise<void>>();
+  readonly #timers = new Set<NodeJS.Timeout>();
+  #stopped = false;
+  #healthMaxMs = 0;
+  #healthLastMs = 0;
+  readonly #region: Region | null;
+
+  constructor(spec: ProbeSpec) {
+    this.#spec = spec;
+    this.#region = spec.regionName === null ? null : openRegion(spec.regionName);
+    const options = { headersTimeout: spec.callTimeoutMs, bodyTimeout: spec.callTimeoutMs };
+    this.#healthPool = new Pool(spec.url, { connections: 64, ...options });
+    this.#controlPool = new Pool(spec.url, { connections: 4, ...options });
+  }
+
+  start(progress: (p: ProbeProgress) => void): void {
+    const spec = this.#spec;
+    // A scrape at the start, so counters (GC, generated tokens) are differenced over the whole arm.
+    const first = this.#metrics().finally(() => this.#pending.delete(first));
+    this.#pending.add(first);
+    this.#every(spec.healthEveryMs, (dueAtMs) => this.#health(dueAtMs));
+    this.#every(spec.metricsEveryMs, () => this.#metrics());
+    if (spec.cycleEveryMs > 0) this.#every(spec.cycleEveryMs, () => this.#cycle(), true);
+    this.#timers.add(
+      setInterval(
+        () =>
+          progress({
+            healthCount: this.#result.healthMs.length,
+            healthLastMs: this.#healthLastMs,
+            healthMaxMs: this.#healthMaxMs,
+            cycles: this.#result.cycleMs.length,
+          }),
+        PROGRESS_EVERY_MS,
+      ),
+    );
+  }
+
+  async stop(): Promise<ProbeResult> {
+    this.#stopped = true;
+    for (const t of this.#timers) clearTimeout(t);
+    // One last scrape, so counters cover the whole arm; then the calls still out (all bounded).
+    await this.#metrics();
+    await Promise.all(this.#pending);
+    await Promise.all([this.#healthPool.destroy(), this.#controlPool.destroy()]);
+    return this.#result;
+  }
+
+  /**
+   * Runs `task` at fixed epoch-time multiples of everyMs (no drift), tracking its promise; a task
+   * that `exclusive` says must not overlap itself skips a tick while its previous run is out.
+   */
+  #every(everyMs: number, task: (dueAtMs: number) => Promise<void>, exclusive = false): void {
+    let due = nowMs() + everyMs;
+    let running: Promise<void> | null = null;
+    let timer: NodeJS.Timeout;
+    const tick = (): void => {
+      this.#timers.delete(timer);
+      if (this.#stopped) return;
+      if (!exclusive || running === null) {
+        const p = task(due).finally(() => {
+          this.#pending.delete(p);
+          if (running === p) running = null;
+        });
+        running = p;
+        this.#pending.add(p);
+      }
+      due += everyMs;
+      while (due < nowMs()) due += everyMs;
+      timer = setTimeout(tick, due - nowMs());
+      this.#timers.add(timer);
+    };
+    timer = setTimeout(tick, everyMs);
+    this.#timers.add(timer);
+  }
+
+  async #health(dueAtMs: number): Promise<void> {
+    // Latency counts from when the probe was due, so a late send counts against it (conservative:
+    // on a shared machine it is contention either way), or from when it was sent if the timer fired
+    // a fraction of a millisecond early.
+    const from = Math.min(dueAtMs, nowMs());
+    let status = NO_ANSWER;
+    try {
+      const res = await this.#healthPool.request({ path: '/health', method: 'GET' });
+      await res.body.dump();
+      status = res.statusCode;
+    } catch {
+      // recorded below as NO_ANSWER at the latency it took (the bound, for a timeout)
+    }
+    const ms = nowMs() - from;
+    const r = this.#result;
+    r.healthAtMs.push(dueAtMs);
+    r.healthMs.push(ms);
+    r.healthStatus.push(status);
+    this.#healthLastMs = ms;
+    this.#healthMaxMs = Math.max(this.#healthMaxMs, ms);
+  }
+
+  async #metrics(): Promise<void> {
+    const r = this.#result;
+    if (this.#region !== null) {
+      r.engineTokensAtMs.push(nowMs());
+      r.engineTokens.push(this.#region.f64[(ENGINE_STATS >> 3) + STAT_GENERATION_TOKENS]!);
+    }
+    try {
+      const res = await this.#controlPool.request({ path: '/metrics', method: 'GET' });
+      const text = await res.body.text();
+      if (res.statusCode !== 200) throw new Error(`HTTP ${res.statusCode}: ${text.slice(0, 200)}`);
+      r.metrics.push(metricsSnapshot(text, nowMs()));
+    } catch (error) {
+      r.metricsFailures++;
+      r.metricsFailureSample ??= (error as Error).message;
+    }
+  }
+
+  async #call(path: string, body: string | null): Promise<number> {
+    const t0 = performance.now();
+    const res = await this.#controlPool.request({
+      path,
+      method: 'POST',
+      headers: body === null ? {} : { 'content-type': 'application/json' },
+      body,
+    });
+    const text = await res.body.text();
+    if (res.statusCode !== 200)
+      throw new Error(`${path}: HTTP ${res.statusCode}: ${text.slice(0, 200)}`);
+    return performance.now() - t0;
+  }
+
+  async #cycle(): Promise<void> {
+    const r = this.#result;
+    const at = nowMs();
+    const t0 = performance.now();
+    try {
+      const pause = await this.#call('/pause', null);
+      const update = await this.#call('/update_weights', '{"weight_dir":null}').catch(
+        async (error: unknown) => {
+          // Never leave the engine paused, whatever update_weights did.
+          await this.#call('/resume', null);
+          throw error;
+        },
+      );
+      const resume = await this.#call('/resume', null);
+      r.cycleAtMs.push(at);
+      r.pauseMs.push(pause);
+      r.updateMs.push(update);
+      r.resumeMs.push(resume);
+      r.cycleMs.push(performance.now() - t0);
+    } catch (error) {
+      r.cycleFailures++;
+      r.cycleFailureSample ??= (error as Error).message;
+    }
+  }
+}
+
+let probe: Probe | null = null;
+
+serveChild<ProbeSpec, ProbeResult>({
+  start(spec, progress) {
+    process.title = 'ringserve-bench-probe';
+    probe = new Probe(spec);
+    probe.start(progress);
+  },
+  stop: async () => {
+    if (probe === null) throw new Error('stop before start');
+    return probe.stop();
+  },
+});

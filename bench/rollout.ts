@@ -1,0 +1,18 @@
+/**
+ * Entry point of `npm run bench` (the before/after benchmark; `ringserve bench` runs the same):
+ *
+ *   npm run bench -- [--profile quick|rl] [--arms objects-mask,packed-mask] [--json]
+ *
+ * See bench/rollout/main.ts and README.md, "Performance".
+ */
+import { isRingserveError } from '../src/errors.js';
+import { runRolloutBench } from './rollout/main.js';
+
+runRolloutBench(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    if (isRingserveError(error)) console.error(`bench: ${error.code}: ${error.message}`);
+    else console.error(`bench: ${(error as Error).stack ?? String(error)}`);
+    process.exit(isRingserveError(error) && error.code === 'RS_ERR_CONFIG_INVALID' ? 2 : 1);
+  },
+);

@@ -1,0 +1,150 @@
+import { writeFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { request } from 'undici';
+import { BenchChild } from '../loadtest/child.js';
+import { type BenchCluster, startCluster, startServerProcess } from '../loadtest/cluster.js';
+import { RS_ERR_BENCH_CHILD_FAILED } from '../loadtest/errors.js';
+import { requestBody } from '../loadtest/load-plan.js';
+import type { LoadResult, LoadSpec } from '../loadtest/messages.js';
+import { percentile } from '../loadtest/stats.js';
+
+/**
+ * One cell of the scaling benchmark: a server (a ringserve cluster with k API servers, or the bare
+ * fastify route with k workers), a closed-loop load generator in its own process, warm-up, then a
+ * measured window. Every process started here is stopped before it returns or throws.
+ */
+
+const LOAD_GENERATOR = fileURLToPath(new URL('../loadtest/load-generator.js', import.meta.url));
+const BARE_SERVER = fileURLToPath(new URL('./bare-server.js', import.meta.url));
+const BARE_READY = /bare server (listening) on port (\d+)/;
+const READY_TIMEOUT_MS = 15_000;
+const RESULT_TIMEOUT_MS = 60_000;
+
+export interface RequestKind {
+  name: string;
+  promptTokens: number;
+  maxTokens: number;
+  concurrency: number;
+}
+
+export type Target =
+  | { kind: 'ringserve'; flags: string[] }
+  | { kind: 'bare'; bodyFile: string; contentType: string };
+
+export interface CellResult {
+  requestsPerS: number;
+  tokensPerS: number;
+  p50Ms: number | null;
+  p99Ms: number | null;
+  errors: number;
+  errorSample: string | null;
+}
+
+export function kindSpec(url: string, kind: RequestKind, promptIdCeiling: number): LoadSpec {
+  return {
+    url,
+    path: '/inference/v1/generate',
+    concurrency: kind.concurrency,
+    promptTokens: kind.promptTokens,
+    meanTokens: kind.maxTokens,
+    sigma: 0,
+    minTokens: kind.maxTokens,
+    maxTokens: kind.maxTokens,
+    promptIdCeiling,
+    accept: 'json',
+    seed: 7,
+    requestTimeoutMs: 120_000,
+    sampleBodies: 0,
+    sampleDir: null,
+  };
+}
+
+/** One real answer of this kind from a running ringserve, saved as the bare server's canned body. */
+export async function captureBody(
+  url: string,
+  kind: RequestKind,
+  ceiling: number,
+  file: string,
+): Promise<string> {
+  const spec = kindSpec(url, kind, ceiling);
+  const res = await request(new URL(spec.path, url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: requestBody(spec, 0, kind.maxTokens),
+    headersTimeout: spec.requestTimeoutMs,
+    bodyTimeout: spec.requestTimeoutMs,
+  });
+  const bytes = Buffer.from(await res.body.arrayBuffer());
+  if (res.statusCode !== 200) {
+    throw new RS_ERR_BENCH_CHILD_FAILED(
+      'cluster',
+      `answered ${res.statusCode}: ${bytes.toString('utf8', 0, 300)}`,
+    );
+  }
+  await writeFile(file, bytes);
+  return String(res.headers['content-type'] ?? 'application/json');
+}
+
+function startTarget(target: Target, servers: number): Promise<BenchCluster> {
+  if (target.kind === 'ringserve')
+    return startCluster(['--api-server-count', String(servers), ...target.flags]);
+  const args = [
+    BARE_SERVER,
+    '--workers',
+    String(servers),
+    '--body-file',
+    target.bodyFile,
+    '--content-type',
+    target.contentType,
+  ];
+  return startServerProcess('bare server', args, BARE_READY, READY_TIMEOUT_MS);
+}
+
+export interface CellPlan {
+  kind: RequestKind;
+  target: Target;
+  servers: number;
+  warmupMs: number;
+  windowMs: number;
+  promptIdCeiling: number;
+  /** Runs against the started server before the load (e.g. captureBody). */
+  before?: (url: string) => Promise<void>;
+}
+
+export async function runCell(plan: CellPlan): Promise<CellResult> {
+  let server: BenchCluster | null = null;
+  let generator: BenchChild | null = null;
+  try {
+    server = await startTarget(plan.target, plan.servers);
+    await plan.before?.(server.url);
+    generator = new BenchChild(LOAD_GENERATOR, 'load generator');
+    await generator.next('ready', READY_TIMEOUT_MS);
+    generator.send({ type: 'start', spec: kindSpec(server.url, plan.kind, plan.promptIdCeiling) });
+    const startedAtMs = Date.now();
+    await new Promise((r) => setTimeout(r, plan.warmupMs + plan.windowMs));
+    if (server.crashed())
+      throw new RS_ERR_BENCH_CHILD_FAILED('server', `exited during the cell:\n${server.log()}`);
+    const result = generator.next('result', RESULT_TIMEOUT_MS);
+    generator.send({ type: 'stop' });
+    const windowStartMs = startedAtMs + plan.warmupMs;
+    const windowS = (Date.now() - windowStartMs) / 1000;
+    return summarize((await result).result as LoadResult, windowStartMs, windowS);
+  } finally {
+    await generator?.stop();
+    await server?.stop();
+  }
+}
+
+function summarize(load: LoadResult, windowStartMs: number, windowS: number): CellResult {
+  const idx = load.finishedAtMs.flatMap((at, i) => (at >= windowStartMs ? [i] : []));
+  const latency = idx.map((i) => load.latencyMs[i] as number);
+  const tokens = idx.reduce((a, i) => a + Math.max(0, load.completionTokens[i] as number), 0);
+  return {
+    requestsPerS: idx.length / windowS,
+    tokensPerS: tokens / windowS,
+    p50Ms: percentile(latency, 50),
+    p99Ms: percentile(latency, 99),
+    errors: load.errors,
+    errorSample: load.errorSamples[0] ?? null,
+  };
+}

@@ -1,0 +1,227 @@
+/**
+ * /metrics for the whole cluster, rendered by whichever API server is scraped from the shared region
+ * alone: the engine's stats block (seqlock copy), every API server's request-metrics slots (summed),
+ * every process's health slots and output-ring positions. No process is asked anything at scrape
+ * time, so a scrape costs the same whatever the other processes are doing (a sibling in a long GC
+ * pause, a busy engine) and never waits.
+ *
+ * The text is written directly rather than through prom-client's Registry: the figures already sit
+ * in the region, so a registry would mean copying them into metric objects on every scrape and
+ * awaiting its async get(), only to produce the same lines. Every label text, bucket label and
+ * family header is built once here; a scrape is a pass over ~600 float64 slots and string appends.
+ */
+import type { RingserveConfig } from '../config.js';
+import {
+  GC_HIST_STRIDE,
+  GC_KIND_COUNT,
+  HEALTH_GC_HIST,
+  HEALTH_GC_MAX,
+  HEALTH_PUBLISHED_AT_MS,
+  healthIndex,
+  outputRingOffset,
+  REQ_METRICS_SLOT_COUNT,
+  RING_HEAD,
+  RING_TAIL,
+  RM_SUCCESS,
+  requestMetricsIndex,
+  STAT_BLOCK_SIZE,
+  STAT_NUM_GPU_BLOCKS,
+} from '../shm/layout.js';
+import type { Region } from '../shm/region.js';
+import { GC_BUCKETS } from './buckets.js';
+import {
+  CACHE_CONFIG_INFO,
+  ENGINE_COUNTERS,
+  ENGINE_GAUGES,
+  GC_DURATION,
+  GC_PAUSE_MAX,
+  HEALTH_AGE,
+  HEALTH_GAUGES,
+  OUTPUT_RING_USED,
+  REQUEST_COUNTERS,
+  REQUEST_SUCCESS,
+  type RequestHistogram,
+  requestHistograms,
+} from './families.js';
+import { GC_KIND_NAMES } from './process-health.js';
+import {
+  bucketLabelTexts,
+  familyHeader,
+  histogramLines,
+  labelText,
+  sampleLine,
+} from './text-format.js';
+
+/** What a scrape reads besides the region: the engine's stats (a consistent copy, STAT_* order). */
+export interface ClusterMetricsSources {
+  region: Region;
+  config: RingserveConfig;
+  engineStats: () => Float64Array;
+}
+
+/** One process whose health slots are rendered. */
+interface HealthSeries {
+  /** f64 index of its HEALTH_* slot 0. */
+  base: number;
+  /** Output ring byte offset (API servers), or -1 (the engine). */
+  ring: number;
+  labels: string;
+  gcLabels: string[];
+  gcBucketLabels: string[][];
+}
+
+export class ClusterMetrics {
+  readonly #region: Region;
+  readonly #engineStats: () => Float64Array;
+  readonly #config: RingserveConfig;
+  /** `model_name="...",engine="0"`: vLLM's labels on every vllm:* series. */
+  readonly #labels: string;
+  readonly #histograms: { family: RequestHistogram; header: string; buckets: string[] }[];
+  readonly #successLabels: string[];
+  readonly #requestSum = new Float64Array(REQ_METRICS_SLOT_COUNT);
+  readonly #requestBases: number[] = [];
+  readonly #processes: HealthSeries[] = [];
+
+  constructor(sources: ClusterMetricsSources) {
+    this.#region = sources.region;
+    this.#engineStats = sources.engineStats;
+    this.#config = sources.config;
+    const params = sources.region.params;
+    this.#labels = labelText([
+      ['model_name', sources.config.servedModelName],
+      ['engine', '0'],
+    ]);
+    this.#histograms = requestHistograms(sources.config.maxModelLen).map((family) => ({
+      family,
+      header: familyHeader(family.name, family.help, 'histogram'),
+      buckets: bucketLabelTexts(this.#labels, family.bounds),
+    }));
+    this.#successLabels = REQUEST_SUCCESS.reasons.map(
+      (reason) => `${this.#labels},finished_reason="${reason}"`,
+    );
+    for (let k = 0; k < params.apiServerCount; k++) {
+      this.#requestBases.push(requestMetricsIndex(params, k));
+      this.#processes.push(
+        healthSeries(healthIndex(params, k), outputRingOffset(params, k), `${k}`),
+      );
+    }
+    this.#processes.push(healthSeries(healthIndex(params, -1), -1, 'engine'));
+  }
+
+  /** The whole exposition, at this instant. */
+  render(): string {
+    return this.#engineText() + this.#requestText() + this.#healthText();
+  }
+
+  #engineText(): string {
+    const stats = this.#engineStats();
+    const labels = this.#labels;
+    let text = '';
+    for (const g of ENGINE_GAUGES) {
+      text += familyHeader(g.name, g.help, 'gauge') + sampleLine(g.name, labels, stats[g.stat]!);
+    }
+    const info = labelText([
+      ['model_name', this.#config.servedModelName],
+      ['engine', '0'],
+      ['block_size', String(stats[STAT_BLOCK_SIZE] || this.#config.blockSize)],
+      ['num_gpu_blocks', String(stats[STAT_NUM_GPU_BLOCKS] || this.#config.numGpuBlocks)],
+      ['num_cpu_blocks', 'None'],
+      ['cache_dtype', 'auto'],
+      ['enable_prefix_caching', 'True'],
+    ]);
+    text += familyHeader(CACHE_CONFIG_INFO.name, CACHE_CONFIG_INFO.help, 'gauge');
+    text += sampleLine(CACHE_CONFIG_INFO.name, info, 1);
+    for (const c of ENGINE_COUNTERS) {
+      text += familyHeader(c.name, c.help, 'counter');
+      text += sampleLine(c.name, labels, stats[c.carry]! + stats[c.stat]!);
+    }
+    return text;
+  }
+
+  #requestText(): string {
+    const sum = this.#requestSum;
+    sum.fill(0);
+    const f64 = this.#region.f64;
+    for (const base of this.#requestBases) {
+      for (let i = 0; i < REQ_METRICS_SLOT_COUNT; i++) sum[i]! += f64[base + i]!;
+    }
+    const labels = this.#labels;
+    let text = '';
+    for (const c of REQUEST_COUNTERS) {
+      text += familyHeader(c.name, c.help, 'counter') + sampleLine(c.name, labels, sum[c.slot]!);
+    }
+    text += familyHeader(REQUEST_SUCCESS.name, REQUEST_SUCCESS.help, 'counter');
+    for (let r = 0; r < this.#successLabels.length; r++) {
+      text += sampleLine(REQUEST_SUCCESS.name, this.#successLabels[r]!, sum[RM_SUCCESS + r]!);
+    }
+    for (const h of this.#histograms) {
+      text += h.header + histogramLines(h.family.name, labels, h.buckets, sum, h.family.slot);
+    }
+    return text;
+  }
+
+  #healthText(): string {
+    const f64 = this.#region.f64;
+    const live = this.#processes.filter((p) => f64[p.base + HEALTH_PUBLISHED_AT_MS]! > 0);
+    let text = familyHeader(GC_DURATION.name, GC_DURATION.help, 'histogram');
+    for (const p of live) {
+      for (let k = 0; k < GC_KIND_COUNT; k++) {
+        const base = p.base + HEALTH_GC_HIST + k * GC_HIST_STRIDE;
+        text += histogramLines(GC_DURATION.name, p.gcLabels[k]!, p.gcBucketLabels[k]!, f64, base);
+      }
+    }
+    text += familyHeader(GC_PAUSE_MAX.name, GC_PAUSE_MAX.help, 'gauge');
+    for (const p of live) {
+      for (let k = 0; k < GC_KIND_COUNT; k++) {
+        text += sampleLine(GC_PAUSE_MAX.name, p.gcLabels[k]!, f64[p.base + HEALTH_GC_MAX + k]!);
+      }
+    }
+    for (const g of HEALTH_GAUGES) {
+      text += familyHeader(g.name, g.help, 'gauge');
+      for (const p of live) {
+        if (g.serversOnly !== true || p.ring >= 0) {
+          text += sampleLine(g.name, p.labels, f64[p.base + g.slot]!);
+        }
+      }
+    }
+    return text + this.#ringText(live) + this.#ageText(live);
+  }
+
+  #ringText(live: readonly HealthSeries[]): string {
+    const i32 = this.#region.i32;
+    let text = familyHeader(OUTPUT_RING_USED.name, OUTPUT_RING_USED.help, 'gauge');
+    for (const p of live) {
+      if (p.ring < 0) continue;
+      // Free-running 32-bit positions: the difference is the occupancy even across a wrap.
+      const used =
+        (Atomics.load(i32, (p.ring + RING_HEAD) >> 2) -
+          Atomics.load(i32, (p.ring + RING_TAIL) >> 2)) |
+        0;
+      text += sampleLine(OUTPUT_RING_USED.name, p.labels, used);
+    }
+    return text;
+  }
+
+  #ageText(live: readonly HealthSeries[]): string {
+    const f64 = this.#region.f64;
+    const now = Date.now();
+    let text = familyHeader(HEALTH_AGE.name, HEALTH_AGE.help, 'gauge');
+    for (const p of live) {
+      const age = Math.max(0, now - f64[p.base + HEALTH_PUBLISHED_AT_MS]!) / 1000;
+      text += sampleLine(HEALTH_AGE.name, p.labels, age);
+    }
+    return text;
+  }
+}
+
+function healthSeries(base: number, ring: number, apiServer: string): HealthSeries {
+  const labels = labelText([['api_server', apiServer]]);
+  const gcLabels = GC_KIND_NAMES.map((kind) => `${labels},kind="${kind}"`);
+  return {
+    base,
+    ring,
+    labels,
+    gcLabels,
+    gcBucketLabels: gcLabels.map((l) => bucketLabelTexts(l, GC_BUCKETS)),
+  };
+}

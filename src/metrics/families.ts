@@ -1,0 +1,254 @@
+/**
+ * The families /metrics exports: vLLM's (names, help texts and buckets as vllm/v1/metrics/loggers.py
+ * declares them; CONTRACT.md, Metrics) and the processes' own health (names as prom-client's default
+ * metrics and the benchmark's reader, bench/loadtest/prom-text.ts, expect them). Where each figure
+ * lives in the region is layout.ts's business; this file pairs the two.
+ */
+import {
+  HEALTH_HEAP_USED,
+  HEALTH_IN_FLIGHT,
+  HEALTH_LAG_MAX,
+  HEALTH_LAG_P50,
+  HEALTH_LAG_P99,
+  HEALTH_PACKER_QUEUE,
+  HEALTH_RSS,
+  RM_DECODE,
+  RM_E2E,
+  RM_GENERATION_HIST,
+  RM_GENERATION_TOKENS,
+  RM_INFERENCE,
+  RM_ITL,
+  RM_PREFILL,
+  RM_PROMPT_HIST,
+  RM_PROMPT_TOKENS,
+  RM_QUEUE,
+  RM_TTFT,
+  STAT_CARRY_PREEMPTIONS,
+  STAT_CARRY_PREFIX_HITS,
+  STAT_CARRY_PREFIX_QUERIES,
+  STAT_KV_USAGE,
+  STAT_NUM_PREEMPTIONS,
+  STAT_PREFIX_HITS,
+  STAT_PREFIX_QUERIES,
+  STAT_RUNNING,
+  STAT_WAITING,
+} from '../shm/layout.js';
+import { build125Buckets, ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS } from './buckets.js';
+
+export interface EngineGauge {
+  name: string;
+  help: string;
+  stat: number;
+}
+
+export interface EngineCounter extends EngineGauge {
+  /** Slot holding the totals of engines before this one (engine-carry.ts). */
+  carry: number;
+}
+
+export interface RequestCounter {
+  name: string;
+  help: string;
+  slot: number;
+}
+
+export interface RequestHistogram {
+  name: string;
+  help: string;
+  slot: number;
+  bounds: readonly number[];
+}
+
+export interface HealthGauge {
+  name: string;
+  help: string;
+  slot: number;
+  /** Only API servers have it (not the engine). */
+  serversOnly?: boolean;
+}
+
+export const ENGINE_GAUGES: readonly EngineGauge[] = [
+  {
+    name: 'vllm:num_requests_running',
+    help: 'Number of requests in model execution batches.',
+    stat: STAT_RUNNING,
+  },
+  {
+    name: 'vllm:num_requests_waiting',
+    help: 'Number of requests waiting to be processed.',
+    stat: STAT_WAITING,
+  },
+  {
+    name: 'vllm:kv_cache_usage_perc',
+    help: 'KV-cache usage. 1 means 100 percent usage.',
+    stat: STAT_KV_USAGE,
+  },
+];
+
+export const ENGINE_COUNTERS: readonly EngineCounter[] = [
+  {
+    name: 'vllm:num_preemptions_total',
+    help: 'Cumulative number of preemption from the engine.',
+    stat: STAT_NUM_PREEMPTIONS,
+    carry: STAT_CARRY_PREEMPTIONS,
+  },
+  {
+    name: 'vllm:prefix_cache_queries_total',
+    help: 'Prefix cache queries, in terms of number of queried tokens.',
+    stat: STAT_PREFIX_QUERIES,
+    carry: STAT_CARRY_PREFIX_QUERIES,
+  },
+  {
+    name: 'vllm:prefix_cache_hits_total',
+    help: 'Prefix cache hits, in terms of number of cached tokens.',
+    stat: STAT_PREFIX_HITS,
+    carry: STAT_CARRY_PREFIX_HITS,
+  },
+];
+
+export const CACHE_CONFIG_INFO = {
+  name: 'vllm:cache_config_info',
+  help: 'Information of the LLMEngine CacheConfig',
+};
+
+export const REQUEST_COUNTERS: readonly RequestCounter[] = [
+  {
+    name: 'vllm:prompt_tokens_total',
+    help: 'Number of prefill tokens processed.',
+    slot: RM_PROMPT_TOKENS,
+  },
+  {
+    name: 'vllm:generation_tokens_total',
+    help: 'Number of generation tokens processed.',
+    slot: RM_GENERATION_TOKENS,
+  },
+];
+
+export const REQUEST_SUCCESS = {
+  name: 'vllm:request_success_total',
+  help: 'Count of successfully processed requests.',
+  /** vLLM's FINISH_REASON_STRINGS (vllm/v1/engine/__init__.py), in RM_SUCCESS slot order. */
+  reasons: ['stop', 'length', 'abort', 'error', 'repetition'] as const,
+};
+
+/** The request histograms for a max_model_len (it bounds the token-count buckets). */
+export function requestHistograms(maxModelLen: number): RequestHistogram[] {
+  const tokens = build125Buckets(maxModelLen);
+  const latency = REQUEST_LATENCY_BUCKETS;
+  return [
+    {
+      name: 'vllm:request_prompt_tokens',
+      help: 'Number of prefill tokens processed.',
+      slot: RM_PROMPT_HIST,
+      bounds: tokens,
+    },
+    {
+      name: 'vllm:request_generation_tokens',
+      help: 'Number of generation tokens processed.',
+      slot: RM_GENERATION_HIST,
+      bounds: tokens,
+    },
+    {
+      name: 'vllm:time_to_first_token_seconds',
+      help: 'Histogram of time to first token in seconds.',
+      slot: RM_TTFT,
+      bounds: TTFT_BUCKETS,
+    },
+    {
+      name: 'vllm:inter_token_latency_seconds',
+      help: 'Histogram of inter-token latency in seconds.',
+      slot: RM_ITL,
+      bounds: ITL_BUCKETS,
+    },
+    {
+      name: 'vllm:e2e_request_latency_seconds',
+      help: 'Histogram of e2e request latency in seconds.',
+      slot: RM_E2E,
+      bounds: latency,
+    },
+    {
+      name: 'vllm:request_queue_time_seconds',
+      help: 'Histogram of time spent in WAITING phase for request.',
+      slot: RM_QUEUE,
+      bounds: latency,
+    },
+    {
+      name: 'vllm:request_inference_time_seconds',
+      help: 'Histogram of time spent in RUNNING phase for request.',
+      slot: RM_INFERENCE,
+      bounds: latency,
+    },
+    {
+      name: 'vllm:request_prefill_time_seconds',
+      help: 'Histogram of time spent in PREFILL phase for request.',
+      slot: RM_PREFILL,
+      bounds: latency,
+    },
+    {
+      name: 'vllm:request_decode_time_seconds',
+      help: 'Histogram of time spent in DECODE phase for request.',
+      slot: RM_DECODE,
+      bounds: latency,
+    },
+  ];
+}
+
+export const GC_DURATION = {
+  name: 'nodejs_gc_duration_seconds',
+  help: 'Garbage collection duration by kind, one of major, minor, incremental or weakcb.',
+};
+
+export const GC_PAUSE_MAX = {
+  name: 'ringserve_gc_pause_max_seconds',
+  help: 'Longest garbage collection pause since the process started, by kind.',
+};
+
+export const HEALTH_GAUGES: readonly HealthGauge[] = [
+  {
+    name: 'nodejs_eventloop_lag_p50_seconds',
+    help: 'The 50th percentile of the recorded event loop delays since the process started.',
+    slot: HEALTH_LAG_P50,
+  },
+  {
+    name: 'nodejs_eventloop_lag_p99_seconds',
+    help: 'The 99th percentile of the recorded event loop delays since the process started.',
+    slot: HEALTH_LAG_P99,
+  },
+  {
+    name: 'nodejs_eventloop_lag_max_seconds',
+    help: 'The maximum recorded event loop delay since the process started.',
+    slot: HEALTH_LAG_MAX,
+  },
+  {
+    name: 'nodejs_heap_size_used_bytes',
+    help: 'Process heap size used from Node.js in bytes.',
+    slot: HEALTH_HEAP_USED,
+  },
+  {
+    name: 'process_resident_memory_bytes',
+    help: 'Resident memory size in bytes.',
+    slot: HEALTH_RSS,
+  },
+  {
+    name: 'ringserve_packer_queue_depth',
+    help: 'Encode tasks waiting for a packer thread.',
+    slot: HEALTH_PACKER_QUEUE,
+    serversOnly: true,
+  },
+  {
+    name: 'ringserve_requests_in_flight',
+    help: 'Requests whose client is waiting for an answer.',
+    slot: HEALTH_IN_FLIGHT,
+    serversOnly: true,
+  },
+];
+
+export const OUTPUT_RING_USED = {
+  name: 'ringserve_output_ring_used_bytes',
+  help: 'Bytes of the output ring (engine to API server) not yet drained by the output worker.',
+};
+
+export const HEALTH_AGE = {
+  name: 'ringserve_health_age_seconds',
+  help: 'Seconds since the process last published its health figures into the shared region.',
+};
