@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readdirSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { RS_ERR_BENCH_CHILD_FAILED, RS_ERR_BENCH_TIMEOUT } from './errors.js';
 
@@ -40,20 +41,54 @@ export interface BenchCluster {
   regionName(): string | null;
   /** True if the cluster exited before stop() was called. */
   crashed(): boolean;
+  /** What the supervisor reported so far: children that died and were restarted. */
+  events(): ClusterEvents;
   stop(): Promise<void>;
+}
+
+export interface ClusterEvents {
+  apiServerRestarts: number;
+  engineRestarts: number;
+  /** "JavaScript heap out of memory" reports (V8's last words before an OOM abort). */
+  outOfMemory: number;
+}
+
+/** Supervisor log lines (src/cluster/supervisor.ts) and V8's OOM message, counted as they pass. */
+const EVENT_PATTERNS: readonly [keyof ClusterEvents, RegExp][] = [
+  ['apiServerRestarts', /API server exited; restarting it/g],
+  ['engineRestarts', /engine core exited; restarting it/g],
+  ['outOfMemory', /JavaScript heap out of memory/g],
+];
+
+/**
+ * A free TCP port on 127.0.0.1. The cluster gets a fixed port rather than 0: with --port 0 a
+ * restarted sole API server would listen on a new random port, and the arm would go on against a
+ * dead one.
+ */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address !== null ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
 }
 
 export async function startCluster(
   flags: string[],
   startTimeoutMs = 60_000,
 ): Promise<BenchCluster> {
+  const port = String(await freePort());
   const args = [
     CLI,
     'serve',
     '--host',
     '127.0.0.1',
     '--port',
-    '0',
+    port,
     '--log-level',
     'warn',
     ...flags,
@@ -71,15 +106,21 @@ export async function startServerProcess(
   ready: RegExp,
   startTimeoutMs: number,
 ): Promise<BenchCluster> {
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  // stdout carries the cluster's JSON logs (pino), stderr its ready line and crash reports.
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   track(child);
   let log = '';
   let stopping = false;
   let exited = false;
-  child.stderr!.setEncoding('utf8');
-  child.stderr!.on('data', (chunk: string) => {
+  const events: ClusterEvents = { apiServerRestarts: 0, engineRestarts: 0, outOfMemory: 0 };
+  const collect = (chunk: string): void => {
     log = (log + chunk).slice(-LOG_KEEP_CHARS);
-  });
+    for (const [key, pattern] of EVENT_PATTERNS) events[key] += chunk.match(pattern)?.length ?? 0;
+  };
+  for (const stream of [child.stdout!, child.stderr!]) {
+    stream.setEncoding('utf8');
+    stream.on('data', collect);
+  }
   child.once('exit', () => {
     exited = true;
   });
@@ -91,6 +132,7 @@ export async function startServerProcess(
     regionName: () =>
       readdirSync('/dev/shm').find((n) => n.startsWith(`ringserve-${child.pid}-`)) ?? null,
     crashed: () => exited && !stopping,
+    events: () => ({ ...events }),
     stop: () => {
       stopping = true;
       return stopProcess(child, 15_000);

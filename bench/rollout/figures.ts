@@ -188,9 +188,22 @@ function generatedTokensRate(
   return { metrics, engine };
 }
 
-function runNotes(run: ArmRun, m: Partial<ArmFigures>): string[] {
+function runNotes(run: ArmRun, w: Window, m: Partial<ArmFigures>): string[] {
   const { load, probe } = run;
   const notes: string[] = [];
+  const ev = run.clusterEvents;
+  if (ev.apiServerRestarts + ev.engineRestarts > 0) {
+    notes.push(
+      `the supervisor restarted ${ev.apiServerRestarts} API server(s) and ${ev.engineRestarts} ` +
+        `engine(s) that died (${ev.outOfMemory} reported "JavaScript heap out of memory")`,
+    );
+  }
+  const failed = w.healthStatus.filter((s) => s !== 200).length;
+  if (failed > 0) {
+    notes.push(
+      `${failed} of ${w.healthStatus.length} /health probes got no 200 (no answer or an error)`,
+    );
+  }
   if (m.gc_pct_wall === undefined) {
     const why = probe.metricsFailureSample === null ? '' : `: ${probe.metricsFailureSample}`;
     notes.push(`no per-server /metrics figures (${probe.metricsFailures} failed scrapes${why})`);
@@ -209,7 +222,7 @@ function runNotes(run: ArmRun, m: Partial<ArmFigures>): string[] {
 export function armFigures(run: ArmRun): ArmFigures {
   const w = windowOf(run);
   const m = metricsFigures(w);
-  const notes = runNotes(run, m);
+  const notes = runNotes(run, w, m);
   const gen = generatedTokensRate(run, w, notes);
   const tokens = w.tokens.reduce((a, t) => a + Math.max(0, t), 0);
   const bytes = w.bytes.reduce((a, b) => a + b, 0);

@@ -2,7 +2,7 @@ import { availableParallelism, cpus } from 'node:os';
 import { getPreset } from '../../src/engine/presets.js';
 import type { LoadProgress, ProbeProgress } from '../loadtest/messages.js';
 import { ProgressBar } from '../loadtest/progress.js';
-import { type ArmFigures, armFigures } from './figures.js';
+import { armFigures } from './figures.js';
 import { writeHtmlReport } from './html-report.js';
 import { parseRolloutArgs, type RolloutOptions, rolloutUsage } from './options.js';
 import {
@@ -12,7 +12,7 @@ import {
   METRICS_EVERY_MS,
   runArm,
 } from './run-arm.js';
-import { type ArmSeries, armSeries } from './series.js';
+import { armSeries } from './series.js';
 import { jsonLine, markdownTable, RATIO_PAIRS, ratioLine } from './table.js';
 
 /**
@@ -49,20 +49,11 @@ function liveDetail(load: LoadProgress | null, probe: ProbeProgress | null): str
   return `done ${done}, ${mb} MB in, /health ${health}`;
 }
 
-export async function runRolloutBench(argv: readonly string[]): Promise<number> {
-  if (argv.includes('--help') || argv.includes('-h')) {
-    process.stdout.write(`${rolloutUsage()}\n`);
-    return 0;
-  }
-  const options = parseRolloutArgs(argv, (model) => Math.min(...getPreset(model).eosTokenIds));
-  // Exit through process.exit, so the clusters this run started are stopped on the way out.
-  process.once('SIGINT', () => process.exit(130));
-  process.once('SIGTERM', () => process.exit(143));
+/** Runs the arms in order, each a fresh cluster, with a progress bar. */
+async function runArms(options: RolloutOptions): Promise<ArmRun[]> {
   const { profile, arms } = options;
-  const armMs = profile.armSeconds * 1000;
+  const armMs = (profile.warmupSeconds + profile.armSeconds) * 1000;
   const bar = new ProgressBar(arms.length * (armMs + ARM_OVERHEAD_MS));
-  const figures: ArmFigures[] = [];
-  const series: ArmSeries[] = [];
   const runs: ArmRun[] = [];
   for (const [i, arm] of arms.entries()) {
     const before = i * (armMs + ARM_OVERHEAD_MS);
@@ -73,14 +64,18 @@ export async function runRolloutBench(argv: readonly string[]): Promise<number> 
     );
     runs.push(run);
     const f = armFigures(run);
-    figures.push(f);
-    series.push(armSeries(run));
     bar.note(
       `${arm.name}: ${f.done_reqs} done, /health p99 ${f.health_p99_ms ?? 'n/a'} ms max ${f.health_max_ms ?? 'n/a'} ms, ` +
         `GC ${f.gc_pct_wall ?? 'n/a'} % of wall, heap peak ${f.main_heap_peak_mb ?? 'n/a'} MiB`,
     );
   }
   bar.done();
+  return runs;
+}
+
+/** The setup, the table, the ratios and notes, the report's path and the JSON line, on stdout. */
+async function report(options: RolloutOptions, runs: ArmRun[]): Promise<void> {
+  const figures = runs.map(armFigures);
   const setup = setupLines(options);
   const ratioLines = RATIO_PAIRS.map(([a, b]) => ratioLine(figures, a, b)).filter(
     (l): l is string => l !== null,
@@ -88,16 +83,24 @@ export async function runRolloutBench(argv: readonly string[]): Promise<number> 
   const out = [...setup.map((s) => `# ${s}`), '', markdownTable(figures), '', ...ratioLines];
   for (const f of figures) for (const note of f.notes) out.push(`note: ${f.name}: ${note}`);
   if (options.html) {
-    const path = await writeHtmlReport(
-      options.outDir,
-      { profile: profile.name, setup, ratioLines },
-      figures,
-      series,
-      { options, runs },
-    );
+    const meta = { profile: options.profile.name, setup, ratioLines };
+    const series = runs.map(armSeries);
+    const path = await writeHtmlReport(options.outDir, meta, figures, series, { options, runs });
     out.push(`HTML report: ${path}`);
   }
-  if (options.json) out.push(jsonLine(profile.name, figures));
+  if (options.json) out.push(jsonLine(options.profile.name, figures));
   process.stdout.write(`${out.join('\n')}\n`);
+}
+
+export async function runRolloutBench(argv: readonly string[]): Promise<number> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(`${rolloutUsage()}\n`);
+    return 0;
+  }
+  const options = parseRolloutArgs(argv, (model) => Math.min(...getPreset(model).eosTokenIds));
+  // Exit through process.exit, so the clusters this run started are stopped on the way out.
+  process.once('SIGINT', () => process.exit(130));
+  process.once('SIGTERM', () => process.exit(143));
+  await report(options, await runArms(options));
   return 0;
 }

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BenchChild } from '../loadtest/child.js';
-import { type BenchCluster, startCluster } from '../loadtest/cluster.js';
+import { type BenchCluster, type ClusterEvents, startCluster } from '../loadtest/cluster.js';
 import { RS_ERR_BENCH_CHILD_FAILED } from '../loadtest/errors.js';
 import type {
   LoadProgress,
@@ -47,6 +47,9 @@ export interface ArmRun {
   /** Mean decode ms per sampled body (empty when none were sampled). */
   clientParseMs: number[];
   clientParseProblems: string[];
+  /** Children the supervisor restarted during the arm, and the tail of the cluster's log. */
+  clusterEvents: ClusterEvents;
+  clusterLog: string;
 }
 
 export type ArmTicker = (
@@ -140,6 +143,8 @@ export async function runArm(
     const probe = (await probeResult).result as ProbeResult;
     await Promise.all(children.map((c) => c.stop()));
     await cluster.stop();
+    const clusterEvents = cluster.events();
+    const clusterLog = cluster.log();
     cluster = null;
     const parsed = await measureClientParse(load.sampledBodies, arm.legacy);
     return {
@@ -151,6 +156,8 @@ export async function runArm(
       probe,
       clientParseMs: parsed.msPerBody,
       clientParseProblems: parsed.problems,
+      clusterEvents,
+      clusterLog,
     };
   } finally {
     await Promise.all(children.map((c) => c.stop()));

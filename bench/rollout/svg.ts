@@ -36,12 +36,18 @@ function logTicks(lo: number, hi: number): number[] {
   return ticks;
 }
 
+/** Ticks at 1, 2 or 5 x 10^k, four to ten of them up to `hi`. */
 function linearTicks(hi: number): number[] {
-  const step = 10 ** Math.floor(Math.log10(hi || 1));
-  const n = Math.ceil(hi / step);
-  const stride = n > 5 ? Math.ceil(n / 5) * step : step;
+  const top = hi > 0 ? hi : 1;
+  let stride = 10 ** Math.floor(Math.log10(top));
+  for (const f of [0.1, 0.2, 0.5, 1]) {
+    if (top / (stride * f) <= 10) {
+      stride *= f;
+      break;
+    }
+  }
   const ticks: number[] = [];
-  for (let v = 0; v <= hi + 1e-9; v += stride) ticks.push(v);
+  for (let v = 0; v <= top * (1 + 1e-9); v += stride) ticks.push(Math.round(v * 1e6) / 1e6);
   return ticks;
 }
 

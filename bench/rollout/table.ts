@@ -30,7 +30,9 @@ const COLUMNS: readonly Column[] = [
   { head: 'ELD p99 / max ms', cell: (f) => `${fmt(f.eld_p99_ms)} / ${fmt(f.eld_max_ms)}` },
   {
     head: '/health p50 / p99 / max ms',
-    cell: (f) => trio(f.health_p50_ms, f.health_p99_ms, f.health_max_ms),
+    cell: (f) =>
+      trio(f.health_p50_ms, f.health_p99_ms, f.health_max_ms) +
+      (f.health_failures > 0 ? ` (${f.health_failures} failed)` : ''),
   },
   {
     head: 'update cycle p99 / max ms',

@@ -30,6 +30,8 @@ import { type TokenByteSource, tokenByteSource } from './output/detokenizer.js';
 import type { OutputEvents, OutputPath, ResponseIdentity } from './output-path.js';
 
 const POLL_MS = 1;
+/** Longest stretch of output processing before the baseline yields to its event loop. */
+const POLL_SLICE_MS = 10;
 
 /** One generated token, as a per-token-object frontend keeps it. */
 interface TokenOutput {
@@ -134,12 +136,23 @@ export class InlineOutputPath implements OutputPath {
     this.#timer = null;
   }
 
+  /**
+   * Drains what the engine wrote, a time slice at a time: with a backlog it yields to the event loop
+   * between slices (as vLLM's output handler awaits between engine outputs), so the baseline is not
+   * blocked longer than its own per-token work requires.
+   */
   #poll(): void {
     const c = this.#consumer;
+    const deadline = performance.now() + POLL_SLICE_MS;
     let any = false;
     while (c.next()) {
       any = true;
       if (c.type === RecordType.Step) this.#step(c);
+      if (performance.now() >= deadline) {
+        c.release();
+        setImmediate(() => this.#poll());
+        return;
+      }
     }
     if (any) c.release();
   }

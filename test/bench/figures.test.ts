@@ -78,6 +78,8 @@ function run(overrides: Partial<ProbeResult> = {}): ArmRun {
     probe,
     clientParseMs: [2, 4],
     clientParseProblems: [],
+    clusterEvents: { apiServerRestarts: 0, engineRestarts: 0, outOfMemory: 0 },
+    clusterLog: '',
   };
 }
 
@@ -115,7 +117,7 @@ describe('armFigures', () => {
     // Heap is 10 + (s mod 7) + k MiB: the window's peak is 10 + 6 + 1 at s = 6, 13 or 20.
     expect(f.main_heap_peak_mb).toBe(17);
     expect(f.rss_peak_mb).toBe(300);
-    expect(f.notes).toEqual([]);
+    expect(f.notes).toEqual(['1 of 400 /health probes got no 200 (no answer or an error)']);
   });
 
   it('falls back to the engine counter, with a note, where the metrics counter does not move', () => {
@@ -123,6 +125,16 @@ describe('armFigures', () => {
     const f = armFigures(run({ metrics }));
     expect(f.gen_tok_s).toBe(30_000);
     expect(f.notes.join()).toMatch(/did not move/);
+  });
+
+  it('says when the supervisor had to restart a process during the arm', () => {
+    const crashed = {
+      ...run(),
+      clusterEvents: { apiServerRestarts: 2, engineRestarts: 0, outOfMemory: 2 },
+    };
+    expect(armFigures(crashed).notes.join()).toMatch(
+      /restarted 2 API server\(s\) and 0 engine\(s\) that died \(2 reported "JavaScript heap out of memory"\)/,
+    );
   });
 
   it('leaves figures it cannot know as null, and says why', () => {
@@ -169,7 +181,7 @@ describe('the report text', () => {
     const table = markdownTable([objects, packed]).split('\n');
     expect(table).toHaveLength(4);
     expect(table[2]).toMatch(/^\| objects-mask /);
-    expect(table[3]).toMatch(/^\| packed-mask .*\| +1\.0 \/ 1\.0 \/ 100\.0 \|/);
+    expect(table[3]).toMatch(/^\| packed-mask .*\| +1\.0 \/ 1\.0 \/ 100\.0 \(1 failed\) \|/);
     const line = ratioLine([objects, packed], 'objects-mask', 'packed-mask');
     expect(line).toContain('gen tok/s 0.5x');
     expect(line).toContain('/health max 10x');
