@@ -92,6 +92,17 @@ export class RequestCoordinator implements OutputEvents {
       );
     }
     checkStopStrings(request.stop);
+    // Fields the contract accepts but this server cannot honour are refused, never silently dropped.
+    if (request.promptLogprobs !== null) {
+      throw new RS_ERR_REQ_INVALID_FIELD(
+        'sampling_params.prompt_logprobs',
+        'prompt logprobs are not produced by this server; send null',
+      );
+    }
+    if (request.priority !== 0 && this.#config.schedulingPolicy !== 'priority') {
+      // As vLLM: a priority is only meaningful with --scheduling-policy priority.
+      throw new RS_ERR_REQ_INVALID_FIELD('priority', 'needs --scheduling-policy priority');
+    }
     if (this.#draining) throw new RS_ERR_SERVER_DRAINING();
     if (!this.#engine.alive()) throw new RS_ERR_ENGINE_DEAD('no heartbeat from the engine core');
     const output = this.#output!;

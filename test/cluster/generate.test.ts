@@ -145,6 +145,12 @@ describe('generate on a 2-API-server cluster', () => {
       ],
       [{ token_ids: 'abc', sampling_params: {} }, 'token_ids'],
       [{ token_ids: [1] }, 'sampling_params'],
+      [{ token_ids: [1], sampling_params: { n: 2 } }, 'sampling_params.n'],
+      [
+        { token_ids: [1], sampling_params: { prompt_logprobs: 1 } },
+        'sampling_params.prompt_logprobs',
+      ],
+      [{ token_ids: [1], sampling_params: {}, priority: 3 }, 'priority'],
     ];
     for (const [payload, param] of cases) {
       const res = await request(`${cluster.url}/inference/v1/generate`, {
