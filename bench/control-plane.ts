@@ -10,8 +10,7 @@
  *   npm run bench:control -- [--json] [--cycles 50] [--concurrency 128] [--api-server-count 2]
  *                            [--interval-ms 300] [--speedup 1] [--max-tokens 4000]
  */
-import { type ChildProcess, fork, spawn } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Client, Pool } from 'undici';
 import { RS_ERR_CONFIG_INVALID } from '../src/errors.js';
@@ -22,9 +21,8 @@ import {
   STAT_RUNNING,
 } from '../src/shm/layout.js';
 import { openRegion, type Region } from '../src/shm/region.js';
+import { startCluster as startBenchCluster } from './loadtest/cluster.js';
 
-const CLI = fileURLToPath(new URL('../src/cli.js', import.meta.url));
-const READY = /serving .* on http:\/\/([^:]+):(\d+)/;
 const CALLS = ['pause', 'update_weights', 'resume'] as const;
 /**
  * Timed once per cycle on the same connection, before the pause, and reported beside the control
@@ -82,46 +80,22 @@ function parseArgs(argv: string[]): Args {
 
 interface RunningCluster {
   url: string;
-  child: ChildProcess;
   region: Region;
   stop(): Promise<void>;
 }
 
+/** A cluster from the benchmarks' shared starter, with its region mapped for the engine's stats. */
 async function startCluster(args: Args): Promise<RunningCluster> {
-  const child = spawn(
-    process.execPath,
-    [CLI, 'serve', '--host', '127.0.0.1', '--port', '0', '--log-level', 'warn']
-      .concat(['--api-server-count', String(args.apiServerCount)])
-      .concat(['--speedup', String(args.speedup)]),
-    { stdio: ['ignore', 'ignore', 'pipe'] },
+  const cluster = await startBenchCluster(
+    ['--api-server-count', String(args.apiServerCount), '--speedup', String(args.speedup)],
+    START_TIMEOUT_MS,
   );
-  let stderr = '';
-  child.stderr!.setEncoding('utf8');
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no cluster:\n${stderr}`)), START_TIMEOUT_MS);
-    child.stderr!.on('data', (chunk: string) => {
-      stderr += chunk;
-      const match = READY.exec(stderr);
-      if (match) {
-        clearTimeout(timer);
-        resolve(Number(match[2]));
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`cluster exited (${code}):\n${stderr}`)));
-  });
-  const name = readdirSync('/dev/shm').find((n) => n.startsWith(`ringserve-${child.pid}-`));
-  if (name === undefined) throw new Error('the cluster has no region in /dev/shm');
-  const stop = (): Promise<void> =>
-    new Promise((resolve) => {
-      if (child.exitCode !== null || child.signalCode !== null) return resolve();
-      const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-      child.once('exit', () => {
-        clearTimeout(timer);
-        resolve();
-      });
-      child.kill('SIGTERM');
-    });
-  return { url: `http://127.0.0.1:${port}`, child, region: openRegion(name), stop };
+  const name = cluster.regionName();
+  if (name === null) {
+    await cluster.stop();
+    throw new Error('the cluster has no region in /dev/shm');
+  }
+  return { url: cluster.url, region: openRegion(name), stop: () => cluster.stop() };
 }
 
 const engineStat = (region: Region, slot: number): number =>
