@@ -27,7 +27,7 @@ import type { Region } from '../shm/region.js';
 import { outputRingConsumer } from '../shm/region.js';
 import type { RingConsumer } from '../shm/ring.js';
 import { type TokenByteSource, tokenByteSource } from './output/detokenizer.js';
-import type { OutputEvents, OutputPath, ResponseIdentity } from './output-path.js';
+import type { ChoiceGroup, OutputEvents, OutputPath, ResponseIdentity } from './output-path.js';
 
 const POLL_MS = 1;
 /** Longest stretch of output processing before the baseline yields to its event loop. */
@@ -43,6 +43,12 @@ interface TokenOutput {
 
 interface InlineRequest {
   gen: number;
+  group: ChoiceGroup;
+  /** This sequence's choice index in its request. */
+  index: number;
+  /** How it finished (set when it did), for the response built once every choice has. */
+  finishName: FinishReasonName | null;
+  stopReason: number | string | null;
   /** Decoded text so far, kept only when the request has stop strings. */
   text: string | null;
   decoder: TextDecoder | null;
@@ -85,15 +91,20 @@ export class InlineOutputPath implements OutputPath {
   }
 
   open(
-    slot: number,
-    gen: number,
+    group: ChoiceGroup,
+    index: number,
     request: GenerateRequest,
     form: ResponseForm,
     id: ResponseIdentity,
   ): void {
+    const slot = group.slots[index]!;
     const stops = request.stop.length > 0;
     this.#requests[slot] = {
-      gen,
+      gen: group.gens[index]!,
+      group,
+      index,
+      finishName: null,
+      stopReason: null,
       text: stops ? '' : null,
       decoder: stops ? new TextDecoder() : null,
       form,
@@ -228,7 +239,7 @@ export class InlineOutputPath implements OutputPath {
     r.done = true;
     this.#metrics?.finished(slot, FinishReason.Stop, r.tokens.length);
     if (r.request.stream) this.#streamDelta(slot, r, 'stop', stop);
-    else this.#events.complete(slot, r.gen, this.#encode(r, 'stop', stop));
+    else this.#choiceDone(r, 'stop', stop);
     this.#events.stopped(slot, r.gen);
   }
 
@@ -244,20 +255,40 @@ export class InlineOutputPath implements OutputPath {
     this.#metrics?.finished(slot, finish, r.tokens.length);
     if (finish === FinishReason.Error) {
       const reason = rejectReasonMessage(i32[rec.at(StepColumn.RejectReason, j)]!);
-      this.#events.complete(
-        slot,
-        r.gen,
-        new RS_ERR_ENGINE_REQUEST_FAILED(r.identity.requestId, reason),
-      );
+      this.#choiceFailed(slot, r, new RS_ERR_ENGINE_REQUEST_FAILED(r.identity.requestId, reason));
     } else {
       const stopId = i32[rec.at(StepColumn.StopTokenId, j)]!;
       const name: FinishReasonName =
         finish === FinishReason.Stop ? 'stop' : finish === FinishReason.Length ? 'length' : 'abort';
       const stopReason = stopId >= 0 ? stopId : null;
       if (r.request.stream) this.#streamDelta(slot, r, name, stopReason);
-      else this.#events.complete(slot, r.gen, this.#encode(r, name, stopReason));
+      else this.#choiceDone(r, name, stopReason);
     }
     this.#events.released(slot, r.gen);
+  }
+
+  /** A choice finished; the response is built once every choice of the request has. */
+  #choiceDone(
+    r: InlineRequest,
+    finishName: FinishReasonName,
+    stopReason: number | string | null,
+  ): void {
+    r.finishName = finishName;
+    r.stopReason = stopReason;
+    const g = r.group;
+    if (g.failed || --g.remaining > 0) return;
+    this.#events.complete(g.slots[0]!, g.gens[0]!, this.#encode(g));
+  }
+
+  /** A choice failed: the request is answered with its error, and its other choices aborted. */
+  #choiceFailed(slot: number, r: InlineRequest, error: Error): void {
+    const g = r.group;
+    if (g.failed) return;
+    g.failed = true;
+    this.#events.complete(g.slots[0]!, g.gens[0]!, error);
+    for (let i = 0; i < g.slots.length; i++) {
+      if (g.slots[i] !== slot) this.#events.stopped(g.slots[i]!, g.gens[i]!);
+    }
   }
 
   /** One SSE event with the tokens not yet streamed (and the end of the stream when finished). */
@@ -314,7 +345,7 @@ export class InlineOutputPath implements OutputPath {
   ): ChoiceColumns {
     const p = r.request.params;
     return {
-      index: 0,
+      index: r.index,
       tokenIds: Int32Array.from(tokens, (t) => t.id),
       logprobs: p.logprobs ? Float32Array.from(tokens, (t) => t.logprob) : null,
       maskCounts: p.returnSamplingMask ? Int32Array.from(tokens, (t) => t.mask?.length ?? 0) : null,
@@ -335,26 +366,24 @@ export class InlineOutputPath implements OutputPath {
   }
 
   /** Builds the response from the per-token objects: columns from objects, then JSON.stringify. */
-  #encode(
-    r: InlineRequest,
-    finishReason: FinishReasonName,
-    stopReason: number | string | null,
-  ): Buffer {
-    const n = r.tokens.length;
-    const choice = this.#choice(r, r.tokens, r.routing, r.routingStart, finishReason, stopReason);
+  #encode(g: ChoiceGroup): Buffer {
+    const children = g.slots.map((slot) => this.#requests[slot]!);
+    const first = children[0]!;
     const res: GenerateResponseColumns = {
-      requestId: r.identity.requestId,
-      model: r.identity.model,
-      created: r.identity.created,
-      choices: [choice],
+      requestId: first.identity.requestId,
+      model: first.identity.model,
+      created: first.identity.created,
+      choices: children.map((r) =>
+        this.#choice(r, r.tokens, r.routing, r.routingStart, r.finishName, r.stopReason),
+      ),
       usage: {
-        promptTokens: r.request.promptTokenIds.length,
-        completionTokens: n,
+        promptTokens: first.request.promptTokenIds.length,
+        completionTokens: children.reduce((sum, r) => sum + r.tokens.length, 0),
         cachedTokens: null,
       },
-      kvTransferParams: r.request.kvTransferParams,
+      kvTransferParams: first.request.kvTransferParams,
     };
-    if (r.form === 'msgpack') return encodeGenerateResponse(res, 'msgpack');
-    return Buffer.from(stringifyGenerateResponse(res, r.form === 'legacy'));
+    if (first.form === 'msgpack') return encodeGenerateResponse(res, 'msgpack');
+    return Buffer.from(stringifyGenerateResponse(res, first.form === 'legacy'));
   }
 }

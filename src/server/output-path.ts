@@ -15,8 +15,24 @@ export interface ResponseIdentity {
   created: number;
 }
 
+/**
+ * The sequences of one request: n = 1 has one; `n > 1` fans out into n engine requests (vLLM v1's
+ * parallel sampling), answered together once every one has finished. Choice i is slots[i].
+ */
+export interface ChoiceGroup {
+  readonly slots: readonly number[];
+  readonly gens: readonly number[];
+  /** Sequences not yet finished. */
+  remaining: number;
+  /** One sequence failed: the request is answered with its error and the others are aborted. */
+  failed: boolean;
+}
+
 export interface OutputEvents {
-  /** The response for `slot` is complete and encoded (non-streaming), or failed in the engine. */
+  /**
+   * The response is complete and encoded (non-streaming), or failed; (slot, gen) name the request's
+   * first sequence.
+   */
   complete(slot: number, gen: number, result: Buffer | Error): void;
   /** Streaming: bytes to write (SSE events); `last` when the stream's final event is included. */
   stream(slot: number, gen: number, bytes: Buffer, last: boolean): void;
@@ -27,10 +43,13 @@ export interface OutputEvents {
 }
 
 export interface OutputPath {
-  /** Registers a request before its ADD record is written. */
+  /**
+   * Registers choice `index` of a request (its sequence in group.slots[index]) before its ADD
+   * record is written; `request.params` are that sequence's own (its child seed).
+   */
   open(
-    slot: number,
-    gen: number,
+    group: ChoiceGroup,
+    index: number,
     request: GenerateRequest,
     form: ResponseForm,
     id: ResponseIdentity,

@@ -10,6 +10,7 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply } from 'fastify';
 import type { RingserveConfig } from '../config.js';
+import { childSeed } from '../engine/child-seed.js';
 import {
   RS_ERR_ENGINE_DEAD,
   RS_ERR_REQ_INVALID_FIELD,
@@ -24,7 +25,7 @@ import { CONTENT_TYPE, type ResponseForm } from '../protocol/generate-response.j
 import { SSE_CONTENT_TYPE } from '../protocol/sse.js';
 import type { EngineClient } from './engine-client.js';
 import { checkStopStrings } from './output/slot-meta.js';
-import type { OutputEvents, OutputPath } from './output-path.js';
+import type { ChoiceGroup, OutputEvents, OutputPath } from './output-path.js';
 import { type InFlight, RequestTable } from './request-table.js';
 
 interface RequestState {
@@ -33,8 +34,8 @@ interface RequestState {
   readonly form: ResponseForm;
   readonly startMs: number;
   readonly promptTokens: number;
-  /** The engine confirmed the request is over. */
-  released: boolean;
+  /** The request's sequences (one per choice); the first names the request in OutputEvents. */
+  readonly group: ChoiceGroup;
 }
 
 export interface CompletedRequest {
@@ -85,10 +86,10 @@ export class RequestCoordinator implements OutputEvents {
 
   /** Accepts a validated request: the reply is answered later by complete() or stream(). */
   submit(request: GenerateRequest, reply: FastifyReply, headerId: string | undefined): void {
-    if (request.n !== 1) {
+    if (request.n > 1 && request.stream) {
       throw new RS_ERR_REQ_INVALID_FIELD(
         'sampling_params.n',
-        'only n = 1 is supported by this server',
+        'n > 1 is supported without stream only',
       );
     }
     checkStopStrings(request.stop);
@@ -112,37 +113,50 @@ export class RequestCoordinator implements OutputEvents {
       : (request.packed ?? this.#config.generateFormat === 'packed')
         ? 'packed'
         : 'legacy';
+    const group: ChoiceGroup = { slots: [], gens: [], remaining: request.n, failed: false };
     const state: RequestState = {
       reply,
       stream: request.stream,
       form,
       startMs: performance.now(),
       promptTokens: request.promptTokenIds.length,
-      released: false,
+      group,
     };
-    const entry = this.table.take(requestId, state);
-    if (entry === null) throw new RS_ERR_SERVER_QUEUE_FULL(this.table.capacity);
-    const { slot, gen } = entry;
-    this.#timeline?.arrive(slot);
-    const model = request.model ?? this.#config.servedModelName;
-    output.open(slot, gen, request, form, {
+    const entries = this.#take(requestId, state, request.n);
+    const identity = {
       requestId,
-      model,
+      model: request.model ?? this.#config.servedModelName,
       created: Math.floor(Date.now() / 1000),
-    });
+    };
     try {
-      this.#engine.add({
-        slot,
-        slotGen: gen,
-        promptTokenIds: request.promptTokenIds,
-        params: request.params,
-        priority: request.priority,
-        cacheSalt: request.cacheSalt === null ? null : Buffer.from(request.cacheSalt, 'utf8'),
-        arrivalTimeMs: Date.now(),
-      });
+      for (let i = 0; i < entries.length; i++) {
+        const { slot, gen } = entries[i]!;
+        this.#timeline?.arrive(slot);
+        // vLLM v1's parallel sampling: choice i is its own sequence, seeded seed + i.
+        const child =
+          i === 0
+            ? request
+            : {
+                ...request,
+                params: { ...request.params, seed: childSeed(request.params.seed, i) },
+              };
+        output.open(group, i, child, form, identity);
+        this.#engine.add({
+          slot,
+          slotGen: gen,
+          promptTokenIds: request.promptTokenIds,
+          params: child.params,
+          priority: request.priority,
+          cacheSalt: request.cacheSalt === null ? null : Buffer.from(request.cacheSalt, 'utf8'),
+          arrivalTimeMs: Date.now(),
+        });
+      }
     } catch (error) {
-      this.table.settle(slot);
-      this.#free(slot, gen);
+      // Sequences already added are aborted; their slots come back when the engine confirms.
+      for (const entry of entries) {
+        this.table.settle(entry.slot);
+        entry.released ? this.#free(entry.slot, entry.gen) : this.#engine.abort(entry.slot);
+      }
       if ((error as { code?: unknown }).code === 'RS_ERR_RING_FULL' && this.#ringFullWarning()) {
         this.#log?.warn((error as Error).message);
       }
@@ -150,21 +164,54 @@ export class RequestCoordinator implements OutputEvents {
     }
     if (request.stream) this.#startStream(reply);
     // A client that leaves before its answer aborts the request in the engine.
+    const first = entries[0]!;
     reply.raw.once('close', () => {
-      const current = this.table.get(slot);
-      if (current?.gen === gen && !current.settled) {
-        this.table.settle(slot);
-        this.#engine.abort(slot);
+      const current = this.table.get(first.slot);
+      if (current?.gen === first.gen && !current.settled) {
+        this.#settleGroup(group);
+        this.#abortGroup(group);
         this.#logFinished(current, 499, 'abort');
       }
     });
   }
 
+  /** Takes n slots for one request, or none (429) when fewer are free. */
+  #take(requestId: string, state: RequestState, n: number): InFlight<RequestState>[] {
+    const entries: InFlight<RequestState>[] = [];
+    for (let i = 0; i < n; i++) {
+      const entry = this.table.take(requestId, state);
+      if (entry === null) {
+        for (const taken of entries) {
+          this.table.settle(taken.slot);
+          this.table.release(taken.slot);
+        }
+        throw new RS_ERR_SERVER_QUEUE_FULL(this.table.capacity);
+      }
+      entries.push(entry);
+      (state.group.slots as number[]).push(entry.slot);
+      (state.group.gens as number[]).push(entry.gen);
+    }
+    return entries;
+  }
+
+  #settleGroup(group: ChoiceGroup): void {
+    for (const slot of group.slots) this.table.settle(slot);
+  }
+
+  #abortGroup(group: ChoiceGroup): void {
+    for (let i = 0; i < group.slots.length; i++) {
+      const entry = this.table.get(group.slots[i]!);
+      if (entry !== undefined && entry.gen === group.gens[i] && !entry.released) {
+        this.#engine.abort(entry.slot);
+      }
+    }
+  }
+
   /** Aborts the in-flight request with this id, if this server has it; true if it did. */
   abortById(requestId: string): boolean {
     const entry = this.table.byRequestId(requestId);
-    if (entry === undefined || entry.state.released) return false;
-    this.#engine.abort(entry.slot);
+    if (entry === undefined) return false;
+    this.#abortGroup(entry.state.group);
     return true;
   }
 
@@ -173,9 +220,10 @@ export class RequestCoordinator implements OutputEvents {
   complete(slot: number, gen: number, result: Buffer | Error): void {
     const entry = this.table.get(slot);
     if (entry === undefined || entry.gen !== gen) return;
+    const group = entry.state.group;
     if (!entry.settled) {
       const { reply, startMs } = entry.state;
-      this.table.settle(slot);
+      this.#settleGroup(group);
       if (result instanceof Error) {
         const body = toErrorBody(result);
         if (entry.state.stream) this.#endStreamWithError(reply, body);
@@ -192,7 +240,7 @@ export class RequestCoordinator implements OutputEvents {
         ok,
       });
     }
-    this.#maybeFree(slot, gen);
+    for (let i = 0; i < group.slots.length; i++) this.#maybeFree(group.slots[i]!, group.gens[i]!);
   }
 
   stream(slot: number, gen: number, bytes: Buffer, last: boolean): void {
@@ -208,14 +256,14 @@ export class RequestCoordinator implements OutputEvents {
 
   stopped(slot: number, gen: number): void {
     const entry = this.table.get(slot);
-    if (entry === undefined || entry.gen !== gen || entry.state.released) return;
+    if (entry === undefined || entry.gen !== gen || entry.released) return;
     this.#engine.abort(slot);
   }
 
   released(slot: number, gen: number): void {
     const entry = this.table.get(slot);
     if (entry === undefined || entry.gen !== gen) return;
-    entry.state.released = true;
+    entry.released = true;
     this.#maybeFree(slot, gen);
   }
 
@@ -225,10 +273,9 @@ export class RequestCoordinator implements OutputEvents {
   engineDown(): void {
     this.#engine.setUp(false);
     const error = new RS_ERR_ENGINE_DEAD('the engine core died; retry once /health answers 200');
-    for (const entry of [...this.table.slots()]) {
-      entry.state.released = true;
-      this.complete(entry.slot, entry.gen, error);
-    }
+    const entries = [...this.table.slots()];
+    for (const entry of entries) entry.released = true;
+    for (const entry of entries) this.complete(entry.slot, entry.gen, error);
     this.#output?.engineDown();
   }
 
@@ -244,7 +291,7 @@ export class RequestCoordinator implements OutputEvents {
     for (const entry of [...this.table.slots()]) {
       if (!entry.settled) {
         this.complete(entry.slot, entry.gen, new RS_ERR_SERVER_DRAINING());
-        this.#engine.abort(entry.slot);
+        this.#abortGroup(entry.state.group);
       }
     }
   }
@@ -279,7 +326,7 @@ export class RequestCoordinator implements OutputEvents {
   #maybeFree(slot: number, gen: number): void {
     const entry = this.table.get(slot);
     if (entry === undefined || entry.gen !== gen) return;
-    if (entry.settled && entry.state.released) this.#free(slot, gen);
+    if (entry.settled && entry.released) this.#free(slot, gen);
   }
 
   #free(slot: number, gen: number): void {

@@ -17,6 +17,8 @@ export interface InFlight<T> {
   readonly state: T;
   /** True once the client's response is complete (sent, failed, or the client left). */
   settled: boolean;
+  /** True once the engine confirmed this sequence is over (its final output arrived). */
+  released: boolean;
 }
 
 export class RequestTable<T> {
@@ -57,7 +59,7 @@ export class RequestTable<T> {
     const slot = this.#free[--this.#freeTop]!;
     const gen = this.#nextGen;
     this.#nextGen = this.#nextGen >= 0x7fff_fff0 ? 1 : this.#nextGen + 1;
-    const entry: InFlight<T> = { slot, gen, requestId, state, settled: false };
+    const entry: InFlight<T> = { slot, gen, requestId, state, settled: false, released: false };
     this.#entries[slot] = entry;
     this.#byId.set(requestId, slot);
     this.#active++;

@@ -17,7 +17,7 @@ import { OutputWorker } from './output/output-worker-handle.js';
 import { PackerPool } from './output/packer-pool.js';
 import { requestFailure } from './output/response-view.js';
 import { ResponseFormCode, SlotMetaTable } from './output/slot-meta.js';
-import type { OutputEvents, OutputPath, ResponseIdentity } from './output-path.js';
+import type { ChoiceGroup, OutputEvents, OutputPath, ResponseIdentity } from './output-path.js';
 
 const FORM_CODE: Readonly<Record<ResponseForm, ResponseFormCode>> = {
   packed: ResponseFormCode.Packed,
@@ -27,6 +27,7 @@ const FORM_CODE: Readonly<Record<ResponseForm, ResponseFormCode>> = {
 
 interface Pending {
   gen: number;
+  group: ChoiceGroup;
   form: ResponseForm;
   stream: boolean;
   identity: ResponseIdentity;
@@ -94,12 +95,14 @@ export class WorkerOutputPath implements OutputPath {
   }
 
   open(
-    slot: number,
-    gen: number,
+    group: ChoiceGroup,
+    index: number,
     request: GenerateRequest,
     form: ResponseForm,
     identity: ResponseIdentity,
   ): void {
+    const slot = group.slots[index]!;
+    const gen = group.gens[index]!;
     const p = request.params;
     this.#meta.write(slot, gen, {
       stream: request.stream,
@@ -115,9 +118,12 @@ export class WorkerOutputPath implements OutputPath {
       maxTokens: p.maxTokens,
       minTokens: p.minTokens,
       stop: request.stop,
+      choiceIndex: index,
+      choiceCount: group.slots.length,
     });
     this.#pending[slot] = {
       gen,
+      group,
       form,
       stream: request.stream,
       identity,
@@ -179,16 +185,25 @@ export class WorkerOutputPath implements OutputPath {
   #finished(slot: number, gen: number): void {
     const pending = this.#pending[slot];
     if (pending === undefined || pending.gen !== gen) return;
+    const group = pending.group;
+    const first = group.slots[0]!;
+    const firstGen = group.gens[0]!;
     const failure = requestFailure(this.#acc, slot, pending.identity.requestId);
     if (failure !== null) {
-      this.#events.complete(slot, gen, failure);
+      if (group.failed) return;
+      group.failed = true;
+      this.#events.complete(first, firstGen, failure);
+      // The request is answered: its other sequences need not run on.
+      for (let i = 0; i < group.slots.length; i++) {
+        if (group.slots[i] !== slot) this.#events.stopped(group.slots[i]!, group.gens[i]!);
+      }
       return;
     }
-    if (pending.stream) return;
+    if (pending.stream || group.failed || --group.remaining > 0) return;
     this.#packers
       .pack({
-        slots: [slot],
-        generations: [gen],
+        slots: group.slots,
+        generations: group.gens,
         form: pending.form,
         requestId: pending.identity.requestId,
         model: pending.identity.model,
@@ -196,8 +211,8 @@ export class WorkerOutputPath implements OutputPath {
         kvTransferParams: pending.kvTransferParams,
       })
       .then(
-        (body) => this.#events.complete(slot, gen, body),
-        (error: Error) => this.#events.complete(slot, gen, error),
+        (body) => this.#events.complete(first, firstGen, body),
+        (error: Error) => this.#events.complete(first, firstGen, error),
       );
   }
 }

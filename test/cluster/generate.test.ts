@@ -145,7 +145,7 @@ describe('generate on a 2-API-server cluster', () => {
       ],
       [{ token_ids: 'abc', sampling_params: {} }, 'token_ids'],
       [{ token_ids: [1] }, 'sampling_params'],
-      [{ token_ids: [1], sampling_params: { n: 2 } }, 'sampling_params.n'],
+      [{ token_ids: [1], sampling_params: { n: 2 }, stream: true }, 'sampling_params.n'],
       [
         { token_ids: [1], sampling_params: { prompt_logprobs: 1 } },
         'sampling_params.prompt_logprobs',

@@ -92,6 +92,23 @@ describe('inline baseline and worker path', () => {
     }
   });
 
+  it('n > 1 answers n choices, choice i being the request seeded seed + i, in both paths', async () => {
+    for (const cluster of [workers, inline]) {
+      for (const accept of ['json', 'msgpack'] as const) {
+        const r = await generate(cluster.url, body(31, {}, { n: 3 }), { accept });
+        expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2]);
+        let total = 0;
+        for (let i = 0; i < 3; i++) {
+          const single = arrays(await generate(cluster.url, body(31 + i)));
+          const choice = arrays({ ...r, choices: [r.choices[i]!] });
+          expect(choice).toEqual(single);
+          total += single.tokens.length;
+        }
+        expect(r.usage?.completionTokens).toBe(total);
+      }
+    }
+  });
+
   it('stop strings end the request at the token that completes them', async () => {
     const full = await generate(workers.url, body(21));
     const prefixes = texts(full.choices[0]!.tokenIds);
