@@ -128,6 +128,8 @@ export class RequestCoordinator implements OutputEvents {
       model: request.model ?? this.#config.servedModelName,
       created: Math.floor(Date.now() / 1000),
     };
+    const cacheSalt = request.cacheSalt === null ? null : Buffer.from(request.cacheSalt, 'utf8');
+    let added = 0;
     try {
       for (let i = 0; i < entries.length; i++) {
         const { slot, gen } = entries[i]!;
@@ -147,15 +149,19 @@ export class RequestCoordinator implements OutputEvents {
           promptTokenIds: request.promptTokenIds,
           params: child.params,
           priority: request.priority,
-          cacheSalt: request.cacheSalt === null ? null : Buffer.from(request.cacheSalt, 'utf8'),
+          cacheSalt,
           arrivalTimeMs: Date.now(),
         });
+        added++;
       }
     } catch (error) {
-      // Sequences already added are aborted; their slots come back when the engine confirms.
-      for (const entry of entries) {
-        this.table.settle(entry.slot);
-        entry.released ? this.#free(entry.slot, entry.gen) : this.#engine.abort(entry.slot);
+      // Sequences the engine has are aborted (their slots come back when it confirms); the others
+      // never reached it, so their slots are free at once.
+      for (let i = 0; i < entries.length; i++) {
+        const { slot, gen } = entries[i]!;
+        this.table.settle(slot);
+        if (i < added) this.#engine.abort(slot);
+        else this.#free(slot, gen);
       }
       if ((error as { code?: unknown }).code === 'RS_ERR_RING_FULL' && this.#ringFullWarning()) {
         this.#log?.warn((error as Error).message);
