@@ -1,14 +1,15 @@
 /**
  * The load side of bench/metrics-scrape.ts: start and stop a real cluster (`node dist/src/cli.js
- * serve` on an ephemeral port), and a load thread that keeps N RL-shaped generate requests in
+ * serve` on a free port), and a load thread that keeps N RL-shaped generate requests in
  * flight (top_p 0.97, top_k 512, logprobs, sampling masks, routing rows) until told to stop. The
  * load runs in its own thread so that reading its large responses never delays the scraper's timing.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+
 import { setMaxListeners } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { Pool } from 'undici';
+import { type BenchCluster, startCluster as startBenchCluster } from './loadtest/cluster.js';
 import { RS_ERR_BENCH_CHILD_FAILED, RS_ERR_BENCH_TIMEOUT } from './loadtest/errors.js';
 
 export interface ClusterOptions {
@@ -21,47 +22,15 @@ export interface ClusterOptions {
 
 // ---- the cluster ---------------------------------------------------------------------------------
 
-const CLI = fileURLToPath(new URL('../src/cli.js', import.meta.url));
-const READY = /serving .* on http:\/\/([^:]+):(\d+)/;
-const START_TIMEOUT_MS = 60_000;
-
-export function startCluster(args: ClusterOptions): Promise<{ child: ChildProcess; url: string }> {
-  const flags = ['serve', '--host', '127.0.0.1', '--port', '0', '--log-level', 'warn'];
-  flags.push('--api-server-count', String(args.apiServerCount), '--model', args.model);
+/** A cluster from the benchmarks' shared starter (fixed free port, exit tracking, bounded stop). */
+export function startCluster(args: ClusterOptions): Promise<BenchCluster> {
+  const flags = ['--api-server-count', String(args.apiServerCount), '--model', args.model];
   flags.push('--max-num-seqs', String(Math.max(256, args.concurrency)));
   if (args.maxSpeed) flags.push('--max-speed');
-  const child = spawn(process.execPath, [CLI, ...flags], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new RS_ERR_BENCH_TIMEOUT(`the cluster's start (${stderr})`, START_TIMEOUT_MS));
-    }, START_TIMEOUT_MS);
-    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
-      stderr += chunk;
-      const m = READY.exec(stderr);
-      if (m === null) return;
-      clearTimeout(timer);
-      resolve({ child, url: `http://127.0.0.1:${m[2]}` });
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new RS_ERR_BENCH_CHILD_FAILED('cluster', `exited with ${code}: ${stderr}`));
-    });
-  });
+  return startBenchCluster(flags, START_TIMEOUT_MS);
 }
 
-export function stopCluster(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-    child.once('exit', () => {
-      clearTimeout(timer);
-      resolve();
-    });
-    child.kill('SIGTERM');
-  });
-}
+const START_TIMEOUT_MS = 60_000;
 
 // ---- the load thread -----------------------------------------------------------------------------
 

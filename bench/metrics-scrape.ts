@@ -16,7 +16,7 @@
 import { Client } from 'undici';
 import { RS_ERR_CONFIG_INVALID } from '../src/errors.js';
 import { RS_ERR_BENCH_TIMEOUT } from './loadtest/errors.js';
-import { LoadThread, startCluster, stopCluster } from './metrics-scrape-load.js';
+import { LoadThread, startCluster } from './metrics-scrape-load.js';
 
 interface Args {
   json: boolean;
@@ -222,8 +222,9 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
-  const { child, url } = await startCluster(args);
-  const stopOnSignal = (): void => void stopCluster(child).then(() => process.exit(130));
+  const cluster = await startCluster(args);
+  const url = cluster.url;
+  const stopOnSignal = (): void => void cluster.stop().then(() => process.exit(130));
   process.once('SIGINT', stopOnSignal);
   let load: LoadThread | null = null;
   try {
@@ -274,7 +275,7 @@ async function main(): Promise<void> {
     }
   } finally {
     await load?.terminate();
-    await stopCluster(child);
+    await cluster.stop();
   }
 }
 

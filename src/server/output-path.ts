@@ -20,8 +20,8 @@ export interface ResponseIdentity {
  * parallel sampling), answered together once every one has finished. Choice i is slots[i].
  */
 export interface ChoiceGroup {
-  readonly slots: readonly number[];
-  readonly gens: readonly number[];
+  readonly slots: number[];
+  readonly gens: number[];
   /** Sequences not yet finished. */
   remaining: number;
   /** One sequence failed: the request is answered with its error and the others are aborted. */

@@ -194,8 +194,8 @@ export class RequestCoordinator implements OutputEvents {
         throw new RS_ERR_SERVER_QUEUE_FULL(this.table.capacity);
       }
       entries.push(entry);
-      (state.group.slots as number[]).push(entry.slot);
-      (state.group.gens as number[]).push(entry.gen);
+      state.group.slots.push(entry.slot);
+      state.group.gens.push(entry.gen);
     }
     return entries;
   }
