@@ -20,12 +20,9 @@ import {
   RING_HEAD,
   RING_TAIL,
   requestMetricsIndex,
-  SRV_HEAP_USED,
   SRV_HEARTBEAT,
-  SRV_IN_FLIGHT,
   SRV_LAST_BEAT_MS,
   SRV_PID,
-  SRV_RSS,
   serverBlockOffset,
 } from '../shm/layout.js';
 import { openRegion, type Region } from '../shm/region.js';
@@ -80,7 +77,7 @@ async function main(env: ChildEnv, log: Logger): Promise<void> {
     onLoopBlocked: (lateMs) => log.warn({ blocked_ms: Math.round(lateMs) }, 'event loop blocked'),
   });
   health.start();
-  const beat = startBeat(region, server, coordinator, output, log);
+  const beat = startBeat(region, server, output, log);
 
   let closing = false;
   const shutdown = async (timeoutMs: number): Promise<void> => {
@@ -110,13 +107,12 @@ async function main(env: ChildEnv, log: Logger): Promise<void> {
 }
 
 /**
- * The server's heartbeat and own figures in its server block, readable by any process that maps
- * the region (the supervisor's tests, the harness), and a warning while its output ring fills up.
+ * The server's heartbeat in its server block, and a warning while its output ring fills up. (Its
+ * heap, RSS and requests in flight are published by ProcessHealth into its health slots.)
  */
 function startBeat(
   region: Region,
   server: number,
-  coordinator: RequestCoordinator,
   output: OutputPath,
   log: Logger,
 ): NodeJS.Timeout {
@@ -126,9 +122,6 @@ function startBeat(
   const warnRing = rateLimit(10_000);
   const beat = setInterval(() => {
     const { f64, i32 } = region;
-    f64[(block + SRV_HEAP_USED) >> 3] = process.memoryUsage().heapUsed;
-    f64[(block + SRV_RSS) >> 3] = process.memoryUsage.rss();
-    f64[(block + SRV_IN_FLIGHT) >> 3] = coordinator.table.active;
     f64[(block + SRV_LAST_BEAT_MS) >> 3] = Date.now();
     Atomics.add(i32, (block + SRV_HEARTBEAT) >> 2, 1);
     const used =

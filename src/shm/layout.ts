@@ -135,9 +135,7 @@ export const SERVERS_START = ENGINE_HEALTH + HEALTH_SLOT_COUNT * 8; // 5504
 export const SRV_PID = 0; // i32
 export const SRV_HEARTBEAT = 4; // i32 counter
 export const SRV_LAST_BEAT_MS = 8; // f64
-export const SRV_HEAP_USED = 16; // f64, main thread's V8 heap in use (bytes), at each beat
-export const SRV_RSS = 24; // f64, process resident set size (bytes), at each beat
-export const SRV_IN_FLIGHT = 32; // f64, requests whose client is waiting, at each beat
+// Bytes 16..63 are reserved. (Heap, RSS and requests in flight are in the server's health slots.)
 export const SRV_METRICS = 64; // SRV_METRICS_SLOT_COUNT x f64, reserved for cluster-wide metrics
 export const SRV_METRICS_SLOT_COUNT = 8192;
 export const SERVER_BLOCK_BYTES = SRV_METRICS + SRV_METRICS_SLOT_COUNT * 8;

@@ -7,9 +7,9 @@ import { existsSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import {
   ENGINE_STATS,
-  SRV_HEAP_USED,
-  SRV_IN_FLIGHT,
-  serverBlockOffset,
+  HEALTH_HEAP_USED,
+  HEALTH_IN_FLIGHT,
+  healthIndex,
 } from '../../src/shm/layout.js';
 import { openRegion, type Region } from '../../src/shm/region.js';
 
@@ -79,9 +79,10 @@ export async function startCluster(args: string[] = [], timeoutMs = 30_000): Pro
     mapped ??= openRegion(regionNameOf(child.pid!));
     return mapped;
   };
-  const serverWord = (server: number, field: number): number => {
+  // What each API server publishes about itself (src/metrics/process-health.ts, every 100 ms).
+  const serverHealth = (server: number, slot: number): number => {
     const r = region();
-    return r.f64[(serverBlockOffset(r.params, server) + field) >> 3]!;
+    return r.f64[healthIndex(r.params, server) + slot]!;
   };
   return {
     url: `http://127.0.0.1:${port}`,
@@ -91,8 +92,8 @@ export async function startCluster(args: string[] = [], timeoutMs = 30_000): Pro
     pids: () => clusterPids(child.pid!),
     region,
     engineStat: (slot) => region().f64[(ENGINE_STATS >> 3) + slot]!,
-    serverHeap: (server) => serverWord(server, SRV_HEAP_USED),
-    serverInFlight: (server) => serverWord(server, SRV_IN_FLIGHT),
+    serverHeap: (server) => serverHealth(server, HEALTH_HEAP_USED),
+    serverInFlight: (server) => serverHealth(server, HEALTH_IN_FLIGHT),
     stop,
   };
 }
