@@ -10,10 +10,11 @@
  *
  *   npm run bench:engine -- [--json] [--seconds 3] [--preset qwen3-30b-a3b]
  */
-import { SimEngine } from '../src/engine/engine.js';
+
 import type { StepOutputs } from '../src/engine/step-outputs.js';
-import type { EngineRequest, SamplingParams } from '../src/engine/types.js';
 import { RS_ERR_CONFIG_INVALID } from '../src/errors.js';
+import { SimEngine } from '../src/sim/sim-engine.js';
+import type { EngineRequest, SamplingParams } from '../src/wire/types.js';
 
 const RUNNING = 256;
 const PROMPT_LEN = 512;

@@ -1,5 +1,6 @@
+#!/usr/bin/env node
 /**
- * Entry point of `npm run bench` (the before/after benchmark; `ringserve bench` runs the same):
+ * Entry point of `npm run bench` (the before/after benchmark; also installed as the `ringserve-bench` bin):
  *
  *   npm run bench -- [--profile quick|rl] [--arms objects-mask,packed-mask] [--json]
  *

@@ -11,8 +11,8 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { getPreset } from '../src/engine/presets.js';
 import { isRingserveError, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
+import { getPreset } from '../src/sim/presets.js';
 import { formatDuration } from './loadtest/progress.js';
 import {
   type CellResult,

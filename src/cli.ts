@@ -1,22 +1,21 @@
 #!/usr/bin/env node
 /**
- * `ringserve serve | bench | soak`. `serve` (what `npm start` runs) starts the supervisor, which
+ * `ringserve serve | soak`. `serve` (what `npm start` runs) starts the supervisor, which
  * forks the engine core and the API servers; flags are named like vLLM's (`--help` lists them).
  */
 import { formatHelp, isHelpRequested, parseArgs } from './cli-args.js';
 import { Supervisor } from './cluster/supervisor.js';
 import type { RingserveConfig } from './config.js';
 import { isRingserveError } from './errors.js';
-import { createLogger } from './metrics/log.js';
+import { createLogger } from './obs/log.js';
 
 const USAGE = `usage: ringserve <command> [flags]
 
 commands:
   serve   run the API servers and the engine core (default)
-  bench   the before/after benchmark, per-token objects vs ringserve (npm run bench; --help)
   soak    not built yet: the long-running soak test
 
-'ringserve serve --help' lists the server's flags.`;
+'ringserve serve --help' lists the server's flags; the before/after benchmark is\n'ringserve-bench' (npm run bench).`;
 
 async function serve(argv: readonly string[]): Promise<number> {
   if (isHelpRequested(argv)) {
@@ -72,9 +71,10 @@ async function main(argv: readonly string[]): Promise<number> {
     return 0;
   }
   if (command === 'bench') {
-    // Loaded only here: the benchmark brings its own dependencies (undici) and never runs in serve.
-    const { runRolloutBench } = await import('../bench/rollout/main.js');
-    return runRolloutBench(rest);
+    console.error(
+      'ringserve bench: the benchmark is its own program: `ringserve-bench` or `npm run bench`.',
+    );
+    return 2;
   }
   if (command === 'soak') {
     console.error(`ringserve ${command}: not built yet in this version.`);

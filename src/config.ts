@@ -1,6 +1,6 @@
 import { availableParallelism } from 'node:os';
-import { getPreset, PRESET_NAMES } from './engine/presets.js';
 import { RS_ERR_CONFIG_INVALID } from './errors.js';
+import { getModelCard, MODEL_NAMES, type ModelCard } from './wire/model-card.js';
 
 /**
  * ringserve's one configuration object. Every field is a row of CONFIG_FIELDS: flag (named like
@@ -68,7 +68,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'host', flag: '--host', kind: 'string', default: '0.0.0.0', help: 'address to listen on' },
   { key: 'port', flag: '--port', kind: 'int', default: 8000, min: 0, max: 65535, help: 'TCP port (0 = any free port)' },
   { key: 'apiServerCount', flag: '--api-server-count', kind: 'int', default: 1, min: 1, max: 32, help: 'API-server processes sharing the port' },
-  { key: 'model', flag: '--model', kind: 'enum', default: 'qwen3-30b-a3b', choices: PRESET_NAMES, help: 'model preset the simulated engine imitates' },
+  { key: 'model', flag: '--model', kind: 'enum', default: 'qwen3-30b-a3b', choices: MODEL_NAMES, help: 'model preset the simulated engine imitates' },
   { key: 'servedModelName', flag: '--served-model-name', kind: 'string', default: null, derived: 'sim-<model>', help: 'model name clients must send and /v1/models lists' },
   { key: 'maxModelLen', flag: '--max-model-len', kind: 'int', default: null, min: 16, max: MAX_MODEL_LEN_CAP, derived: "the preset's", help: 'longest sequence (prompt + completion) in tokens' },
   { key: 'maxNumSeqs', flag: '--max-num-seqs', kind: 'int', default: 256, min: 1, max: 4096, help: 'most sequences running in one engine step' },
@@ -178,7 +178,7 @@ export function buildConfig(input: ConfigInput = {}): RingserveConfig {
 
 function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): void {
   const model = values.model as string;
-  const preset = getPreset(model);
+  const preset = getModelCard(model);
   values.servedModelName ??= `sim-${model}`;
   values.apiKey ??= null;
   values.adminApiKey ??= null;
@@ -195,7 +195,7 @@ function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): v
 }
 
 /** The preset's KV pool (counted in blocks of 16 tokens) expressed in blocks of this size. */
-function defaultNumGpuBlocks(preset: ReturnType<typeof getPreset>, blockSize: number): number {
+function defaultNumGpuBlocks(preset: ModelCard, blockSize: number): number {
   return Math.max(1, Math.floor((preset.defaultNumGpuBlocks * 16) / blockSize));
 }
 

@@ -1,5 +1,4 @@
 import { format } from 'node:util';
-import { SHM_ERROR_CODES, SHM_ERROR_MESSAGES, type ShmErrorCode } from './shm/errors.js';
 
 /**
  * Every error ringserve raises on purpose is made here, the way fastify's `@fastify/error` does it:
@@ -159,9 +158,38 @@ export const RS_ERR_ENGINE_REQUEST_FAILED = createError(
   500,
 );
 
-// Shared memory, rings and the native addon: src/shm/errors.ts owns their templates (the native
-// addon and worker threads load it without this module); they are registered here so that every
-// code has one registry, one status and one row in docs/errors.md.
+// Shared memory, rings and the native addon (src/shm/ raises them through shmError; the native
+// addon throws the same codes from C++), in the same registry as every other code.
+export const SHM_ERROR_MESSAGES = {
+  RS_ERR_ADDON_BUILD: 'the native addon could not be built: %s',
+  RS_ERR_ADDON_MISSING:
+    'the native addon %s is not built: run `npm ci` or `npm run build:addon` (%s)',
+  RS_ERR_SHM_OPEN: 'cannot open shared-memory region %s: %s',
+  RS_ERR_SHM_MMAP: 'cannot map shared-memory region %s: %s',
+  RS_ERR_SHM_EXISTS: 'shared-memory region %s already exists',
+  RS_ERR_SHM_NOT_FOUND: 'shared-memory region %s does not exist',
+  RS_ERR_SHM_NO_SPACE: 'no room in /dev/shm for region %s: %s',
+  RS_ERR_SHM_UNLINK: 'cannot unlink shared-memory region %s: %s',
+  RS_ERR_SHM_BAD_NAME: 'bad shared-memory region name %s',
+  RS_ERR_SHM_BAD_ARGUMENT: 'bad argument to a shared-memory call: %s',
+  RS_ERR_SHM_FUTEX: 'futex call failed: %s',
+  RS_ERR_SHM_BAD_MAGIC: 'region %s is not a ringserve region (magic 0x%s)',
+  RS_ERR_SHM_LAYOUT_VERSION: 'region %s has layout version %s, this build reads version %s',
+  RS_ERR_SHM_BAD_LAYOUT: 'bad region layout: %s',
+  RS_ERR_SHM_LOCK_TIMEOUT: 'control lock of region %s not acquired within %s ms (held by pid %s)',
+  RS_ERR_SHM_CONTROL_TIMEOUT: 'engine did not acknowledge control command %s within %s ms',
+  RS_ERR_RING_FULL: 'ring at offset %s: no room for a %s-byte record within %s ms',
+  RS_ERR_RING_RECORD_TOO_LARGE:
+    'a %s-byte record cannot fit a %s-byte ring (largest payload %s bytes)',
+  RS_ERR_RING_PEER_GONE: 'ring at offset %s: the %s (pid %s) is gone',
+  RS_ERR_RING_BAD_CAPACITY: 'ring capacity %s must be a power of two in [64, 2^30]',
+  RS_ERR_RING_BAD_TYPE: 'record type %s must be an integer in [1, 2^31-1] (0 marks padding)',
+  RS_ERR_RING_CORRUPT: 'ring at offset %s is corrupt: %s',
+} as const;
+
+export type ShmErrorCode = keyof typeof SHM_ERROR_MESSAGES;
+const SHM_ERROR_CODES = Object.keys(SHM_ERROR_MESSAGES) as ShmErrorCode[];
+
 const SHM_STATUS: Readonly<Partial<Record<ShmErrorCode, number>>> = {
   RS_ERR_RING_FULL: 503,
   RS_ERR_RING_PEER_GONE: 503,

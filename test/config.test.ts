@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { formatHelp, isHelpRequested, parseArgs } from '../src/cli-args.js';
 import { buildConfig, CONFIG_FIELDS, type RingserveConfig } from '../src/config.js';
-import { getPreset, PRESET_NAMES } from '../src/engine/presets.js';
 import { RingserveError } from '../src/errors.js';
+import { getPreset, PRESET_NAMES } from '../src/sim/presets.js';
 
 const NO_ENV = {};
 

@@ -212,10 +212,16 @@ describe('toErrorBody', () => {
     expect(toRingserveError(badJson).code).toBe('RS_ERR_REQ_INVALID_BODY');
 
     const fromShm = shmError('RS_ERR_RING_PEER_GONE', 128, 'consumer', 4242);
-    const mapped = toRingserveError(fromShm);
-    expect(mapped.code).toBe('RS_ERR_RING_PEER_GONE');
-    expect(mapped.statusCode).toBe(503);
-    expect(mapped.cause).toBe(fromShm);
+    expect(toRingserveError(fromShm)).toBe(fromShm);
+    expect(fromShm.statusCode).toBe(503);
+    // The native addon throws plain Errors carrying a registered code: mapped, cause kept.
+    const fromAddon = Object.assign(new Error('RS_ERR_SHM_OPEN: cannot open'), {
+      code: 'RS_ERR_SHM_OPEN',
+    });
+    const mapped = toRingserveError(fromAddon);
+    expect(mapped.code).toBe('RS_ERR_SHM_OPEN');
+    expect(mapped.statusCode).toBe(500);
+    expect(mapped.cause).toBe(fromAddon);
 
     const unknown = toRingserveError(new TypeError('x is undefined'));
     expect(unknown.code).toBe('RS_ERR_SERVER_INTERNAL');

@@ -1,5 +1,5 @@
 import { availableParallelism, cpus } from 'node:os';
-import { getPreset } from '../../src/engine/presets.js';
+import { getPreset } from '../../src/sim/presets.js';
 import type { LoadProgress, ProbeProgress } from '../loadtest/messages.js';
 import { ProgressBar } from '../loadtest/progress.js';
 import { armFigures } from './figures.js';
@@ -16,7 +16,7 @@ import { armSeries } from './series.js';
 import { jsonLine, markdownTable, RATIO_PAIRS, ratioLine } from './table.js';
 
 /**
- * `npm run bench` / `ringserve bench`: the before/after table of per-token objects vs ringserve,
+ * `npm run bench` / `ringserve-bench`: the before/after table of per-token objects vs ringserve,
  * every arm a fresh cluster under the identical load, in one run on one machine. Prints the setup,
  * the markdown table and the ratios on stdout (with --json, a last line `{"profile", "arms",
  * "ratios"}`), a progress bar on stderr, and writes the HTML report into bench/results/.

@@ -2,7 +2,7 @@ import { RS_ERR_CONFIG_INVALID } from '../../src/errors.js';
 import { ARM_NAMES, ARMS, type ArmDef, armByName } from './arms.js';
 
 /**
- * Profiles and flags of `npm run bench` (= `ringserve bench`). A profile fixes the load and the
+ * Profiles and flags of `npm run bench` (= `ringserve-bench`). A profile fixes the load and the
  * engine's time compression; flags override single figures. See README.md, "Performance".
  */
 export interface Profile {

@@ -4,9 +4,9 @@
  * record: a full prefill budget of routing rows plus every running sequence's outputs.
  */
 import type { RingserveConfig } from '../config.js';
-import { stepRecordBytes } from '../engine/messages.js';
-import { getPreset } from '../engine/presets.js';
 import type { LayoutParams } from '../shm/layout.js';
+import { stepRecordBytes } from '../wire/messages.js';
+import { expertIdBytes, getModelCard } from '../wire/model-card.js';
 
 // 32 MiB: a burst of 300 prompts of 16k tokens (19 MiB) is taken without waiting for the engine.
 const MIN_REQUEST_RING = 32 * 1024 * 1024;
@@ -21,9 +21,9 @@ function pow2AtLeast(bytes: number): number {
 }
 
 export function layoutParamsFor(config: RingserveConfig): LayoutParams {
-  const preset = getPreset(config.model);
-  const rowIds = preset.routingLayers * preset.expertsPerToken;
-  const idBytes = preset.numExperts > 256 ? 2 : 1;
+  const card = getModelCard(config.model);
+  const rowIds = card.routingLayers * card.expertsPerToken;
+  const idBytes = expertIdBytes(card);
   const largestAdd = 256 + config.maxModelLen * 4;
   const rows = config.maxNumBatchedTokens + config.maxNumSeqs;
   const largestStep = stepRecordBytes(

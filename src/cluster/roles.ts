@@ -58,7 +58,7 @@ export function childEnv(role: Role, region: string, config: RingserveConfig, se
 
 /** Entry points of the child processes, as compiled JS next to this file's compiled form. */
 export function entryPoint(role: Role): string {
-  const rel = role === 'engine' ? '../engine/core-process.js' : '../server/api-process.js';
+  const rel = role === 'engine' ? './engine-process.js' : './api-process.js';
   return fileURLToPath(new URL(rel, import.meta.url));
 }
 

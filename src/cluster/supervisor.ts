@@ -13,7 +13,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import cluster, { type Worker } from 'node:cluster';
 import { randomBytes } from 'node:crypto';
 import type { RingserveConfig } from '../config.js';
-import { createLogger, type Logger } from '../metrics/log.js';
+import { createLogger, type Logger } from '../obs/log.js';
 import { createRegion, type Region, removeStaleRegions, unlinkRegion } from '../shm/region.js';
 import { layoutParamsFor } from './layout-params.js';
 import { type ChildMessage, childEnv, entryPoint, type SupervisorMessage } from './roles.js';

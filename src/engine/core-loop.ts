@@ -39,12 +39,19 @@ import {
 import type { Region } from '../shm/region.js';
 import { engineDoorbell, outputRingProducer, requestRingConsumer } from '../shm/region.js';
 import type { RingConsumer, RingProducer } from '../shm/ring.js';
-import { ControlCommand, ControlResult, ControlServer } from './control-channel.js';
-import type { SimEngine } from './engine.js';
-import { RecordType, readAbortSlot, readAdd, readAddSlot, readAddSlotGen } from './messages.js';
+import { ControlCommand, ControlResult, ControlServer } from '../wire/control-channel.js';
+import {
+  RecordType,
+  readAbortSlot,
+  readAdd,
+  readAddSlot,
+  readAddSlotGen,
+} from '../wire/messages.js';
+import { expertIdBytes } from '../wire/model-card.js';
+import type { EngineStats } from '../wire/types.js';
+import type { EngineCore } from './engine-core.js';
 import { StepBatchWriter } from './step-batch-writer.js';
 import type { StepOutputs } from './step-outputs.js';
-import type { EngineStats } from './types.js';
 
 /** The longest the loop blocks on the doorbell before returning to the event loop. */
 const IDLE_WAIT_MS = 50;
@@ -67,7 +74,7 @@ export interface CoreLoopEvents {
 
 export class CoreLoop {
   readonly #region: Region;
-  readonly #engine: SimEngine;
+  readonly #engine: EngineCore;
   readonly #consumers: RingConsumer[];
   readonly #producers: (RingProducer | null)[];
   readonly #gens: Int32Array;
@@ -80,7 +87,7 @@ export class CoreLoop {
   /** The modelled duration of the last step, republished with a control command's stats. */
   #lastStepMs = 0;
 
-  constructor(region: Region, engine: SimEngine, events: CoreLoopEvents = {}) {
+  constructor(region: Region, engine: EngineCore, events: CoreLoopEvents = {}) {
     this.#region = region;
     this.#engine = engine;
     this.#events = events;
@@ -97,12 +104,12 @@ export class CoreLoop {
     }
     this.#gens = new Int32Array(servers * MAX_SLOTS_PER_SERVER);
     this.#out = engine.newStepOutputs();
-    const preset = engine.preset;
+    const model = engine.model;
     this.#writer = new StepBatchWriter(
       servers,
-      preset.routingLayers,
-      preset.expertsPerToken,
-      preset.numExperts > 256 ? 2 : 1,
+      model.routingLayers,
+      model.expertsPerToken,
+      expertIdBytes(model),
       OUTPUT_RING_WAIT_MS,
     );
     this.#control = new ControlServer(region);

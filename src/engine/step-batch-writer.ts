@@ -13,7 +13,7 @@ import {
   StepRecordView,
   stepRecordBytes,
   writeStepHeader,
-} from './messages.js';
+} from '../wire/messages.js';
 import type { StepOutputs } from './step-outputs.js';
 
 /** Routing runs longer than this many ids are copied with one TypedArray.set (a view per run). */

@@ -1,4 +1,4 @@
-import { FinishReason } from './types.js';
+import { FinishReason } from '../wire/types.js';
 
 /**
  * One step's outputs, columnar: output row i of the step is (server[i], slot[i], token[i], ...).

@@ -1,5 +1,5 @@
-import type { SamplingParams } from '../engine/types.js';
 import { RS_ERR_REQ_INVALID_BODY } from '../errors.js';
+import type { SamplingParams } from '../wire/types.js';
 import {
   type Body,
   describeValue,

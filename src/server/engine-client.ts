@@ -3,15 +3,7 @@
  * runs control commands, and reads the engine's heartbeat and stats from the shared region.
  * (vLLM v1 keeps this in core_client.py; the transport itself is src/shm/ring.ts.)
  */
-import { ControlClient } from '../engine/control-channel.js';
-import {
-  ABORT_BYTES,
-  type AddFields,
-  addRecordBytes,
-  RecordType,
-  writeAbort,
-  writeAdd,
-} from '../engine/messages.js';
+
 import { RS_ERR_ENGINE_DEAD, RS_ERR_RING_FULL } from '../errors.js';
 import {
   ENG_LAST_BEAT_MS,
@@ -23,6 +15,15 @@ import {
 import type { Region } from '../shm/region.js';
 import { requestRingProducer } from '../shm/region.js';
 import type { RingProducer } from '../shm/ring.js';
+import { ControlClient } from '../wire/control-channel.js';
+import {
+  ABORT_BYTES,
+  type AddFields,
+  addRecordBytes,
+  RecordType,
+  writeAbort,
+  writeAdd,
+} from '../wire/messages.js';
 
 /** The engine beats once per loop turn (<= 50 ms idle); this much silence means it is stuck. */
 export const HEARTBEAT_STALE_MS = 2_000;

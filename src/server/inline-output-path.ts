@@ -7,12 +7,8 @@
  */
 
 import { TextDecoder } from 'node:util';
-import { RecordType, StepColumn, StepRecordView } from '../engine/messages.js';
-import { getPreset } from '../engine/presets.js';
-import { rejectReasonMessage } from '../engine/reject.js';
-import { FinishReason } from '../engine/types.js';
 import { RS_ERR_ENGINE_REQUEST_FAILED } from '../errors.js';
-import { recorderFromEnvironment } from '../metrics/worker-metrics.js';
+import { recorderFromEnvironment } from '../obs/worker-metrics.js';
 import type { GenerateRequest } from '../protocol/generate-request.js';
 import type { ResponseForm } from '../protocol/generate-response.js';
 import { encodeGenerateResponse } from '../protocol/generate-response.js';
@@ -26,6 +22,10 @@ import { choiceObject, stringifyGenerateResponse } from '../protocol/response-ob
 import type { Region } from '../shm/region.js';
 import { outputRingConsumer } from '../shm/region.js';
 import type { RingConsumer } from '../shm/ring.js';
+import { RecordType, StepColumn, StepRecordView } from '../wire/messages.js';
+import { getModelCard } from '../wire/model-card.js';
+import { rejectReasonMessage } from '../wire/reject.js';
+import { FinishReason } from '../wire/types.js';
 import { type TokenByteSource, tokenByteSource } from './output/detokenizer.js';
 import type { ChoiceGroup, OutputEvents, OutputPath, ResponseIdentity } from './output-path.js';
 
@@ -72,7 +72,7 @@ export class InlineOutputPath implements OutputPath {
   readonly #events: OutputEvents;
   readonly #view = new StepRecordView();
   readonly #requests: (InlineRequest | undefined)[] = [];
-  /** vLLM's request metrics, as the output worker records them (src/metrics/request-recorder.ts). */
+  /** vLLM's request metrics, as the output worker records them (src/obs/request-recorder.ts). */
   readonly #metrics = recorderFromEnvironment(
     (slot) => this.#requests[slot]?.request.promptTokenIds.length ?? 0,
   );
@@ -85,7 +85,7 @@ export class InlineOutputPath implements OutputPath {
   constructor(region: Region, server: number, events: OutputEvents, presetName: string) {
     this.#consumer = outputRingConsumer(region, server);
     this.#events = events;
-    const preset = getPreset(presetName);
+    const preset = getModelCard(presetName);
     this.#tokenBytes = tokenByteSource(preset.name, preset.eosTokenIds);
     this.#scratch = new Uint8Array(this.#tokenBytes.maxTokenBytes);
   }

@@ -10,7 +10,6 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply } from 'fastify';
 import type { RingserveConfig } from '../config.js';
-import { childSeed } from '../engine/child-seed.js';
 import {
   RS_ERR_ENGINE_DEAD,
   RS_ERR_REQ_INVALID_FIELD,
@@ -18,11 +17,12 @@ import {
   RS_ERR_SERVER_QUEUE_FULL,
   toErrorBody,
 } from '../errors.js';
-import { type Logger, rateLimit } from '../metrics/log.js';
-import type { RequestTimeline } from '../metrics/request-timeline.js';
+import { type Logger, rateLimit } from '../obs/log.js';
+import type { RequestTimeline } from '../obs/request-timeline.js';
 import type { GenerateRequest } from '../protocol/generate-request.js';
 import { CONTENT_TYPE, type ResponseForm } from '../protocol/generate-response.js';
 import { SSE_CONTENT_TYPE } from '../protocol/sse.js';
+import { childSeed } from '../wire/child-seed.js';
 import type { EngineClient } from './engine-client.js';
 import { checkStopStrings } from './output/slot-meta.js';
 import type { ChoiceGroup, OutputEvents, OutputPath } from './output-path.js';

@@ -5,11 +5,11 @@
  * receives one message, whatever the number of tokens in it.
  */
 import type { RingserveConfig } from '../config.js';
-import { getPreset } from '../engine/presets.js';
 import type { GenerateRequest } from '../protocol/generate-request.js';
 import type { ResponseForm } from '../protocol/generate-response.js';
 import { outputRingOffset } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
+import { getModelCard } from '../wire/model-card.js';
 import { AccumulatorTable } from './output/accumulators.js';
 import { createArenaBuffer } from './output/block-arena.js';
 import type { OutputBatch } from './output/messages.js';
@@ -72,7 +72,7 @@ export class WorkerOutputPath implements OutputPath {
       threads: config.packerThreads,
     });
     const path = new WorkerOutputPath(meta, acc, packers, events);
-    const preset = getPreset(config.model);
+    const preset = getModelCard(config.model);
     path.#worker = await OutputWorker.start({
       ringSab: region.sab,
       ringOffset: outputRingOffset(region.params, server),

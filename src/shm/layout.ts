@@ -80,7 +80,7 @@ export const STAT_LAST_STEP_MS = 12; // gauge: modelled duration of the last ste
 export const STAT_PAUSED = 13; // gauge: 1 while paused
 // Totals of the engine processes before this one (a restarted engine starts its counters at 0): the
 // new engine adds its predecessor's final counters here before its first publish, under the
-// seqlock, so `carry + counter` never goes backwards across an engine restart (src/metrics/engine-carry.ts).
+// seqlock, so `carry + counter` never goes backwards across an engine restart (src/obs/engine-carry.ts).
 export const STAT_CARRY_PREEMPTIONS = 16;
 export const STAT_CARRY_PREFIX_QUERIES = 17;
 export const STAT_CARRY_PREFIX_HITS = 18;
@@ -108,7 +108,7 @@ export const CONTROL_BYTES = CTL_ACK_SEQ + CACHE_LINE_BYTES - CONTROL_BLOCK; // 
 export const ENGINE_HEALTH = CONTROL_BLOCK + CONTROL_BYTES; // 4992
 
 // ---- Process health: HEALTH_SLOT_COUNT f64 slots, relative to ENGINE_HEALTH or a server's SRV_HEALTH.
-// Written by the process's main thread (src/metrics/process-health.ts); gauges are the value at the
+// Written by the process's main thread (src/obs/process-health.ts); gauges are the value at the
 // last publish (every 100 ms), GC histograms count since the region was created (a restarted
 // process continues them), the GC max and event-loop figures cover the current process only.
 export const HEALTH_SLOT_COUNT = 64;
@@ -142,7 +142,7 @@ export const SERVER_BLOCK_BYTES = SRV_METRICS + SRV_METRICS_SLOT_COUNT * 8;
 /**
  * Request metrics of API server k (REQ_METRICS_SLOT_COUNT f64, RM_* below), written by its output
  * worker thread only. A restarted API server continues the totals it finds here, so the sum over
- * servers never goes backwards (src/metrics/request-recorder.ts).
+ * servers never goes backwards (src/obs/request-recorder.ts).
  */
 export const SRV_REQUEST_METRICS = SRV_METRICS;
 /** API server k's process health (HEALTH_* above), written by its main thread only. */

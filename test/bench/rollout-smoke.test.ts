@@ -62,10 +62,10 @@ describe('npm run bench (smoke profile)', () => {
     expect(readdirSync(outDir).filter((f) => f.endsWith('.raw.json'))).toHaveLength(1);
   }, 120_000);
 
-  it('is what `ringserve bench` runs, and refuses an unknown arm naming the flag', async () => {
-    const help = await run(process.execPath, ['dist/src/cli.js', 'bench', '--help'], { cwd: root });
+  it('is the `ringserve-bench` bin, and refuses an unknown arm naming the flag', async () => {
+    const help = await run(process.execPath, ['dist/bench/rollout.js', '--help'], { cwd: root });
     expect(help.stdout).toMatch(/--profile quick\|rl/);
-    const bad = await run(process.execPath, ['dist/src/cli.js', 'bench', '--arms', 'nope'], {
+    const bad = await run(process.execPath, ['dist/bench/rollout.js', '--arms', 'nope'], {
       cwd: root,
     }).catch((error: { code: number; stderr: string }) => error);
     expect((bad as { code: number }).code).toBe(2);

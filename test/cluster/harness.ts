@@ -79,7 +79,7 @@ export async function startCluster(args: string[] = [], timeoutMs = 30_000): Pro
     mapped ??= openRegion(regionNameOf(child.pid!));
     return mapped;
   };
-  // What each API server publishes about itself (src/metrics/process-health.ts, every 100 ms).
+  // What each API server publishes about itself (src/obs/process-health.ts, every 100 ms).
   const serverHealth = (server: number, slot: number): number => {
     const r = region();
     return r.f64[healthIndex(r.params, server) + slot]!;

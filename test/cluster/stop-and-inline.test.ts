@@ -4,8 +4,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type GenerateResult, generate, generateStream } from '../../src/client/index.js';
-import { getPreset } from '../../src/engine/presets.js';
 import { tokenByteSource } from '../../src/server/output/detokenizer.js';
+import { getPreset } from '../../src/sim/presets.js';
 import { type Cluster, startCluster } from './harness.js';
 
 const PROMPT = [5, 17, 300, 42, 7];

@@ -5,10 +5,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { StepColumn, StepRecordView } from '../../src/engine/messages.js';
 import { StepBatchWriter } from '../../src/engine/step-batch-writer.js';
 import { StepOutputs } from '../../src/engine/step-outputs.js';
-import { FinishReason } from '../../src/engine/types.js';
 import {
   createRegion,
   outputRingConsumer,
@@ -16,6 +14,8 @@ import {
   type Region,
   unlinkRegion,
 } from '../../src/shm/region.js';
+import { StepColumn, StepRecordView } from '../../src/wire/messages.js';
+import { FinishReason } from '../../src/wire/types.js';
 
 const LAYERS = 3;
 const TOPK = 2;

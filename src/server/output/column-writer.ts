@@ -9,7 +9,7 @@
 // the optimiser chose not to inline (seen as 1.6 MB per 100k tokens in the allocation probe). So
 // per-token calls carry only small integers: element indices (byte offsets / 4, which stay below
 // 2^30 for buffers under 4 GiB) and the record's views, and floats are read where they are stored.
-import type { RegionViews, StepRecordView } from '../../engine/messages.js';
+import type { RegionViews, StepRecordView } from '../../wire/messages.js';
 import { type AccumulatorTable, AccWord, COLUMN_COUNT, Column } from './accumulators.js';
 import { type BlockArena, CLASS_COUNT, classBytes, classForBytes } from './block-arena.js';
 import { RS_ERR_OUTPUT_BAD_STEP } from './errors.js';

@@ -3,9 +3,9 @@
 // stream deltas, posts one message per pass, reads main-thread messages synchronously between
 // passes, and sleeps on the ring's futex doorbell (bounded) when the ring is empty.
 import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads';
-import { RecordType } from '../../engine/messages.js';
-import { recorderFromEnvironment } from '../../metrics/worker-metrics.js';
+import { recorderFromEnvironment } from '../../obs/worker-metrics.js';
 import { RingConsumer } from '../../shm/ring.js';
+import { RecordType } from '../../wire/messages.js';
 import { AccumulatorTable } from './accumulators.js';
 import { BlockArena } from './block-arena.js';
 import { tokenByteSource } from './detokenizer.js';

@@ -2,8 +2,7 @@
 // views straight into the arena at the blocks the accumulator table names, nothing copied. A
 // handful of objects per response or per delta, never per token. Used by the packers and by the
 // output worker's stream encoder.
-import { rejectReasonMessage } from '../../engine/reject.js';
-import { FinishReason } from '../../engine/types.js';
+
 import { type RingserveError, RS_ERR_ENGINE_REQUEST_FAILED } from '../../errors.js';
 import type {
   ChoiceColumns,
@@ -11,6 +10,8 @@ import type {
   RoutingColumns,
   UsageFigures,
 } from '../../protocol/response-columns.js';
+import { rejectReasonMessage } from '../../wire/reject.js';
+import { FinishReason } from '../../wire/types.js';
 import { type AccumulatorTable, AccWord, Column, OutputError } from './accumulators.js';
 import { RS_ERR_OUTPUT_ARENA_FULL, RS_ERR_OUTPUT_BAD_STEP } from './errors.js';
 import { SlotFlag, type SlotMetaTable } from './slot-meta.js';

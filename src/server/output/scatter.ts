@@ -8,14 +8,14 @@
 // slot reused) are dropped without a handshake. A row of a generation the accumulators have not
 // seen yet starts that request.
 
+import type { ScatterMetrics } from '../../obs/request-recorder.js';
 import {
   type RegionViews,
   StepColumn,
   StepRecordView,
   stepRecordBytes,
-} from '../../engine/messages.js';
-import { FinishReason } from '../../engine/types.js';
-import type { ScatterMetrics } from '../../metrics/request-recorder.js';
+} from '../../wire/messages.js';
+import { FinishReason } from '../../wire/types.js';
 import {
   type AccumulatorTable,
   AccWord,

@@ -2,7 +2,7 @@
 // positions (everything that arrived in the pass coalesced), written straight from the arena into
 // one buffer for all of them, which the worker transfers to the main thread. The main thread only
 // slices it per request and writes the slices to the sockets.
-import { FinishReason } from '../../engine/types.js';
+
 import { JsonWriter } from '../../protocol/json-writer.js';
 import {
   writeStreamChunk,
@@ -10,6 +10,7 @@ import {
   writeStreamError,
   writeStreamUsageChunk,
 } from '../../protocol/sse.js';
+import { FinishReason } from '../../wire/types.js';
 import { type AccumulatorTable, AccWord, SlotState } from './accumulators.js';
 import type { StreamBytes } from './messages.js';
 import { type ResponseView, requestFailure } from './response-view.js';

@@ -1,6 +1,6 @@
 // The output side without threads: slot meta, accumulators, arena, a StepScatter and a
 // ResponseView over them, and `feed` to scatter hand-written STEP records.
-import { regionViews } from '../../../src/engine/messages.js';
+
 import { AccumulatorTable } from '../../../src/server/output/accumulators.js';
 import { BlockArena, createArenaBuffer } from '../../../src/server/output/block-arena.js';
 import { ByteLevelStandIn, type TokenByteSource } from '../../../src/server/output/detokenizer.js';
@@ -11,6 +11,7 @@ import {
   type SlotMetaFields,
   SlotMetaTable,
 } from '../../../src/server/output/slot-meta.js';
+import { regionViews } from '../../../src/wire/messages.js';
 import { type StepGeometry, type StepRow, TINY_GEOMETRY, writeStep } from './step-records.js';
 
 export interface Harness {

@@ -1,7 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeGenerateBody } from '../../../src/client/decode.js';
 import { SseParser, StreamAccumulator } from '../../../src/client/stream.js';
-import { RecordType } from '../../../src/engine/messages.js';
 import { AccumulatorTable, SlotState } from '../../../src/server/output/accumulators.js';
 import { createArenaBuffer } from '../../../src/server/output/block-arena.js';
 import type { OutputBatch } from '../../../src/server/output/messages.js';
@@ -16,6 +15,7 @@ import {
   unlinkRegion,
 } from '../../../src/shm/region.js';
 import type { RingProducer } from '../../../src/shm/ring.js';
+import { RecordType } from '../../../src/wire/messages.js';
 import { uniqueRegionName, until } from '../../shm/helpers.js';
 import { metaFields } from './harness.js';
 import { type StepRow, stepBytes, TINY_GEOMETRY, writeStep } from './step-records.js';

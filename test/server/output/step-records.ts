@@ -6,7 +6,7 @@ import {
   StepRecordView,
   stepRecordBytes,
   writeStepHeader,
-} from '../../../src/engine/messages.js';
+} from '../../../src/wire/messages.js';
 
 export interface StepRow {
   slot: number;

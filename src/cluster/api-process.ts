@@ -1,0 +1,141 @@
+/**
+ * Entry point of API server k (a node:cluster worker): maps the region, starts the output side
+ * (output worker + packer pool, or the inline baseline), builds the fastify app and listens on the
+ * shared port. Supervisor messages switch it between engine-up and engine-down, and drain it.
+ */
+
+import { createLogger, type Logger, rateLimit } from '../obs/log.js';
+import { ProcessHealth } from '../obs/process-health.js';
+import { RequestTimeline } from '../obs/request-timeline.js';
+import { shareRequestMetrics } from '../obs/worker-metrics.js';
+import { createOutputPath } from '../server/create-output-path.js';
+import { EngineClient } from '../server/engine-client.js';
+import { buildApp } from '../server/http/app.js';
+import type { OutputPath } from '../server/output-path.js';
+import { RequestCoordinator } from '../server/request-coordinator.js';
+import {
+  healthIndex,
+  outputRingOffset,
+  RING_HEAD,
+  RING_TAIL,
+  requestMetricsIndex,
+  SRV_HEARTBEAT,
+  SRV_LAST_BEAT_MS,
+  SRV_PID,
+  serverBlockOffset,
+} from '../shm/layout.js';
+import { openRegion, type Region } from '../shm/region.js';
+import { getModelCard } from '../wire/model-card.js';
+import { type ChildEnv, readChildEnv, type SupervisorMessage, sendToParent } from './roles.js';
+
+/** How often an API server publishes its heartbeat and own figures into its server block. */
+const SERVER_BEAT_MS = 100;
+/** An output ring fuller than this is worth a warning: the engine will soon wait on this server. */
+const OUTPUT_RING_WARN_FRACTION = 0.75;
+
+async function main(env: ChildEnv, log: Logger): Promise<void> {
+  const { region: name, config, server } = env;
+  process.title = `ringserve-api-${server}`;
+  const region = openRegion(name);
+  const block = serverBlockOffset(region.params, server);
+  Atomics.store(region.i32, (block + SRV_PID) >> 2, process.pid);
+  const engine = new EngineClient(region, server);
+  // The output worker records request metrics into this server's slots of the region and the
+  // timeline; it finds them in its environment data, so they are shared before it starts.
+  const timeline = new RequestTimeline(config.maxQueueLen);
+  shareRequestMetrics({
+    metricsSab: region.sab,
+    metricsIndex: requestMetricsIndex(region.params, server),
+    timelineSab: timeline.sab,
+    maxModelLen: config.maxModelLen,
+  });
+  const coordinator = new RequestCoordinator(config, engine, { timeline, log });
+  const output = await createOutputPath(config, region, server, coordinator);
+  coordinator.attach(output);
+  const preset = getModelCard(config.model);
+  const app = buildApp({
+    config,
+    engine,
+    coordinator,
+    startedAt: Date.now(),
+    log: (line) => log.error(line),
+    requestOptions: {
+      vocabSize: preset.vocabSize,
+      maxModelLen: config.maxModelLen,
+      defaultReturnSamplingMask: config.returnSamplingMask,
+      defaultReturnRoutedExperts: config.returnRoutedExperts,
+    },
+    broadcastAbort: (ids) => sendToParent({ type: 'abort-ids', ids, from: server }),
+  });
+  const health = new ProcessHealth(region.f64, healthIndex(region.params, server), {
+    inFlight: () => coordinator.table.active,
+    packerQueue: () => output.queueDepth(),
+    onLoopBlocked: (lateMs) => log.warn({ blocked_ms: Math.round(lateMs) }, 'event loop blocked'),
+  });
+  health.start();
+  const beat = startBeat(region, server, output, log);
+
+  let closing = false;
+  const shutdown = async (timeoutMs: number): Promise<void> => {
+    if (closing) return;
+    closing = true;
+    clearInterval(beat);
+    await coordinator.drain(timeoutMs);
+    await app.close();
+    await output.close();
+    health.stop();
+    process.exit(0);
+  };
+  process.on('message', (message: SupervisorMessage) => {
+    if (message.type === 'engine-down') coordinator.engineDown();
+    else if (message.type === 'engine-up') coordinator.engineUp();
+    else if (message.type === 'abort-ids') for (const id of message.ids) coordinator.abortById(id);
+    else if (message.type === 'drain') void shutdown(message.timeoutMs);
+  });
+  process.on('SIGTERM', () => void shutdown(config.drainTimeoutS * 1000));
+  process.on('SIGINT', () => void shutdown(config.drainTimeoutS * 1000));
+
+  await app.listen({ host: config.host, port: config.port });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : config.port;
+  log.info({ port, output_processing: config.outputProcessing }, 'API server listening');
+  sendToParent({ type: 'ready', role: 'api', server, port });
+}
+
+/**
+ * The server's heartbeat in its server block, and a warning while its output ring fills up. (Its
+ * heap, RSS and requests in flight are published by ProcessHealth into its health slots.)
+ */
+function startBeat(
+  region: Region,
+  server: number,
+  output: OutputPath,
+  log: Logger,
+): NodeJS.Timeout {
+  const block = serverBlockOffset(region.params, server);
+  const ring = outputRingOffset(region.params, server);
+  const capacity = region.params.outputRingBytes;
+  const warnRing = rateLimit(10_000);
+  const beat = setInterval(() => {
+    const { f64, i32 } = region;
+    f64[(block + SRV_LAST_BEAT_MS) >> 3] = Date.now();
+    Atomics.add(i32, (block + SRV_HEARTBEAT) >> 2, 1);
+    const used =
+      (Atomics.load(i32, (ring + RING_HEAD) >> 2) - Atomics.load(i32, (ring + RING_TAIL) >> 2)) | 0;
+    if (used > capacity * OUTPUT_RING_WARN_FRACTION && warnRing()) {
+      log.warn(
+        { used_bytes: used, capacity_bytes: capacity, packer_queue: output.queueDepth() },
+        'output ring filling up: the output worker is behind the engine',
+      );
+    }
+  }, SERVER_BEAT_MS);
+  beat.unref();
+  return beat;
+}
+
+const env = readChildEnv();
+const log = createLogger(env.config.logLevel, { name: 'ringserve-api', api_server: env.server });
+main(env, log).catch((error: unknown) => {
+  log.fatal({ err: error }, 'API server failed to start');
+  process.exit(1);
+});

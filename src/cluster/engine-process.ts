@@ -1,0 +1,100 @@
+/**
+ * Entry point of the engine-core process (forked by the supervisor). It maps the cluster's region,
+ * builds the simulated engine from the validated config and runs the core loop until told to stop.
+ * A crash here is engine-dead: the supervisor tells the API servers and starts a new engine.
+ */
+
+import type { RingserveConfig } from '../config.js';
+import { CoreLoop } from '../engine/core-loop.js';
+import { carryEngineCounters } from '../obs/engine-carry.js';
+import { createLogger } from '../obs/log.js';
+import { ProcessHealth } from '../obs/process-health.js';
+import { healthIndex } from '../shm/layout.js';
+import { openRegion } from '../shm/region.js';
+import type { EngineConfig } from '../sim/engine-config.js';
+import { SimEngine } from '../sim/sim-engine.js';
+import { readChildEnv, type SupervisorMessage, sendToParent } from './roles.js';
+
+/** A loop turn (one engine step, or one bounded idle wait) longer than this is logged as slow. */
+const SLOW_TURN_MS = 1_000;
+
+function engineConfigFrom(config: RingserveConfig): EngineConfig {
+  return {
+    preset: config.model,
+    maxNumSeqs: config.maxNumSeqs,
+    maxNumBatchedTokens: config.maxNumBatchedTokens,
+    numGpuBlocks: config.numGpuBlocks,
+    blockSize: config.blockSize,
+    maxModelLen: config.maxModelLen,
+    seed: config.seed,
+    policy: config.schedulingPolicy,
+    lengthProfile: config.lengthProfile,
+    speedup: config.speedup,
+    maxSpeed: config.maxSpeed,
+  };
+}
+
+function main(): void {
+  process.title = 'ringserve-engine';
+  const { region: name, config } = readChildEnv();
+  const log = createLogger(config.logLevel, { name: 'ringserve-engine' });
+  const region = openRegion(name);
+  const engine = new SimEngine(engineConfigFrom(config));
+  // Before the loop publishes its first (zero) counters over a predecessor's final ones.
+  carryEngineCounters(region);
+  const loop = new CoreLoop(region, engine, {
+    serverFailed: (server, error) => {
+      log.error(
+        { api_server: server, err: error },
+        'output ring of an API server failed: its requests were dropped; restarting it',
+      );
+      // Its clients must not wait forever for outputs that will never come: the supervisor
+      // restarts that API server, which closes their connections.
+      sendToParent({ type: 'server-failed', server });
+    },
+    badRecord: (server, detail) =>
+      log.error({ api_server: server, detail }, 'bad record from an API server'),
+  });
+  const health = new ProcessHealth(region.f64, healthIndex(region.params, -1), {
+    blockedMs: SLOW_TURN_MS,
+    onLoopBlocked: (lateMs) =>
+      log.warn({ blocked_ms: Math.round(lateMs) }, 'slow engine step: the loop did not turn'),
+  });
+  health.start();
+  process.on('message', (message: SupervisorMessage) => {
+    if (message.type === 'server-down') {
+      loop.serverDown(message.server);
+      log.info({ api_server: message.server }, 'dropped the requests of a dead API server');
+      sendToParent({ type: 'server-reset', server: message.server });
+    }
+  });
+  const stop = (): void => loop.stop();
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  process.on('disconnect', stop);
+  const done = loop.run();
+  log.info(
+    {
+      model: config.model,
+      max_num_seqs: config.maxNumSeqs,
+      max_num_batched_tokens: config.maxNumBatchedTokens,
+      num_gpu_blocks: config.numGpuBlocks,
+      block_size: config.blockSize,
+      max_speed: config.maxSpeed,
+    },
+    'engine core running',
+  );
+  sendToParent({ type: 'ready', role: 'engine' });
+  done.then(
+    () => {
+      health.stop();
+      process.exit(0);
+    },
+    (error: unknown) => {
+      log.fatal({ err: error }, 'engine loop failed');
+      process.exit(1);
+    },
+  );
+}
+
+main();

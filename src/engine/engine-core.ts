@@ -1,0 +1,47 @@
+import type { ModelCard } from '../wire/model-card.js';
+import type { RejectReason } from '../wire/reject.js';
+import type { EngineRequest, EngineStats, StepTiming } from '../wire/types.js';
+import type { StepOutputs } from './step-outputs.js';
+
+/**
+ * What the engine-core process drives (core-loop.ts): an engine that takes requests, steps a
+ * continuous batch and reports each step's outputs in columns. The simulator (src/sim/) is one
+ * implementation; a bridge to a real engine is another. Everything is synchronous and called from
+ * the core loop alone: an engine whose work happens elsewhere (a GPU process behind a socket)
+ * queues what arrives and hands it over in step().
+ *
+ * Requests are keyed by (API server, slot); every output row names the pair it belongs to, and
+ * every request ends with exactly one row whose finish reason is not None (an abort or a reject
+ * included), after which the slot may be reused.
+ */
+export interface EngineCore {
+  /** The model behind the engine: the routing-row shape and EOS ids its outputs follow. */
+  readonly model: ModelCard;
+  /** True while the scheduler is paused (no new tokens; aborts and rejects still come out). */
+  readonly paused: boolean;
+  readonly weightVersion: number;
+
+  /** A StepOutputs shaped for this engine's routing rows, to pass to every step(). */
+  newStepOutputs(): StepOutputs;
+  add(request: EngineRequest): void;
+  /** Ends (server, slot) with an Error row at the next step, e.g. for an undecodable record. */
+  reject(server: number, slot: number, reason?: RejectReason): void;
+  /** Ends (server, slot) with an Abort row at the next step; a slot not in flight is ignored. */
+  abort(server: number, slot: number): void;
+  /** Drops every request of an API server that is gone, freeing their KV blocks, with no rows. */
+  abortServer(server: number): void;
+
+  pause(): void;
+  resume(): void;
+  /** Loads new weights and returns the weight version now in force. */
+  updateWeights(version?: number): number;
+  /** Empties the prefix cache; false (nothing done) while requests hold cached blocks. */
+  resetPrefixCache(): boolean;
+
+  /** Whether step() has anything to do: running or waiting requests, or pending rows. */
+  hasWork(): boolean;
+  /** Runs one step, writing its rows into `out`; the returned object is reused across steps. */
+  step(out: StepOutputs): StepTiming;
+  /** The figures the core loop publishes into the region's stats block. */
+  stats(into?: EngineStats): EngineStats;
+}

@@ -1,0 +1,76 @@
+/**
+ * The fastify instance of one API server: body parsers (JSON and msgpack), the contract's error body
+ * for every failure (never a 500 for bad input), 404 for unknown routes, and the routes (/metrics
+ * renders the whole cluster's figures from the shared region: src/obs/exposition.ts).
+ */
+import Fastify, { type FastifyInstance } from 'fastify';
+import { unpack } from 'msgpackr';
+import type { RingserveConfig } from '../../config.js';
+import { RS_ERR_HTTP_ROUTE_NOT_FOUND, RS_ERR_REQ_INVALID_BODY, toErrorBody } from '../../errors.js';
+import { ClusterMetrics } from '../../obs/exposition.js';
+import type { GenerateRequestOptions } from '../../protocol/generate-request.js';
+import type { RequestCoordinator } from '../request-coordinator.js';
+import { registerAuth } from './routes/auth.js';
+import { type ControlDeps, registerControlRoutes } from './routes/control.js';
+import { registerGenerateRoute } from './routes/generate.js';
+import { type HealthDeps, registerHealthRoutes } from './routes/health.js';
+import { registerMetricsRoute } from './routes/metrics.js';
+
+export interface AppDeps extends HealthDeps, ControlDeps {
+  config: RingserveConfig;
+  coordinator: RequestCoordinator;
+  requestOptions: GenerateRequestOptions;
+}
+
+export function buildApp(deps: AppDeps): FastifyInstance {
+  const app = Fastify({
+    logger: false,
+    bodyLimit: Math.floor(deps.config.bodyLimitMb * 1024 * 1024),
+    // Keep-alive connections of a router outlive any one request; HTTP/1.1 pipelining is not used.
+    keepAliveTimeout: 75_000,
+    forceCloseConnections: true,
+    return503OnClosing: true,
+  });
+  app.addContentTypeParser(
+    ['application/msgpack', 'application/x-msgpack'],
+    { parseAs: 'buffer' },
+    (_request, body, done) => {
+      try {
+        done(null, unpack(body as Buffer));
+      } catch (error) {
+        done(new RS_ERR_REQ_INVALID_BODY(`msgpack: ${(error as Error).message}`), undefined);
+      }
+    },
+  );
+  // A control call (POST /pause ...) often comes with `Content-Type: application/json` and no body;
+  // fastify's JSON parser would refuse it. An empty JSON body is "no body"; anything else is parsed by
+  // fastify's own parser (prototype-poisoning protection included).
+  const json = app.getDefaultJsonParser('error', 'error');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    if (body === '') done(null, undefined);
+    else json(request, body as string, done);
+  });
+  app.setErrorHandler((error, _request, reply) => {
+    const body = toErrorBody(error);
+    // 4xx and 503 are answers, counted in the metrics; only a 500 is a bug worth a stack trace.
+    if (body.error.code === 500) {
+      deps.log?.(`ringserve-api: ${(error as Error).stack ?? String(error)}`);
+    }
+    reply.code(body.error.code).send(body);
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const body = toErrorBody(new RS_ERR_HTTP_ROUTE_NOT_FOUND(request.method, request.url));
+    reply.code(404).send(body);
+  });
+  registerAuth(app, deps.config);
+  registerHealthRoutes(app, deps);
+  registerGenerateRoute(app, deps);
+  registerControlRoutes(app, deps);
+  const { engine, config } = deps;
+  registerMetricsRoute(
+    app,
+    new ClusterMetrics({ region: engine.region, config, engineStats: () => engine.stats() }),
+    engine.server,
+  );
+  return app;
+}

@@ -1,0 +1,39 @@
+/**
+ * POST /inference/v1/generate: validate (400 naming the field), check the model (404), hand the
+ * request to the coordinator. The answer comes later, as one finished Buffer or an SSE stream.
+ */
+import type { FastifyInstance } from 'fastify';
+import type { RingserveConfig } from '../../../config.js';
+import { RS_ERR_MODEL_NOT_FOUND } from '../../../errors.js';
+import {
+  type GenerateRequestOptions,
+  parseGenerateRequest,
+} from '../../../protocol/generate-request.js';
+import type { RequestCoordinator } from '../../request-coordinator.js';
+
+export interface GenerateDeps {
+  config: RingserveConfig;
+  coordinator: RequestCoordinator;
+  requestOptions: GenerateRequestOptions;
+}
+
+export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps): void {
+  const { config, coordinator, requestOptions } = deps;
+  app.post('/inference/v1/generate', async (request, reply) => {
+    const parsed = parseGenerateRequest(request.body, requestOptions);
+    if (
+      parsed.model !== null &&
+      parsed.model !== config.servedModelName &&
+      parsed.model !== config.model
+    ) {
+      throw new RS_ERR_MODEL_NOT_FOUND(parsed.model);
+    }
+    const header = request.headers['x-request-id'];
+    coordinator.submit(
+      parsed,
+      reply,
+      typeof header === 'string' && header !== '' ? header : undefined,
+    );
+    return reply;
+  });
+}

@@ -1,0 +1,43 @@
+/**
+ * Routes a router or orchestrator polls: /health, /liveness, /v1/models, /load. They read only
+ * in-process state and the engine's heartbeat word, so they answer at once under any load.
+ */
+import type { FastifyInstance } from 'fastify';
+import type { RingserveConfig } from '../../../config.js';
+import type { EngineClient } from '../../engine-client.js';
+import type { RequestCoordinator } from '../../request-coordinator.js';
+
+export interface HealthDeps {
+  config: RingserveConfig;
+  engine: EngineClient;
+  coordinator: RequestCoordinator;
+  startedAt: number;
+  log?: (line: string) => void;
+}
+
+export function registerHealthRoutes(app: FastifyInstance, deps: HealthDeps): void {
+  const { engine, coordinator, config } = deps;
+  app.get('/health', async (_request, reply) => {
+    const ok = engine.alive() && !coordinator.draining;
+    return reply.code(ok ? 200 : 503).send();
+  });
+  app.get('/liveness', async (_request, reply) => {
+    if (engine.alive()) return reply.send({ status: 'ok' });
+    return reply.code(503).send({ status: 'engine_unresponsive' });
+  });
+  app.get('/v1/models', async () => ({
+    object: 'list',
+    data: [
+      {
+        id: config.servedModelName,
+        object: 'model',
+        created: Math.floor(deps.startedAt / 1000),
+        owned_by: 'ringserve',
+        root: config.model,
+        parent: null,
+        max_model_len: config.maxModelLen,
+      },
+    ],
+  }));
+  app.get('/load', async () => ({ server_load: coordinator.table.active }));
+}

@@ -1,0 +1,63 @@
+import { RejectReason } from '../wire/reject.js';
+import type { EngineRequest, SamplingParams } from '../wire/types.js';
+import type { ResolvedEngineConfig } from './engine-config.js';
+
+const INT32_MAX = 0x7fffffff;
+
+/**
+ * The engine's own check of a request (the API server validates first; this is what keeps a bad
+ * record from a buggy or stale producer from hurting the engine). O(prompt length), no allocation.
+ */
+export function checkRequest(req: EngineRequest, cfg: ResolvedEngineConfig): RejectReason {
+  if (!isIndex(req.server) || !isIndex(req.slot)) return RejectReason.BadRoute;
+  const prompt = req.promptTokenIds;
+  if (!(prompt instanceof Int32Array) || prompt.length === 0) return RejectReason.PromptEmpty;
+  const p = req.params;
+  if (!paramsInRange(p)) return RejectReason.BadParams;
+  if (!Number.isFinite(req.priority) || !Number.isFinite(req.arrivalTimeMs)) {
+    return RejectReason.BadParams;
+  }
+  const total = prompt.length + p.maxTokens;
+  if (total > cfg.maxModelLen) return RejectReason.PromptTooLong;
+  const vocab = cfg.preset.vocabSize;
+  for (let i = 0; i < prompt.length; i++) {
+    const t = prompt[i] as number;
+    if (t < 0 || t >= vocab) return RejectReason.TokenOutOfRange;
+  }
+  // A request that cannot fit even alone would preempt itself forever (vLLM checks this at
+  // startup against max_model_len; here num_gpu_blocks may be set low on purpose).
+  if (Math.ceil(total / cfg.blockSize) > cfg.numGpuBlocks) return RejectReason.KvCacheTooSmall;
+  return RejectReason.None;
+}
+
+function isIndex(v: number): boolean {
+  return Number.isInteger(v) && v >= 0 && v <= INT32_MAX;
+}
+
+function paramsInRange(p: SamplingParams): boolean {
+  return (
+    p !== null &&
+    typeof p === 'object' &&
+    Number.isFinite(p.temperature) &&
+    p.temperature >= 0 &&
+    p.topP > 0 &&
+    p.topP <= 1 &&
+    Number.isInteger(p.topK) &&
+    p.topK >= 0 &&
+    p.minP >= 0 &&
+    p.minP <= 1 &&
+    (p.seed === null || Number.isSafeInteger(p.seed)) &&
+    Number.isInteger(p.maxTokens) &&
+    p.maxTokens >= 1 &&
+    Number.isInteger(p.minTokens) &&
+    p.minTokens >= 0 &&
+    p.minTokens <= p.maxTokens &&
+    p.stopTokenIds instanceof Int32Array &&
+    Number.isFinite(p.presencePenalty) &&
+    Number.isFinite(p.frequencyPenalty) &&
+    Number.isFinite(p.repetitionPenalty) &&
+    p.repetitionPenalty > 0 &&
+    Number.isInteger(p.routedExpertsPromptStart) &&
+    p.routedExpertsPromptStart >= 0
+  );
+}

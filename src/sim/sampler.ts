@@ -1,0 +1,208 @@
+import type { SamplingParams } from '../wire/types.js';
+import { CandidateSet, SORT_HORIZON_RANKS } from './candidates.js';
+import type { PositionShape, SimModel } from './model.js';
+import type { TokenCounts } from './token-counts.js';
+
+/** Below this temperature sampling is greedy (vLLM's _SAMPLING_EPS). */
+export const GREEDY_TEMPERATURE = 1e-5;
+
+/**
+ * Absolute logit of stream rank 0. Only the repetition penalty sees absolute logits (it divides
+ * positive ones and multiplies negative ones, as vLLM does); 20 sits in the range of a real LM
+ * head's top logit. Everything else works on logits relative to rank 0.
+ */
+export const TOP_LOGIT = 20;
+
+/**
+ * The sampler, in vLLM v1's order: penalties (repetition on prompt + output tokens, then frequency
+ * and presence on output tokens) -> min_tokens suppression of EOS and stop ids -> temperature ->
+ * min_p -> top_k -> top_p (on the renormalised top-k set) -> draw.
+ *
+ * Logprob: "processed" (vLLM's logprobs_mode=processed_logprobs): the log of the sampled token's
+ * probability under the distribution it was actually drawn from, i.e. after penalties,
+ * temperature and truncation, renormalised over the kept set. That is the behaviour policy's
+ * probability an RL trainer needs for importance ratios. Greedy draws from a point mass: logprob 0,
+ * kept set = {argmax}.
+ *
+ * Kept set (the sampling mask): the tokens top_k / top_p / min_p keep; keptCount is 0 when none of
+ * them is active (the whole vocabulary is kept: the contract's "no mask at this position").
+ */
+export class Sampler {
+  readonly candidates: CandidateSet;
+  readonly #model: SimModel;
+  /** Input, set before sample(): the primary EOS id's logit from the model (length shaping). */
+  eosLogit = 0;
+  /** Input, set before sample(): the uniform in [0, 1) for this (request seed, position). */
+  uniform = 0;
+  /** Output: the token drawn. */
+  token = -1;
+  /**
+   * Output: its processed logprob (see the class comment), in a one-slot typed array rather than
+   * a field: reading a double field from another object boxed it in the engine's loop (measured
+   * 5.8 bytes of garbage per token); a typed-array element never is.
+   */
+  readonly logprobOut = new Float64Array(1);
+  /** Output: size of the kept set, or 0 when no truncation applied. */
+  keptCount = 0;
+  #keptLogitFloor = Number.NEGATIVE_INFINITY;
+
+  /** @param sortHorizon see CandidateSet (tests lower it) */
+  constructor(model: SimModel, sortHorizon = SORT_HORIZON_RANKS) {
+    this.#model = model;
+    this.candidates = new CandidateSet(model, sortHorizon);
+  }
+
+  /** The last draw's logprob (convenience for tests; the engine reads logprobOut). */
+  get logprob(): number {
+    return this.logprobOut[0] as number;
+  }
+
+  /**
+   * Draws the next token. Doubles come in through `eosLogit` and `uniform` (fields, not
+   * arguments: see candidates.ts on boxing).
+   * @param counts the sequence's token counts when it asked for a penalty, else null
+   * @param suppressStops min_tokens not reached yet: EOS and stop ids get no mass
+   */
+  sample(
+    shape: PositionShape,
+    params: SamplingParams,
+    counts: TokenCounts | null,
+    suppressStops: boolean,
+  ): void {
+    const cs = this.candidates;
+    const model = this.#model;
+    cs.reset(shape);
+    let eosSeen = false;
+    if (counts !== null) eosSeen = this.#addPenalised(shape, params, counts, suppressStops);
+    const ev = cs.events;
+    if (!eosSeen && !suppressStops) {
+      ev.specialLogitIn = this.eosLogit;
+      ev.addSpecial(model.primaryEos);
+    }
+    if (suppressStops) this.#addStopHoles(shape, params.stopTokenIds, counts);
+    cs.finalize();
+    this.#decide(params);
+  }
+
+  /** Writes the kept set (keptCount ids, descending probability) into out from `at`. */
+  writeKept(out: Int32Array, at: number): void {
+    if (this.keptCount === 0) return;
+    const cs = this.candidates;
+    cs.limitCount = this.keptCount;
+    cs.limitLogit = this.#keptLogitFloor;
+    cs.limitMass = Number.POSITIVE_INFINITY;
+    cs.walk(out, at);
+  }
+
+  #decide(params: SamplingParams): void {
+    const cs = this.candidates;
+    const t = params.temperature;
+    if (t < GREEDY_TEMPERATURE) {
+      cs.temperature = 1;
+      cs.setTemperature();
+      this.token = cs.topId;
+      this.logprobOut[0] = 0;
+      this.keptCount = 1;
+      this.#keptLogitFloor = Number.NEGATIVE_INFINITY;
+      return;
+    }
+    cs.temperature = t;
+    cs.setTemperature();
+    // min_p keeps p >= min_p * p_max, i.e. logit >= top + T * ln(min_p).
+    cs.limitLogit = params.minP > 0 ? cs.topLogit + t * Math.log(params.minP) : -Infinity;
+    cs.limitCount = params.topK > 0 ? params.topK : Number.POSITIVE_INFINITY;
+    cs.limitMass = Number.POSITIVE_INFINITY;
+    if (params.topK > 0 || params.minP > 0) {
+      cs.walk(null, 0);
+    } else {
+      // Everything is kept so far: its mass in closed form, without walking the vocabulary.
+      cs.totalMass();
+      cs.walkCount = Number.POSITIVE_INFINITY;
+    }
+    let keptMass = cs.walkMass;
+    if (params.topP < 1) {
+      // vLLM keeps a token while the mass strictly above it is < top_p (of the top-k set).
+      cs.limitCount = cs.walkCount;
+      cs.limitMass = params.topP * keptMass;
+      cs.walk(null, 0);
+      keptMass = cs.walkMass;
+    }
+    const kept = cs.walkCount;
+    cs.limitCount = kept;
+    cs.limitMass = this.uniform * keptMass;
+    cs.walk(null, 0);
+    if (cs.walkCount === 0) {
+      this.token = cs.topId;
+      this.logprobOut[0] = -Math.log(keptMass);
+    } else {
+      this.token = cs.lastId;
+      this.logprobOut[0] = (cs.lastLogit - cs.topLogit) / t - Math.log(keptMass);
+    }
+    const truncated = params.topK > 0 || params.minP > 0 || params.topP < 1;
+    // Greedy keeps exactly one; otherwise 0 means "no truncation: the whole vocabulary".
+    this.keptCount = truncated ? kept : 0;
+    this.#keptLogitFloor = cs.limitLogit;
+  }
+
+  /** min_tokens not reached: stop ids get no mass. Holes stay distinct (totalMass needs it). */
+  #addStopHoles(shape: PositionShape, stops: Int32Array, counts: TokenCounts | null): void {
+    const model = this.#model;
+    for (let i = 0; i < stops.length; i++) {
+      const id = stops[i] as number;
+      if (id < 0 || id >= model.vocabSize || isStopId(stops, id, i)) continue;
+      if (counts !== null && counts.indexOf(id) >= 0) continue; // a hole already
+      const rank = model.rankOfToken(id, shape);
+      if (rank >= 0) this.candidates.events.addHole(rank);
+    }
+  }
+
+  /**
+   * Turns every token the sequence has seen into a special with its penalised logit (and a hole
+   * at its stream rank). Returns whether the primary EOS was among them.
+   */
+  #addPenalised(
+    shape: PositionShape,
+    params: SamplingParams,
+    counts: TokenCounts,
+    suppressStops: boolean,
+  ): boolean {
+    const cs = this.candidates;
+    const model = this.#model;
+    const rp = params.repetitionPenalty;
+    const freq = params.frequencyPenalty;
+    const presence = params.presencePenalty;
+    let eosSeen = false;
+    for (let k = 0; k < counts.size; k++) {
+      const id = counts.ids[k] as number;
+      const rank = model.rankOfToken(id, shape);
+      let base: number;
+      if (rank < 0) {
+        if (id !== model.primaryEos) continue; // the other EOS ids have no mass at all
+        eosSeen = true;
+        if (suppressStops) continue;
+        base = this.eosLogit;
+      } else {
+        cs.events.addHole(rank);
+        if (suppressStops && isStopId(params.stopTokenIds, id, params.stopTokenIds.length))
+          continue;
+        base = rank === 0 ? 0 : -shape.topGap - (rank - 1) * shape.decay;
+      }
+      const seen = counts.outputCount[k] as number;
+      let logit = TOP_LOGIT + base;
+      if (rp !== 1 && (seen > 0 || counts.inPrompt[k] === 1)) {
+        logit = logit > 0 ? logit / rp : logit * rp;
+      }
+      logit -= freq * seen;
+      if (seen > 0) logit -= presence;
+      cs.events.specialLogitIn = logit - TOP_LOGIT;
+      cs.events.addSpecial(id);
+    }
+    return eosSeen;
+  }
+}
+
+/** Whether id is among stops[0 .. end). */
+function isStopId(stops: Int32Array, id: number, end: number): boolean {
+  for (let i = 0; i < end; i++) if (stops[i] === id) return true;
+  return false;
+}

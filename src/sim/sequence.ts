@@ -1,0 +1,145 @@
+import type { EngineRequest, SamplingParams } from '../wire/types.js';
+import { combine, hashString, seedKey } from './hash.js';
+import { TokenCounts } from './token-counts.js';
+
+export enum SeqStatus {
+  Waiting = 0,
+  Running = 1,
+  Finished = 2,
+}
+
+/** Seed of the rolling context hash (the hash of the empty context). */
+const CONTEXT_SEED = 0x811c9dc5;
+/** Seeds of the two independent 32-bit block-hash chains (64 bits together). */
+const BLOCK_SEED_HI = 0x243f6a88;
+const BLOCK_SEED_LO = 0x85a308d3;
+
+/**
+ * One request's engine-side state. Tokens (prompt then output) live in a typed array that grows
+ * by doubling; per-token work touches only typed arrays. Everything the outputs depend on is a
+ * function of the tokens, the seed and the weight version, so a preempted sequence that is
+ * recomputed from scratch emits exactly what it would have.
+ */
+export class Sequence {
+  readonly id: number;
+  readonly server: number;
+  readonly slot: number;
+  readonly params: SamplingParams;
+  readonly priority: number;
+  readonly arrivalTimeMs: number;
+  /** Key of the request seed: the sampler's uniforms are hashes of (seedKey, position). */
+  readonly seedKey: number;
+  readonly numPromptTokens: number;
+  /** Response length the model aims for (from the length profile), see SimModel.eosLogit. */
+  targetLength = 0;
+  tokens: Int32Array;
+  numTokens = 0;
+  /** Tokens whose KV is computed (forwarded). */
+  numComputed = 0;
+  /** Rolling hash of tokens[0 .. numTokens). */
+  contextHash = CONTEXT_SEED;
+  status = SeqStatus.Waiting;
+  numPreemptions = 0;
+  /** Prompt tokens served from the prefix cache at first scheduling (-1: not scheduled yet). */
+  numCachedTokens = -1;
+  /** Positions below this already had their routing row emitted (never re-emitted on recompute). */
+  routingEmittedTo = 0;
+  /** Set once the prompt's prefill has completed (for the prompt-token counter). */
+  prefillDone = false;
+  /** Set while it is in the current step's batch. */
+  scheduled = false;
+  readonly counts: TokenCounts | null;
+
+  blocks = new Int32Array(8);
+  numBlocks = 0;
+  /** Chained hash of block i's tokens (and of every block before it, and the cache salt). */
+  blockHashHi = new Int32Array(8);
+  blockHashLo = new Int32Array(8);
+  numHashedBlocks = 0;
+  /** Leading blocks already offered to the prefix cache. */
+  numRegisteredBlocks = 0;
+  readonly #saltHi: number;
+  readonly #saltLo: number;
+
+  /** @param seed the request's seed, or the one the engine drew for it */
+  constructor(id: number, req: EngineRequest, seed: number) {
+    const { promptTokenIds: prompt, params, cacheSalt } = req;
+    this.id = id;
+    this.server = req.server;
+    this.slot = req.slot;
+    this.params = params;
+    this.priority = req.priority;
+    this.arrivalTimeMs = req.arrivalTimeMs;
+    this.seedKey = seedKey(seed);
+    this.numPromptTokens = prompt.length;
+    this.tokens = new Int32Array(prompt.length + Math.min(params.maxTokens, 1024));
+    this.#saltHi = cacheSalt === null ? BLOCK_SEED_HI : hashString(cacheSalt, BLOCK_SEED_HI);
+    this.#saltLo = cacheSalt === null ? BLOCK_SEED_LO : hashString(cacheSalt, BLOCK_SEED_LO);
+    const penalised =
+      params.presencePenalty !== 0 ||
+      params.frequencyPenalty !== 0 ||
+      params.repetitionPenalty !== 1;
+    this.counts = penalised ? new TokenCounts(64) : null;
+    for (let i = 0; i < prompt.length; i++) this.#push(prompt[i] as number);
+    if (this.counts !== null && params.repetitionPenalty !== 1) {
+      for (let i = 0; i < prompt.length; i++) this.counts.addPrompt(prompt[i] as number);
+    }
+  }
+
+  get numOutputTokens(): number {
+    return this.numTokens - this.numPromptTokens;
+  }
+
+  /** Appends a sampled token. */
+  appendOutput(token: number): void {
+    this.#push(token);
+    if (this.counts !== null) this.counts.addOutput(token);
+  }
+
+  #push(token: number): void {
+    if (this.numTokens === this.tokens.length) {
+      const grown = new Int32Array(this.tokens.length * 2);
+      grown.set(this.tokens);
+      this.tokens = grown;
+    }
+    this.tokens[this.numTokens++] = token;
+    this.contextHash = combine(this.contextHash, token);
+  }
+
+  /** Computes the chained hashes of full blocks up to block index `count` (exclusive). */
+  hashBlocksUpTo(count: number, blockSize: number): void {
+    if (count > this.blockHashHi.length) {
+      let cap = this.blockHashHi.length;
+      while (cap < count) cap *= 2;
+      const hi = new Int32Array(cap);
+      hi.set(this.blockHashHi);
+      this.blockHashHi = hi;
+      const lo = new Int32Array(cap);
+      lo.set(this.blockHashLo);
+      this.blockHashLo = lo;
+    }
+    for (let b = this.numHashedBlocks; b < count; b++) {
+      let hi = b === 0 ? this.#saltHi : (this.blockHashHi[b - 1] as number);
+      let lo = b === 0 ? this.#saltLo : (this.blockHashLo[b - 1] as number);
+      const end = (b + 1) * blockSize;
+      for (let i = b * blockSize; i < end; i++) {
+        const t = this.tokens[i] as number;
+        hi = combine(hi, t);
+        lo = combine(lo, t ^ 0x5bd1e995);
+      }
+      this.blockHashHi[b] = hi;
+      this.blockHashLo[b] = lo;
+    }
+    if (count > this.numHashedBlocks) this.numHashedBlocks = count;
+  }
+
+  /** Appends a block id to the block table. */
+  pushBlock(block: number): void {
+    if (this.numBlocks === this.blocks.length) {
+      const grown = new Int32Array(this.blocks.length * 2);
+      grown.set(this.blocks);
+      this.blocks = grown;
+    }
+    this.blocks[this.numBlocks++] = block;
+  }
+}

@@ -1,0 +1,297 @@
+import type { EngineCore } from '../engine/engine-core.js';
+import { StepOutputs } from '../engine/step-outputs.js';
+import { RS_ERR_CONFIG_INVALID } from '../errors.js';
+import type { ModelCard } from '../wire/model-card.js';
+import { RejectReason } from '../wire/reject.js';
+import {
+  type EngineRequest,
+  type EngineStats,
+  FinishReason,
+  type StepTiming,
+} from '../wire/types.js';
+import {
+  type EngineConfig,
+  type ResolvedEngineConfig,
+  resolveEngineConfig,
+} from './engine-config.js';
+import { combine, mix32 } from './hash.js';
+import { KvBlockPool } from './kv-block-pool.js';
+import { targetLength } from './length-profile.js';
+import { SimModel } from './model.js';
+import { ModelRunner } from './model-runner.js';
+import type { ModelPreset } from './presets.js';
+import { checkRequest } from './request-check.js';
+import { ExpertRouter } from './routing.js';
+import { Sampler } from './sampler.js';
+import { Scheduler } from './scheduler.js';
+import { Sequence } from './sequence.js';
+import { StepClock } from './step-clock.js';
+
+const TWO_POW_32 = 4294967296;
+
+/** An output decided outside a model step: a reject or an abort confirmation. */
+interface PendingOutput {
+  server: number;
+  slot: number;
+  finish: FinishReason;
+  reason: RejectReason;
+}
+
+/**
+ * The simulated engine core, in-process: add requests, step, read columnar outputs. Every output
+ * is a deterministic function of (model seed, weight version, prompt, request seed, sampling
+ * params), whatever else is in the batch, however the prompt was chunked, and across preemptions.
+ * A request the engine cannot run becomes a finished-with-Error output; nothing a request carries
+ * makes add() or step() throw.
+ */
+export class SimEngine implements EngineCore {
+  readonly config: ResolvedEngineConfig;
+  readonly #model: SimModel;
+  readonly #router: ExpertRouter;
+  readonly #pool: KvBlockPool;
+  readonly #scheduler: Scheduler;
+  readonly #runner: ModelRunner;
+  readonly #clock: StepClock;
+  readonly #counters = {
+    numPreemptions: 0,
+    prefixQueries: 0,
+    prefixHits: 0,
+    promptTokens: 0,
+    generationTokens: 0,
+  };
+  /** In-flight requests by (server, slot). */
+  readonly #bySlot = new Map<number, Sequence>();
+  /** Outputs decided outside a model step (rejects, aborts), emitted at the next step. */
+  readonly #pending: PendingOutput[] = [];
+  readonly #timing: StepTiming = {
+    ms: 0,
+    sampledSeqs: 0,
+    decodeSeqs: 0,
+    prefillTokens: 0,
+    totalContext: 0,
+    generatedTokens: 0,
+  };
+  #nextId = 0;
+  #paused = false;
+  #steps = 0;
+
+  constructor(config: EngineConfig) {
+    const cfg = resolveEngineConfig(config);
+    this.config = cfg;
+    this.#model = new SimModel(cfg.preset, cfg.seed, cfg.weightVersion);
+    this.#router = new ExpertRouter(cfg.preset);
+    this.#router.setWeightKey(this.#model.weightKey);
+    this.#pool = new KvBlockPool(cfg.numGpuBlocks);
+    this.#scheduler = new Scheduler(cfg, this.#pool, this.#counters);
+    const sampler = new Sampler(this.#model);
+    this.#runner = new ModelRunner(
+      cfg,
+      this.#model,
+      this.#router,
+      sampler,
+      this.#pool,
+      this.#counters,
+    );
+    this.#clock = new StepClock(cfg.preset.stepTime, cfg.speedup, cfg.maxSpeed);
+  }
+
+  /** The model preset this engine simulates. */
+  get preset(): ModelPreset {
+    return this.config.preset;
+  }
+
+  get model(): ModelCard {
+    return this.config.preset;
+  }
+
+  /** A StepOutputs shaped for this engine's routing rows (layers x topk, uint8 or uint16). */
+  newStepOutputs(rowCapacity = 256): StepOutputs {
+    const out = new StepOutputs(rowCapacity);
+    const r = this.#router;
+    out.shapeRouting(r.layers, r.topk, r.numExperts);
+    return out;
+  }
+
+  /**
+   * Refuses a request the caller could not even decode (the engine process's malformed ADD
+   * record): an Error output for (server, slot) at the next step. An in-flight request on that
+   * slot is ended with it.
+   */
+  reject(server: number, slot: number, reason: RejectReason = RejectReason.MalformedRecord): void {
+    const key = slotKey(server, slot);
+    const existing = this.#bySlot.get(key);
+    if (existing !== undefined) {
+      this.#scheduler.remove(existing);
+      this.#bySlot.delete(key);
+    }
+    this.#pending.push({ server, slot, finish: FinishReason.Error, reason });
+  }
+
+  add(req: EngineRequest): void {
+    const reason = checkRequest(req, this.config);
+    if (reason !== RejectReason.None) {
+      // A route that is not an integer becomes -1, never another request's (server, slot).
+      this.#pending.push({
+        server: Number.isInteger(req.server) ? req.server : -1,
+        slot: Number.isInteger(req.slot) ? req.slot : -1,
+        finish: FinishReason.Error,
+        reason,
+      });
+      return;
+    }
+    const key = slotKey(req.server, req.slot);
+    if (this.#bySlot.has(key)) {
+      // Two requests on one slot means the producer lost track of it: end both, report once.
+      this.reject(req.server, req.slot, RejectReason.DuplicateSlot);
+      return;
+    }
+    const seed = req.params.seed ?? this.#drawSeed();
+    const seq = new Sequence(this.#nextId++, req, seed);
+    // The target length depends on the seed and the prompt, not on the weights.
+    seq.targetLength = targetLength(
+      this.config.lengthProfile,
+      combine(seq.seedKey, seq.contextHash),
+    );
+    this.#bySlot.set(key, seq);
+    this.#scheduler.waiting.add(seq);
+  }
+
+  /** Ends a request: an Abort output at the next step, its blocks freed now. Unknown: ignored. */
+  abort(server: number, slot: number): void {
+    const key = slotKey(server, slot);
+    const seq = this.#bySlot.get(key);
+    if (seq === undefined) return; // already finished (its output was sent) or never added
+    this.#scheduler.remove(seq);
+    this.#bySlot.delete(key);
+    this.#pending.push({ server, slot, finish: FinishReason.Abort, reason: RejectReason.None });
+  }
+
+  /** An API server died: drop all its requests and pending outputs, free their blocks, no outputs. */
+  abortServer(server: number): void {
+    for (const [key, seq] of this.#bySlot) {
+      if (seq.server !== server) continue;
+      this.#scheduler.remove(seq);
+      this.#bySlot.delete(key);
+    }
+    for (let i = this.#pending.length - 1; i >= 0; i--) {
+      if (this.#pending[i]?.server === server) this.#pending.splice(i, 1);
+    }
+  }
+
+  /** No model steps run while paused; requests keep their state; rejects and aborts still go out. */
+  pause(): void {
+    this.#paused = true;
+  }
+
+  resume(): void {
+    this.#paused = false;
+  }
+
+  get paused(): boolean {
+    return this.#paused;
+  }
+
+  /** The weight version tokens are sampled under now. */
+  get weightVersion(): number {
+    return this.#model.weightVersion;
+  }
+
+  /** Sets the weight version (or increments it); in-flight requests continue on the new weights. */
+  updateWeights(version?: number): number {
+    const next = version ?? this.#model.weightVersion + 1;
+    if (!Number.isInteger(next) || next < 0 || next > 0x7fffffff) {
+      throw new RS_ERR_CONFIG_INVALID(
+        'weight_version',
+        `must be an integer in [0, 2^31), got ${next}`,
+      );
+    }
+    this.#model.setWeightVersion(next);
+    this.#router.setWeightKey(this.#model.weightKey);
+    return next;
+  }
+
+  /** Forgets all cached prefixes; false (nothing done) while requests hold blocks, as vLLM. */
+  resetPrefixCache(): boolean {
+    return this.#pool.resetPrefixCache();
+  }
+
+  /** Whether step() has anything to do (paused: only pending reject/abort outputs count). */
+  hasWork(): boolean {
+    if (this.#pending.length > 0) return true;
+    return !this.#paused && this.#bySlot.size > 0;
+  }
+
+  /** Runs one step, appending its outputs to `out` (the caller clears it). */
+  step(out: StepOutputs): StepTiming {
+    const t = this.#timing;
+    t.ms = 0;
+    t.sampledSeqs = 0;
+    t.decodeSeqs = 0;
+    t.prefillTokens = 0;
+    t.totalContext = 0;
+    t.generatedTokens = 0;
+    const r = this.#router;
+    out.shapeRouting(r.layers, r.topk, r.numExperts);
+    this.#flushPending(out);
+    if (this.#paused || this.#bySlot.size === 0) return t;
+    const scheduler = this.#scheduler;
+    scheduler.schedule();
+    if (scheduler.batchSize === 0) return t;
+    this.#runner.run(scheduler, out, t);
+    const runner = this.#runner;
+    for (let i = 0; i < runner.finishedCount; i++) {
+      const seq = runner.finished[i] as Sequence;
+      scheduler.remove(seq);
+      this.#bySlot.delete(slotKey(seq.server, seq.slot));
+    }
+    this.#steps++;
+    this.#clock.time(t);
+    return t;
+  }
+
+  stats(into?: EngineStats): EngineStats {
+    const s = into ?? ({} as EngineStats);
+    const c = this.#counters;
+    s.running = this.#scheduler.running.length;
+    s.waiting = this.#scheduler.waiting.length;
+    s.kvUsage = this.#pool.numUsed / this.#pool.numBlocks;
+    s.numPreemptions = c.numPreemptions;
+    s.prefixQueries = c.prefixQueries;
+    s.prefixHits = c.prefixHits;
+    s.promptTokens = c.promptTokens;
+    s.generationTokens = c.generationTokens;
+    s.weightVersion = this.#model.weightVersion;
+    s.numGpuBlocks = this.#pool.numBlocks;
+    s.blockSize = this.config.blockSize;
+    s.steps = this.#steps;
+    return s;
+  }
+
+  /** Blocks currently free in the KV pool (tests check all are free after finish/abort). */
+  get numFreeBlocks(): number {
+    return this.#pool.numFree;
+  }
+
+  #flushPending(out: StepOutputs): void {
+    const version = this.#model.weightVersion;
+    for (let i = 0; i < this.#pending.length; i++) {
+      const p = this.#pending[i] as PendingOutput;
+      const row = out.addRow(p.server, p.slot, version);
+      out.finish[row] = p.finish;
+      out.rejectReason[row] = p.reason;
+    }
+    this.#pending.length = 0;
+  }
+
+  /** A 53-bit seed for a request that has none, from the engine seed and a counter. */
+  #drawSeed(): number {
+    const n = this.#nextId;
+    const lo = combine(mix32(this.config.seed ^ 0x9e3779b9), n);
+    const hi = combine(lo, n) & 0x1fffff;
+    return hi * TWO_POW_32 + (lo >>> 0);
+  }
+}
+
+function slotKey(server: number, slot: number): number {
+  return server * TWO_POW_32 + slot;
+}

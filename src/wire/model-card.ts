@@ -1,0 +1,130 @@
+import { RS_ERR_CONFIG_INVALID } from '../errors.js';
+
+/**
+ * What the API tier must know of the model behind the engine: the vocabulary, the shape of a
+ * routing row, the end-of-sequence ids and the longest sequence. Both sides of the rings read it
+ * (the engine to emit rows of that shape, the API servers to size accumulators and detokenize);
+ * the simulator's presets (src/sim/presets.ts) add how fast each model runs.
+ */
+export interface ModelCard {
+  name: string;
+  vocabSize: number;
+  numHiddenLayers: number;
+  /** Layers that route to experts, i.e. routing-row layers (hidden layers minus dense ones). */
+  routingLayers: number;
+  numExperts: number;
+  expertsPerToken: number;
+  /** End-of-sequence ids; the first is the one the simulated model emits to end a response. */
+  eosTokenIds: readonly number[];
+  maxModelLen: number;
+  /** KV blocks of 16 tokens in the reference deployment noted on each card. */
+  defaultNumGpuBlocks: number;
+}
+
+/**
+ * Qwen/Qwen3-30B-A3B, figures from its config.json on the Hugging Face hub: vocab_size 151936,
+ * num_hidden_layers 48, num_experts 128, num_experts_per_tok 8, decoder_sparse_step 1 and
+ * mlp_only_layers [] (every layer is MoE, so 48 routing layers), eos_token_id 151645 (<|im_end|>;
+ * generation_config.json adds 151643 <|endoftext|>), max_position_embeddings 40960.
+ * Reference deployment: 2 x H100-80GB, tensor parallel 2, gpu_memory_utilization 0.9.
+ *   KV per token per GPU = 2 (K,V) * 2 kv heads (4 / TP2) * 128 head_dim * 48 layers * 2 B = 49,152 B.
+ *   KV memory per GPU = 72 GB - 30.5 GB weights (30.5B params bf16 / 2) - ~4 GB activations = 37.5 GB
+ *   -> 763k tokens -> ~47,000 blocks of 16.
+ */
+const QWEN3_30B_A3B: ModelCard = {
+  name: 'qwen3-30b-a3b',
+  vocabSize: 151936,
+  numHiddenLayers: 48,
+  routingLayers: 48,
+  numExperts: 128,
+  expertsPerToken: 8,
+  eosTokenIds: [151645, 151643],
+  maxModelLen: 40960,
+  defaultNumGpuBlocks: 47_000,
+};
+
+/**
+ * zai-org/GLM-4.5-Air, figures from its config.json on the Hugging Face hub: vocab_size 151552,
+ * num_hidden_layers 46 with first_k_dense_replace 1, so layer 0 is dense and layers 1..45 are MoE:
+ * 45 routing layers (routing rows carry those 45, layer 1 first); n_routed_experts 128 (plus
+ * n_shared_experts 1, which is not routed), num_experts_per_tok 8, eos_token_id
+ * [151329, 151336, 151338] (<|endoftext|>, <|user|>, <|observation|>; the model emits <|user|>
+ * to end an assistant turn, so that one comes first here), max_position_embeddings 131072.
+ * Reference deployment: one node of 8 x H100-80GB, tensor parallel 8, gpu_memory_utilization 0.9.
+ *   KV per token per GPU = 2 * 1 kv head (8 / TP8) * 128 * 46 layers * 2 B = 23,552 B.
+ *   KV memory per GPU = 72 GB - 27.5 GB weights (~110B params bf16 / 8) - ~4 GB = 40.5 GB
+ *   -> 1.72M tokens -> ~107,000 blocks of 16.
+ */
+const GLM_45_AIR: ModelCard = {
+  name: 'glm-4.5-air',
+  vocabSize: 151552,
+  numHiddenLayers: 46,
+  routingLayers: 45,
+  numExperts: 128,
+  expertsPerToken: 8,
+  eosTokenIds: [151336, 151329, 151338],
+  maxModelLen: 131072,
+  defaultNumGpuBlocks: 107_000,
+};
+
+/**
+ * A small model for tests: a vocabulary small enough to enumerate in a test, a dense first layer
+ * like GLM's, and few experts, so that every code path runs fast.
+ */
+const TINY: ModelCard = {
+  name: 'tiny',
+  vocabSize: 1000,
+  numHiddenLayers: 4,
+  routingLayers: 3,
+  numExperts: 16,
+  expertsPerToken: 4,
+  eosTokenIds: [999, 998],
+  maxModelLen: 4096,
+  defaultNumGpuBlocks: 2048,
+};
+
+const CARDS: readonly ModelCard[] = [QWEN3_30B_A3B, GLM_45_AIR, TINY];
+
+export const MODEL_NAMES: readonly string[] = CARDS.map((c) => c.name);
+
+/** The card of that name; an unknown name is a config error naming `--model`. */
+export function getModelCard(name: string): ModelCard {
+  const card = CARDS.find((c) => c.name === name);
+  if (card === undefined) {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--model',
+      `unknown model preset "${name}"; one of ${MODEL_NAMES.join(', ')}`,
+    );
+  }
+  return card;
+}
+
+/** Bytes per expert id in a routing row: uint8 up to 256 experts, uint16 above. */
+export function expertIdBytes(card: ModelCard): 1 | 2 {
+  return card.numExperts > 256 ? 2 : 1;
+}
+
+/**
+ * Checks a card built by hand (tests, or a variant such as one with more than 256 experts).
+ * Throws RS_ERR_CONFIG_INVALID naming `--model` when a figure is out of range.
+ */
+export function validateModelCard<T extends ModelCard>(c: T): T {
+  const fail = (what: string): never => {
+    throw new RS_ERR_CONFIG_INVALID('--model', `preset "${c.name}": ${what}`);
+  };
+  const isInt = (v: number, min: number, max: number): boolean =>
+    Number.isInteger(v) && v >= min && v <= max;
+  if (!isInt(c.vocabSize, 16, 1 << 24)) fail('vocabSize must be an integer in [16, 2^24]');
+  if (!isInt(c.numExperts, 1, 65536)) fail('numExperts must be an integer in [1, 65536]');
+  if (!isInt(c.expertsPerToken, 1, c.numExperts))
+    fail('expertsPerToken must be in [1, numExperts]');
+  if (!isInt(c.routingLayers, 0, c.numHiddenLayers))
+    fail('routingLayers must be in [0, numHiddenLayers]');
+  if (c.eosTokenIds.length === 0) fail('eosTokenIds is empty');
+  for (const id of c.eosTokenIds)
+    if (!isInt(id, 0, c.vocabSize - 1)) fail(`eos id ${id} not in vocab`);
+  if (new Set(c.eosTokenIds).size !== c.eosTokenIds.length) fail('eosTokenIds has duplicates');
+  if (!isInt(c.maxModelLen, 2, 1 << 24)) fail('maxModelLen must be an integer in [2, 2^24]');
+  if (!isInt(c.defaultNumGpuBlocks, 1, 1 << 26)) fail('defaultNumGpuBlocks out of range');
+  return c;
+}

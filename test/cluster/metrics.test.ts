@@ -1,0 +1,265 @@
+/**
+ * /metrics, logs and process health on a real 2-API-server cluster: the request figures are the
+ * whole cluster's whichever API server answers, engine gauges return to 0, a scrape answers during
+ * heavy load, counters survive an API server's and the engine's restart, and the logs hold one line
+ * per request and a restart's cause, never a line per token.
+ */
+import { Client, request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RENDERED_BY_HEADER } from '../../src/server/http/routes/metrics.js';
+import { CONTRACT_FAMILIES, type Exposition, parseExposition } from '../obs/prom.js';
+import { type Cluster, startCluster, waitFor } from './harness.js';
+
+const PROMPT = [11, 12, 13, 14, 15, 16, 17];
+
+interface Scrape {
+  server: string;
+  metrics: Exposition;
+}
+
+/** One scrape on a new connection, so node:cluster may hand it to either API server. */
+async function scrape(url: string): Promise<Scrape> {
+  const client = new Client(url);
+  try {
+    const res = await client.request({ path: '/metrics', method: 'GET' });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers['content-type']).toContain('text/plain; version=0.0.4');
+    const server = String(res.headers[RENDERED_BY_HEADER]);
+    return { server, metrics: parseExposition(await res.body.text()) };
+  } finally {
+    await client.close();
+  }
+}
+
+/**
+ * Scrapes until each of the two API servers has answered `times` times (a restarted one answers
+ * once it listens again), for at most 15 s; returns every scrape.
+ */
+async function scrapeBoth(url: string, times = 2): Promise<Scrape[]> {
+  const scrapes: Scrape[] = [];
+  const count = (k: string) => scrapes.filter((s) => s.server === k).length;
+  const deadline = Date.now() + 15_000;
+  while ((count('0') < times || count('1') < times) && Date.now() < deadline) {
+    scrapes.push(await scrape(url));
+    if (scrapes.length > 4) await new Promise((r) => setTimeout(r, 50));
+  }
+  expect([count('0') >= times, count('1') >= times]).toEqual([true, true]);
+  return scrapes;
+}
+
+async function generate(url: string, id: string, maxTokens: number, signal?: AbortSignal) {
+  const res = await request(`${url}/inference/v1/generate`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-request-id': id },
+    body: JSON.stringify({
+      token_ids: PROMPT,
+      sampling_params: { max_tokens: maxTokens, ignore_eos: true, seed: 1, logprobs: 1 },
+    }),
+    ...(signal === undefined ? {} : { signal }),
+  });
+  expect(res.statusCode).toBe(200);
+  await res.body.dump();
+}
+
+const total = async (cluster: Cluster, name: string): Promise<number> =>
+  (await scrape(cluster.url)).metrics.value(name);
+
+/**
+ * The counter once it has stopped moving (two equal reads 300 ms apart): outputs of requests that
+ * just ended may still be in an output ring when the engine already reports nothing running.
+ */
+async function settled(cluster: Cluster, name: string): Promise<number> {
+  let last = await total(cluster, name);
+  for (let i = 0; i < 50; i++) {
+    await new Promise((r) => setTimeout(r, 300));
+    const now = await total(cluster, name);
+    if (now === last) return now;
+    last = now;
+  }
+  throw new Error(`${name} kept moving: ${last}`);
+}
+
+function logLines(cluster: Cluster): Record<string, unknown>[] {
+  return cluster
+    .log()
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+let cluster: Cluster;
+
+beforeAll(async () => {
+  cluster = await startCluster([
+    '--model',
+    'tiny',
+    '--max-speed',
+    '--api-server-count',
+    '2',
+    '--log-level',
+    'info',
+  ]);
+});
+
+afterAll(async () => {
+  await cluster?.stop();
+});
+
+describe('cluster-wide /metrics', () => {
+  it('after 10 requests of 50 tokens, every API server reports 500 tokens and 10 length finishes', async () => {
+    await Promise.all(Array.from({ length: 10 }, (_, i) => generate(cluster.url, `m${i}`, 50)));
+    for (const { metrics: m } of await scrapeBoth(cluster.url)) {
+      expect(m.value('vllm:generation_tokens_total')).toBe(500);
+      expect(m.value('vllm:request_success_total', { finished_reason: 'length' })).toBe(10);
+      expect(m.value('vllm:request_success_total', { finished_reason: 'stop' })).toBe(0);
+      expect(m.value('vllm:prompt_tokens_total')).toBe(10 * PROMPT.length);
+      expect(m.value('vllm:time_to_first_token_seconds_count')).toBe(10);
+      expect(m.value('vllm:inter_token_latency_seconds_count')).toBe(490);
+      expect(m.value('vllm:e2e_request_latency_seconds_count')).toBe(10);
+      expect(m.value('vllm:request_generation_tokens_sum')).toBe(500);
+      expect(m.value('vllm:request_generation_tokens_bucket', { le: '50.0' })).toBe(10);
+      expect(m.value('vllm:request_generation_tokens_bucket', { le: '20.0' })).toBe(0);
+    }
+    const running = await waitFor(
+      () => total(cluster, 'vllm:num_requests_running'),
+      (n) => n === 0,
+    );
+    expect(running).toBe(0);
+  });
+
+  it('has every family of the contract with HELP and TYPE, health for each process', async () => {
+    const { metrics: m } = await scrape(cluster.url);
+    for (const [name, type] of CONTRACT_FAMILIES) {
+      expect(m.help.has(name), name).toBe(true);
+      expect(m.types.get(name), name).toBe(type);
+    }
+    for (const process of ['0', '1', 'engine']) {
+      expect(m.value('nodejs_heap_size_used_bytes', { api_server: process })).toBeGreaterThan(1e6);
+      expect(m.value('process_resident_memory_bytes', { api_server: process })).toBeGreaterThan(
+        1e6,
+      );
+      expect(m.find('nodejs_eventloop_lag_p99_seconds', { api_server: process })).toBeDefined();
+      const gc = { api_server: process, kind: 'minor' };
+      expect(m.find('nodejs_gc_duration_seconds_count', gc)).toBeDefined();
+    }
+    expect(m.value('vllm:cache_config_info', { block_size: '16' })).toBe(1);
+  });
+
+  it('logs one line per finished request with its figures, and nothing per token', () => {
+    const lines = logLines(cluster);
+    for (let i = 0; i < 10; i++) {
+      const mine = lines.filter((l) => l.msg === 'request finished' && l.request_id === `m${i}`);
+      expect(mine).toHaveLength(1);
+      expect(mine[0]).toMatchObject({
+        status: 200,
+        prompt_tokens: PROMPT.length,
+        completion_tokens: 50,
+        finish_reason: 'length',
+        level: 30,
+      });
+      expect(mine[0]!.api_server === 0 || mine[0]!.api_server === 1).toBe(true);
+      expect(mine[0]!.latency_ms).toBeGreaterThanOrEqual(0);
+    }
+    expect(lines.some((l) => l.msg === 'ringserve configuration')).toBe(true);
+    // 500 tokens were generated: a line per token would be hundreds.
+    expect(lines.length).toBeLessThan(60);
+  });
+
+  it('answers scrapes during heavy load, with counters that only grow', async () => {
+    const controllers = Array.from({ length: 48 }, () => new AbortController());
+    const load = controllers.map((c, i) =>
+      generate(cluster.url, `load${i}`, 4000, c.signal).catch(() => 'aborted'),
+    );
+    const seen: number[] = [];
+    let busy = 0;
+    for (let i = 0; i < 20; i++) {
+      const { metrics: m } = await scrape(cluster.url);
+      seen.push(m.value('vllm:generation_tokens_total'));
+      if (m.value('vllm:num_requests_running') > 0) busy++;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    for (const c of controllers) c.abort();
+    await Promise.all(load);
+    expect(busy).toBeGreaterThan(0);
+    expect(seen).toEqual([...seen].sort((a, b) => a - b));
+    expect(seen.at(-1)!).toBeGreaterThan(seen[0]!);
+    expect(
+      await waitFor(
+        () => total(cluster, 'vllm:num_requests_running'),
+        (n) => n === 0,
+      ),
+    ).toBe(0);
+  });
+
+  it('keeps counting across an API server restart: totals never go backwards', async () => {
+    const before = await settled(cluster, 'vllm:generation_tokens_total');
+    const victim = (await cluster.pids()).get('ringserve-api-1')!;
+    process.kill(victim, 'SIGKILL');
+    await waitFor(
+      () => cluster.pids(),
+      (p) => (p.get('ringserve-api-1') ?? victim) !== victim,
+      15_000,
+    );
+    for (const { metrics: m } of await scrapeBoth(cluster.url, 1)) {
+      expect(m.value('vllm:generation_tokens_total')).toBe(before);
+    }
+    await Promise.all([generate(cluster.url, 'after0', 50), generate(cluster.url, 'after1', 50)]);
+    for (const { metrics: m } of await scrapeBoth(cluster.url, 1)) {
+      expect(m.value('vllm:generation_tokens_total')).toBe(before + 100);
+    }
+    const restart = logLines(cluster).find(
+      (l) => l.msg === 'API server exited; restarting it' && l.api_server === 1,
+    );
+    expect(restart).toMatchObject({ signal: 'SIGKILL', level: 50 });
+    expect(String(restart?.cause)).toContain('SIGKILL');
+  });
+
+  it("carries the engine's counters across an engine restart", async () => {
+    const before = await settled(cluster, 'vllm:prefix_cache_queries_total');
+    expect(before).toBeGreaterThan(0);
+    const engine = (await cluster.pids()).get('ringserve-engine')!;
+    process.kill(engine, 'SIGKILL');
+    await waitFor(
+      () => cluster.pids(),
+      (p) => (p.get('ringserve-engine') ?? engine) !== engine,
+      15_000,
+    );
+    const health = await waitFor(
+      async () => {
+        const res = await request(`${cluster.url}/health`);
+        await res.body.dump();
+        return res.statusCode;
+      },
+      (code) => code === 200,
+      15_000,
+    );
+    expect(health).toBe(200);
+    expect(await total(cluster, 'vllm:prefix_cache_queries_total')).toBe(before);
+    await generate(cluster.url, 'after-engine', 10);
+    expect(await total(cluster, 'vllm:prefix_cache_queries_total')).toBe(before + PROMPT.length);
+  });
+});
+
+describe('/metrics with --output-processing inline (the benchmark baseline)', () => {
+  it('records the same request figures on the main thread', async () => {
+    const inline = await startCluster([
+      '--model',
+      'tiny',
+      '--max-speed',
+      '--output-processing',
+      'inline',
+    ]);
+    try {
+      await Promise.all(Array.from({ length: 4 }, (_, i) => generate(inline.url, `i${i}`, 30)));
+      const { metrics: m } = await scrape(inline.url);
+      expect(m.value('vllm:generation_tokens_total')).toBe(120);
+      expect(m.value('vllm:request_success_total', { finished_reason: 'length' })).toBe(4);
+      expect(m.value('vllm:prompt_tokens_total')).toBe(4 * PROMPT.length);
+      expect(m.value('vllm:time_to_first_token_seconds_count')).toBe(4);
+      expect(m.value('vllm:inter_token_latency_seconds_count')).toBe(116);
+      expect(m.value('vllm:request_queue_time_seconds_count')).toBe(4);
+    } finally {
+      await inline.stop();
+    }
+  });
+});

@@ -1,0 +1,152 @@
+/**
+ * /metrics text from a region filled by hand: every family of the contract with HELP and TYPE, the
+ * request figures summed over API servers, engine counters carried across a restart, histograms
+ * cumulative with _count equal to the +Inf bucket, health series only for processes that published.
+ */
+import { describe, expect, it } from 'vitest';
+import { buildConfig } from '../../src/config.js';
+import { TTFT_BUCKETS } from '../../src/obs/buckets.js';
+import { ClusterMetrics } from '../../src/obs/exposition.js';
+import { RegionHistogram } from '../../src/obs/region-histogram.js';
+import {
+  ENGINE_STATS,
+  HEALTH_GC_HIST,
+  HEALTH_GC_MAX,
+  HEALTH_HEAP_USED,
+  HEALTH_PUBLISHED_AT_MS,
+  healthIndex,
+  outputRingOffset,
+  RING_HEAD,
+  RING_TAIL,
+  RM_GENERATION_TOKENS,
+  RM_SUCCESS,
+  RM_TTFT,
+  regionBytes,
+  requestMetricsIndex,
+  resolveLayoutParams,
+  STAT_CARRY_PREEMPTIONS,
+  STAT_NUM_PREEMPTIONS,
+  STAT_RUNNING,
+  STATS_SLOT_COUNT,
+} from '../../src/shm/layout.js';
+import type { Region } from '../../src/shm/region.js';
+import { CONTRACT_FAMILIES, parseExposition } from './prom.js';
+
+function fakeRegion(servers: number): Region {
+  const params = resolveLayoutParams({
+    apiServerCount: servers,
+    requestRingBytes: 1024,
+    outputRingBytes: 4096,
+  });
+  const sab = new SharedArrayBuffer(regionBytes(params));
+  return {
+    name: 'fake',
+    sab,
+    params,
+    i32: new Int32Array(sab, 0, sab.byteLength >> 2),
+    f64: new Float64Array(sab, 0, sab.byteLength >> 3),
+  };
+}
+
+function metricsFor(region: Region, modelName = 'sim-tiny'): ClusterMetrics {
+  const config = buildConfig({ model: 'tiny', servedModelName: modelName, apiServerCount: 2 });
+  const stats = () => region.f64.slice(ENGINE_STATS >> 3, (ENGINE_STATS >> 3) + STATS_SLOT_COUNT);
+  return new ClusterMetrics({ region, config, engineStats: stats });
+}
+
+describe('cluster metrics exposition', () => {
+  it('has every contract family with HELP and TYPE, and vLLM labels on every vllm:* series', () => {
+    const region = fakeRegion(2);
+    const parsed = parseExposition(metricsFor(region).render());
+    for (const [name, type] of CONTRACT_FAMILIES) {
+      expect(parsed.help.has(name), `HELP ${name}`).toBe(true);
+      expect(parsed.types.get(name), `TYPE ${name}`).toBe(type);
+    }
+    const vllm = parsed.samples.filter((s) => s.name.startsWith('vllm:'));
+    expect(vllm.length).toBeGreaterThan(100);
+    for (const s of vllm) {
+      expect(s.labels.model_name).toBe('sim-tiny');
+      expect(s.labels.engine).toBe('0');
+    }
+  });
+
+  it('sums request counters and histograms over API servers; engine figures appear once', () => {
+    const region = fakeRegion(2);
+    const f64 = region.f64;
+    const base0 = requestMetricsIndex(region.params, 0);
+    const base1 = requestMetricsIndex(region.params, 1);
+    f64[base0 + RM_GENERATION_TOKENS] = 300;
+    f64[base1 + RM_GENERATION_TOKENS] = 200;
+    f64[base0 + RM_SUCCESS + 1] = 6;
+    f64[base1 + RM_SUCCESS + 1] = 4;
+    new RegionHistogram(f64, base0 + RM_TTFT, TTFT_BUCKETS).observe(0.003);
+    new RegionHistogram(f64, base1 + RM_TTFT, TTFT_BUCKETS).observe(0.003);
+    new RegionHistogram(f64, base1 + RM_TTFT, TTFT_BUCKETS).observe(5000);
+    f64[(ENGINE_STATS >> 3) + STAT_RUNNING] = 3;
+    const p = parseExposition(metricsFor(region).render());
+    expect(p.value('vllm:generation_tokens_total')).toBe(500);
+    expect(p.value('vllm:request_success_total', { finished_reason: 'length' })).toBe(10);
+    expect(p.value('vllm:request_success_total', { finished_reason: 'stop' })).toBe(0);
+    expect(p.all('vllm:num_requests_running')).toEqual([3]);
+    const ttft = 'vllm:time_to_first_token_seconds';
+    expect(p.value(`${ttft}_bucket`, { le: '0.001' })).toBe(0);
+    expect(p.value(`${ttft}_bucket`, { le: '0.005' })).toBe(2);
+    expect(p.value(`${ttft}_bucket`, { le: '2560.0' })).toBe(2);
+    expect(p.value(`${ttft}_bucket`, { le: '+Inf' })).toBe(3);
+    expect(p.value(`${ttft}_count`)).toBe(3);
+    expect(p.value(`${ttft}_sum`)).toBeCloseTo(5000.006, 9);
+    // Buckets are cumulative, in order, ending at +Inf.
+    const les = p.samples.filter((s) => s.name === `${ttft}_bucket`).map((s) => s.labels.le);
+    expect(les).toEqual([
+      ...TTFT_BUCKETS.map((b) => (Number.isInteger(b) ? `${b}.0` : `${b}`)),
+      '+Inf',
+    ]);
+  });
+
+  it("adds a restarted engine's carried totals to its counters", () => {
+    const region = fakeRegion(1);
+    const stats = ENGINE_STATS >> 3;
+    region.f64[stats + STAT_CARRY_PREEMPTIONS] = 7;
+    region.f64[stats + STAT_NUM_PREEMPTIONS] = 2;
+    const p = parseExposition(metricsFor(region).render());
+    expect(p.value('vllm:num_preemptions_total')).toBe(9);
+  });
+
+  it('renders health only for processes that published, with the engine as api_server="engine"', () => {
+    const region = fakeRegion(2);
+    const f64 = region.f64;
+    const h0 = healthIndex(region.params, 0);
+    const he = healthIndex(region.params, -1);
+    f64[h0 + HEALTH_PUBLISHED_AT_MS] = Date.now();
+    f64[h0 + HEALTH_HEAP_USED] = 1234;
+    f64[h0 + HEALTH_GC_MAX + 1] = 0.25; // major
+    f64[h0 + HEALTH_GC_HIST + 8 * 1 + 4] = 1; // one major pause in the le=2 bucket
+    f64[he + HEALTH_PUBLISHED_AT_MS] = Date.now();
+    f64[he + HEALTH_HEAP_USED] = 99;
+    const ring = outputRingOffset(region.params, 0);
+    Atomics.store(region.i32, (ring + RING_TAIL) >> 2, 0x7fff_ff00);
+    Atomics.store(region.i32, (ring + RING_HEAD) >> 2, 0x7fff_ff00 + 0x200); // wrapped past 2^31
+    const p = parseExposition(metricsFor(region).render());
+    expect(p.value('nodejs_heap_size_used_bytes', { api_server: '0' })).toBe(1234);
+    expect(p.value('nodejs_heap_size_used_bytes', { api_server: 'engine' })).toBe(99);
+    expect(p.find('nodejs_heap_size_used_bytes', { api_server: '1' })).toBeUndefined();
+    expect(p.value('ringserve_gc_pause_max_seconds', { api_server: '0', kind: 'major' })).toBe(
+      0.25,
+    );
+    const gc = { api_server: '0', kind: 'major' };
+    expect(p.value('nodejs_gc_duration_seconds_count', gc)).toBe(1);
+    expect(p.value('nodejs_gc_duration_seconds_bucket', { ...gc, le: '1.0' })).toBe(0);
+    expect(p.value('nodejs_gc_duration_seconds_bucket', { ...gc, le: '2.0' })).toBe(1);
+    expect(p.value('ringserve_output_ring_used_bytes', { api_server: '0' })).toBe(0x200);
+    expect(p.find('ringserve_output_ring_used_bytes', { api_server: 'engine' })).toBeUndefined();
+    expect(p.find('ringserve_requests_in_flight', { api_server: 'engine' })).toBeUndefined();
+    expect(p.value('ringserve_health_age_seconds', { api_server: '0' })).toBeLessThan(5);
+  });
+
+  it('escapes a served model name in label values', () => {
+    const region = fakeRegion(1);
+    const text = metricsFor(region, 'a"b\\c').render();
+    expect(text).toContain('model_name="a\\"b\\\\c"');
+    expect(parseExposition(text).samples[0]!.labels.model_name).toBe('a"b\\c');
+  });
+});
