@@ -1,4 +1,6 @@
+import { readFileSync, writeFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
+import { SHM_ERROR_MESSAGES } from '../../src/errors.js';
 import { FUTEX_NOT_EQUAL, FUTEX_TIMED_OUT, FUTEX_WOKEN, shmAddon } from '../../src/shm/native.js';
 import { type Fixture, startFixture, stopFixture, uniqueRegionName, until } from './helpers.js';
 
@@ -71,6 +73,53 @@ describe('native addon', () => {
     expect(() => addon.futexWait(words, 0, 0, Number.POSITIVE_INFINITY)).toThrow(
       expect.objectContaining({ code: 'RS_ERR_SHM_BAD_ARGUMENT' }),
     );
+  });
+
+  it('refuses NaN and missing counts, sizes and timeouts before they reach a syscall', () => {
+    const { sab } = create(4096);
+    const words = new Int32Array(sab);
+    const badArgument = expect.objectContaining({ code: 'RS_ERR_SHM_BAD_ARGUMENT' });
+    expect(() => addon.futexWake(words, 0, Number.NaN)).toThrow(badArgument);
+    expect(() => (addon.futexWake as (a: Int32Array, i: number) => number)(words, 0)).toThrow(
+      badArgument,
+    );
+    expect(() => addon.futexWait(words, Number.NaN, 0, 1)).toThrow(badArgument);
+    expect(() => addon.futexWait(words, 0, 0, Number.NaN)).toThrow(badArgument);
+    expect(() => addon.create(uniqueRegionName('nan'), Number.NaN)).toThrow(badArgument);
+    // Infinity and past INT_MAX mean "all waiters"; there are none.
+    expect(addon.futexWake(words, 0, Number.POSITIVE_INFINITY)).toBe(0);
+  });
+
+  it('refuses an over-long name without converting it, and an empty region on open', () => {
+    expect(() => addon.open('a'.repeat(1_000_000))).toThrow(
+      expect.objectContaining({ code: 'RS_ERR_SHM_BAD_NAME' }),
+    );
+    // A zero-length object in /dev/shm (what shm_open + a crash before ftruncate leaves).
+    const name = uniqueRegionName('empty');
+    created.push(name);
+    writeFileSync(`/dev/shm/${name}`, '');
+    expect(() => addon.open(name)).toThrow(expect.objectContaining({ code: 'RS_ERR_SHM_OPEN' }));
+  });
+
+  it('puts the errno and its text (strerror_r) on a failed call', () => {
+    let error: (Error & { code?: string; errno?: number }) | undefined;
+    try {
+      addon.open(uniqueRegionName('absent'));
+    } catch (e) {
+      error = e as typeof error;
+    }
+    expect(error).toBeInstanceOf(Error);
+    expect(error?.code).toBe('RS_ERR_SHM_NOT_FOUND');
+    expect(error?.errno).toBe(2); // ENOENT
+    expect(error?.message).toMatch(/^RS_ERR_SHM_NOT_FOUND: .*\(No such file or directory\)$/);
+  });
+
+  it('throws only codes registered in src/errors.ts', () => {
+    const cc = new URL('../../src/shm/native/ringserve_shm.cc', import.meta.url);
+    const literals = readFileSync(cc, 'utf8').match(/"RS_ERR_[A-Z_]+"/g) ?? [];
+    const thrown = new Set(literals.map((c) => c.slice(1, -1)));
+    expect(thrown.size).toBeGreaterThan(5);
+    for (const code of thrown) expect(Object.keys(SHM_ERROR_MESSAGES)).toContain(code);
   });
 
   it('futexWake reaches a waiter in another process', async () => {

@@ -1,10 +1,17 @@
 // ringserve_shm: POSIX shared memory handed to JavaScript as a real SharedArrayBuffer, and futex
 // wait/wake that reach across processes (V8's Atomics.wait/notify only reach threads of one process).
 //
+// Why V8 and node.h directly rather than Node-API: Node-API has no external SharedArrayBuffer.
+// napi_create_external_arraybuffer makes a plain ArrayBuffer (Atomics.wait refuses it, and
+// postMessage to a worker thread copies it); no napi_* call wraps foreign memory in a
+// SharedArrayBuffer. v8::SharedArrayBuffer::NewBackingStore with a deleter does. The price: the
+// addon is tied to one Node ABI (NODE_MODULE_VERSION) and is rebuilt for each Node major.
+//
 // Documented Node/V8 addon APIs only: a context-aware module (NODE_MODULE_INIT, so it loads in worker
 // threads), v8::SharedArrayBuffer::NewBackingStore over the mmap'ed bytes (no copy; the deleter
 // munmaps once the last JS reference is gone), node::Buffer::Data to reach an Int32Array's bytes.
-// Errors are JS Errors with a stable `code` (RS_ERR_SHM_*) and the errno text in the message.
+// Errors are plain JS Errors with a stable `code` (RS_ERR_SHM_*, registered in src/errors.ts) and the
+// errno text, from the thread-safe strerror_r, in the message.
 
 #if !defined(__linux__)
 #error "ringserve_shm needs Linux (shm_open + futex); RS_ERR_ADDON_BUILD: unsupported OS"
@@ -28,7 +35,9 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <string>
+#include <utility>
 
 #if NODE_MAJOR_VERSION < 20
 #error "ringserve_shm needs Node.js 20 or newer"
@@ -54,21 +63,47 @@ using v8::SharedArrayBuffer;
 using v8::String;
 using v8::Value;
 
-constexpr size_t kMaxNameLength = 200;
+constexpr int kMaxNameLength = 200;
+// Number.MAX_SAFE_INTEGER: the largest byte count a JS number names exactly, and V8's own limit on
+// an ArrayBuffer's length on 64-bit hosts (v8::ArrayBuffer::kMaxByteLength from V8 12 on).
+constexpr double kMaxRegionBytes = 9007199254740991.0;
+
+static_assert(sizeof(size_t) >= 8 && sizeof(off_t) >= 8,
+              "ringserve_shm needs a 64-bit size_t and off_t (regions can pass 2 GiB)");
+
+// strerror_r comes in two shapes: XSI (returns int, fills buf) and GNU (returns a char* that may or
+// may not point into buf; glibc under g++, which defines _GNU_SOURCE). Overloads read either one.
+[[maybe_unused]] const char* StrerrorText(int rc, const char* buf) {
+  return rc == 0 ? buf : "unknown error";
+}
+[[maybe_unused]] const char* StrerrorText(const char* text, const char* /*buf*/) {
+  return text != nullptr ? text : "unknown error";
+}
+
+std::string ErrnoText(int err_no) {
+  char buf[256] = {};
+  return StrerrorText(strerror_r(err_no, buf, sizeof(buf)), buf);
+}
 
 // Throws `new Error("<code>: <message>")` with `err.code = code` (and `err.errno` when non-zero).
+// A failed Set means V8 is already unwinding (a worker being terminated); the error goes as it is.
 void ThrowCoded(Isolate* isolate, const char* code, const std::string& message, int err_no) {
   Local<Context> context = isolate->GetCurrentContext();
   std::string text = std::string(code) + ": " + message;
-  if (err_no != 0) text += " (" + std::string(strerror(err_no)) + ")";
-  Local<Value> error = Exception::Error(String::NewFromUtf8(isolate, text.c_str()).ToLocalChecked());
+  if (err_no != 0) text += " (" + ErrnoText(err_no) + ")";
+  Local<String> js_text;
+  if (!String::NewFromUtf8(isolate, text.c_str()).ToLocal(&js_text)) {
+    js_text = String::NewFromUtf8Literal(isolate, "ringserve_shm: error text too long");
+  }
+  Local<Value> error = Exception::Error(js_text);
   Local<Object> object = error.As<Object>();
-  object->Set(context, String::NewFromUtf8Literal(isolate, "code"),
-              String::NewFromUtf8(isolate, code).ToLocalChecked())
-      .Check();
-  if (err_no != 0) {
-    object->Set(context, String::NewFromUtf8Literal(isolate, "errno"), Integer::New(isolate, err_no))
-        .Check();
+  Local<String> js_code;
+  bool ok = String::NewFromUtf8(isolate, code).ToLocal(&js_code) &&
+            object->Set(context, String::NewFromUtf8Literal(isolate, "code"), js_code)
+                .FromMaybe(false);
+  if (ok && err_no != 0) {
+    Local<String> key = String::NewFromUtf8Literal(isolate, "errno");
+    static_cast<void>(object->Set(context, key, Integer::New(isolate, err_no)).FromMaybe(false));
   }
   isolate->ThrowException(error);
 }
@@ -81,9 +116,20 @@ bool ReadName(const FunctionCallbackInfo<Value>& info, std::string* path) {
     ThrowCoded(isolate, "RS_ERR_SHM_BAD_NAME", "region name must be a string", 0);
     return false;
   }
+  // Length in UTF-16 units, checked before the conversion so a huge string is never copied.
+  int length = info[0].As<String>()->Length();
+  if (length < 1 || length > kMaxNameLength) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_NAME",
+               "region name of " + std::to_string(length) + " characters must have 1-200", 0);
+    return false;
+  }
   String::Utf8Value utf8(isolate, info[0]);
-  std::string name(*utf8, utf8.length());
-  bool ok = !name.empty() && name.size() <= kMaxNameLength && name != "." && name != "..";
+  if (*utf8 == nullptr) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_NAME", "region name cannot be read as UTF-8", 0);
+    return false;
+  }
+  std::string name(*utf8, static_cast<size_t>(utf8.length()));
+  bool ok = name != "." && name != "..";
   for (char c : name) {
     bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                    c == '-' || c == '_' || c == '.';
@@ -98,15 +144,20 @@ bool ReadName(const FunctionCallbackInfo<Value>& info, std::string* path) {
   return true;
 }
 
-void UnmapRegion(void* data, size_t length, void* /*deleter_data*/) { munmap(data, length); }
+// V8's deleter, run once the last JS reference to the buffer is gone. munmap fails only for an
+// address range that is not a mapping, which this one always is; there is nobody to report to.
+void UnmapRegion(void* data, size_t length, void* /*deleter_data*/) {
+  static_cast<void>(munmap(data, length));
+}
 
 // Maps fd and returns it as a SharedArrayBuffer; on failure throws and returns false.
 bool MapAsSharedArrayBuffer(Isolate* isolate, int fd, size_t bytes, const std::string& path,
                             Local<SharedArrayBuffer>* out) {
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) {
-    ThrowCoded(isolate, "RS_ERR_SHM_MMAP", "mmap of " + path + " (" + std::to_string(bytes) +
-                                              " bytes) failed", errno);
+    int e = errno;  // read before building the message: allocation may change errno
+    ThrowCoded(isolate, "RS_ERR_SHM_MMAP",
+               "mmap of " + path + " (" + std::to_string(bytes) + " bytes) failed", e);
     return false;
   }
   std::unique_ptr<v8::BackingStore> store =
@@ -122,7 +173,8 @@ void Create(const FunctionCallbackInfo<Value>& info) {
   std::string path;
   if (!ReadName(info, &path)) return;
   double requested = info.Length() > 1 && info[1]->IsNumber() ? info[1].As<Number>()->Value() : -1;
-  if (!(requested >= 1 && requested <= 9007199254740991.0) || std::floor(requested) != requested) {
+  // NaN fails every comparison, so it is refused here, before any cast to an integer type.
+  if (!(requested >= 1 && requested <= kMaxRegionBytes) || std::floor(requested) != requested) {
     ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "region size must be a positive integer number of bytes", 0);
     return;
   }
@@ -172,11 +224,19 @@ void Open(const FunctionCallbackInfo<Value>& info) {
                "shm_open(" + path + ") failed", e);
     return;
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
-    int e = st.st_size <= 0 ? 0 : errno;
+  struct stat st = {};
+  if (fstat(fd, &st) != 0) {
+    int e = errno;  // st is not read: it holds nothing when fstat failed
     close(fd);
-    ThrowCoded(isolate, "RS_ERR_SHM_OPEN", "region " + path + " is empty or cannot be sized", e);
+    ThrowCoded(isolate, "RS_ERR_SHM_OPEN", "fstat(" + path + ") failed", e);
+    return;
+  }
+  if (st.st_size <= 0 || static_cast<double>(st.st_size) > kMaxRegionBytes) {
+    close(fd);
+    ThrowCoded(isolate, "RS_ERR_SHM_OPEN",
+               "region " + path + " has " + std::to_string(st.st_size) +
+                   " bytes (a region has 1 to 2^53-1)",
+               0);
     return;
   }
   Local<SharedArrayBuffer> sab;
@@ -220,9 +280,10 @@ int32_t* ReadFutexWord(const FunctionCallbackInfo<Value>& info) {
   return reinterpret_cast<int32_t*>(base) + static_cast<size_t>(index);
 }
 
+// CLOCK_MONOTONIC always exists on Linux and `now` is valid, so clock_gettime cannot fail here.
 double MonotonicMs() {
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
+  timespec now = {};
+  static_cast<void>(clock_gettime(CLOCK_MONOTONIC, &now));
   return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
 }
 
@@ -237,19 +298,23 @@ void FutexWait(const FunctionCallbackInfo<Value>& info) {
     ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "expected (Int32Array, index, expected, timeoutMs)", 0);
     return;
   }
-  int32_t expected = info[2]->Int32Value(isolate->GetCurrentContext()).FromJust();
+  // ToInt32, as Atomics.wait reads its `expected` (NaN is 0); a Number cannot throw on the way.
+  int32_t expected = info[2]->Int32Value(isolate->GetCurrentContext()).FromMaybe(0);
   double timeout_ms = info[3].As<Number>()->Value();
-  if (!(timeout_ms >= 0 && timeout_ms <= 2147483647.0)) {
+  if (!(timeout_ms >= 0 && timeout_ms <= 2147483647.0)) {  // refuses NaN too
     ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "futex timeout must be a finite number of ms >= 0", 0);
     return;
   }
   double deadline = MonotonicMs() + timeout_ms;
   for (;;) {
     double remaining = deadline - MonotonicMs();
-    if (remaining < 0) remaining = 0;
+    if (!(remaining > 0)) remaining = 0;
+    // Whole nanoseconds first, then split: tv_nsec stays in [0, 1e9), which FUTEX_WAIT requires
+    // (a rounded double split could reach 1e9 and get EINVAL). 2^31 ms is 2.1e15 ns: fits int64.
+    int64_t remaining_ns = static_cast<int64_t>(remaining * 1e6);
     timespec relative;
-    relative.tv_sec = static_cast<time_t>(remaining / 1e3);
-    relative.tv_nsec = static_cast<long>((remaining - static_cast<double>(relative.tv_sec) * 1e3) * 1e6);
+    relative.tv_sec = static_cast<time_t>(remaining_ns / 1000000000);
+    relative.tv_nsec = static_cast<long>(remaining_ns % 1000000000);
     long rc = syscall(SYS_futex, word, FUTEX_WAIT, expected, &relative, nullptr, 0);
     if (rc == 0) {
       info.GetReturnValue().Set(0);
@@ -276,34 +341,50 @@ void FutexWake(const FunctionCallbackInfo<Value>& info) {
   Isolate* isolate = info.GetIsolate();
   int32_t* word = ReadFutexWord(info);
   if (word == nullptr) return;
-  double requested = info.Length() > 2 && info[2]->IsNumber() ? info[2].As<Number>()->Value() : 1;
+  if (info.Length() < 3 || !info[2]->IsNumber()) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "expected (Int32Array, index, count)", 0);
+    return;
+  }
+  double requested = info[2].As<Number>()->Value();
+  // NaN would make the cast below undefined behaviour: refused here, while it is still a double.
+  if (std::isnan(requested)) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "futex wake count must be a number, not NaN", 0);
+    return;
+  }
+  // At least one; Infinity and anything past INT_MAX mean "all".
   int count = requested >= static_cast<double>(INT_MAX) ? INT_MAX
               : requested < 1                           ? 1
                                                         : static_cast<int>(requested);
   long rc = syscall(SYS_futex, word, FUTEX_WAKE, count, nullptr, nullptr, 0);
   if (rc < 0) {
-    ThrowCoded(isolate, "RS_ERR_SHM_FUTEX", "futex wake failed", errno);
+    int e = errno;
+    ThrowCoded(isolate, "RS_ERR_SHM_FUTEX", "futex wake failed", e);
     return;
   }
   info.GetReturnValue().Set(static_cast<int32_t>(rc));
 }
 
-void Export(Local<Context> context, Local<Object> exports, const char* name,
+// False when V8 refused (an exception is then pending, and require() throws it).
+bool Export(Local<Context> context, Local<Object> exports, const char* name,
             v8::FunctionCallback callback) {
   Isolate* isolate = Isolate::GetCurrent();  // Context::GetIsolate is deprecated in newer V8
-  Local<v8::Function> fn = v8::Function::New(context, callback).ToLocalChecked();
-  Local<String> key = String::NewFromUtf8(isolate, name).ToLocalChecked();
+  Local<v8::Function> fn;
+  Local<String> key;
+  if (!v8::Function::New(context, callback).ToLocal(&fn) ||
+      !String::NewFromUtf8(isolate, name).ToLocal(&key)) {
+    return false;
+  }
   fn->SetName(key);
-  exports->Set(context, key, fn).Check();
+  return exports->Set(context, key, fn).FromMaybe(false);
 }
 
 }  // namespace ringserve_shm
 
 // Context-aware: every Node environment (main thread, each worker thread) gets its own exports.
 NODE_MODULE_INIT(/* exports, module, context */) {
-  ringserve_shm::Export(context, exports, "create", ringserve_shm::Create);
-  ringserve_shm::Export(context, exports, "open", ringserve_shm::Open);
-  ringserve_shm::Export(context, exports, "unlink", ringserve_shm::Unlink);
-  ringserve_shm::Export(context, exports, "futexWait", ringserve_shm::FutexWait);
-  ringserve_shm::Export(context, exports, "futexWake", ringserve_shm::FutexWake);
+  static_cast<void>(ringserve_shm::Export(context, exports, "create", ringserve_shm::Create) &&
+                    ringserve_shm::Export(context, exports, "open", ringserve_shm::Open) &&
+                    ringserve_shm::Export(context, exports, "unlink", ringserve_shm::Unlink) &&
+                    ringserve_shm::Export(context, exports, "futexWait", ringserve_shm::FutexWait) &&
+                    ringserve_shm::Export(context, exports, "futexWake", ringserve_shm::FutexWake));
 }
