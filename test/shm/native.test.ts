@@ -1,7 +1,13 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SHM_ERROR_MESSAGES } from '../../src/errors.js';
-import { FUTEX_NOT_EQUAL, FUTEX_TIMED_OUT, FUTEX_WOKEN, shmAddon } from '../../src/shm/native.js';
+import {
+  addonLoadError,
+  FUTEX_NOT_EQUAL,
+  FUTEX_TIMED_OUT,
+  FUTEX_WOKEN,
+  shmAddon,
+} from '../../src/shm/native.js';
 import { type Fixture, startFixture, stopFixture, uniqueRegionName, until } from './helpers.js';
 
 const addon = shmAddon();
@@ -139,5 +145,39 @@ describe('native addon', () => {
     );
     const done = await fixture.waitFor('done', 10_000);
     expect(done.result).toBe(FUTEX_WOKEN);
+  });
+});
+
+describe('an addon built for another Node', () => {
+  // Node 24.22.3's own words on loading the addon that npm ci had built for Node 20 (issue 17).
+  const dlopenError = new Error(
+    "The module '/srv/ringserve/build/Release/ringserve_shm.node'\n" +
+      'was compiled against a different Node.js version using\n' +
+      'NODE_MODULE_VERSION 115. This version of Node.js requires\n' +
+      'NODE_MODULE_VERSION 137. Please try re-compiling or re-installing\n' +
+      'the module (for instance, using `npm rebuild` or `npm install`).',
+  );
+  const running = { version: 'v24.22.3', modules: '137', execPath: '/opt/node24/bin/node' };
+
+  it('names the Node it was built for, the one running, and the command that rebuilds it', () => {
+    const builtFor = { node: 'v20.20.2', modules: '115', execPath: '/usr/bin/node' };
+    const error = addonLoadError('/srv/ringserve', dlopenError, builtFor, running);
+    expect(error.code).toBe('RS_ERR_ADDON_MISSING');
+    expect(error.message).toContain('for the running Node v24.22.3 (NODE_MODULE_VERSION 137)');
+    expect(error.message).toContain(
+      'built for Node v20.20.2 (NODE_MODULE_VERSION 115, /usr/bin/node)',
+    );
+    expect(error.message).toContain(
+      '`/opt/node24/bin/node /srv/ringserve/scripts/build-addon.mjs`',
+    );
+  });
+
+  it('falls back to the ABI number when no build record matches, and keeps other causes', () => {
+    const stale = { node: 'v22.1.0', modules: '127', execPath: '/usr/local/bin/node' };
+    const error = addonLoadError('/srv/ringserve', dlopenError, stale, running);
+    expect(error.message).toContain('built for NODE_MODULE_VERSION 115;');
+    const other = addonLoadError('/srv/ringserve', new Error('invalid ELF header'), null, running);
+    expect(other.code).toBe('RS_ERR_ADDON_MISSING');
+    expect(other.message).toContain('(invalid ELF header)');
   });
 });
