@@ -1,4 +1,5 @@
 import { type ChildProcess, fork } from 'node:child_process';
+import { stopChild } from '../../src/cluster/stop-child.js';
 import { RS_ERR_BENCH_CHILD_FAILED, RS_ERR_BENCH_TIMEOUT } from './errors.js';
 import type { ChildMessage, ParentMessage } from './messages.js';
 
@@ -68,14 +69,8 @@ export class BenchChild {
 
   /** Ends the child: it should have exited after its result; SIGKILL if not within timeoutMs. */
   stop(timeoutMs = 5_000): Promise<void> {
-    const child = this.#child;
-    return new Promise((resolve) => {
-      if (child.exitCode !== null || child.signalCode !== null) return resolve();
-      const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-      child.once('exit', () => {
-        clearTimeout(timer);
-        resolve();
-      });
+    // Asked by closing its IPC channel: serveChild exits on 'disconnect'.
+    return stopChild(this.#child, timeoutMs, (child) => {
       if (child.connected) child.disconnect();
     });
   }

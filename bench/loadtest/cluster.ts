@@ -1,20 +1,30 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { stopChild } from '../../src/cluster/stop-child.js';
 import { RS_ERR_BENCH_CHILD_FAILED, RS_ERR_BENCH_TIMEOUT } from './errors.js';
 
 /**
- * A ringserve cluster for one benchmark arm: `node dist/src/cli.js serve` on an ephemeral port of
- * 127.0.0.1, exactly as a user starts it, so the arm measures the product and not a test double.
- * The supervisor creates and unlinks its own shared-memory region; stop() sends SIGTERM (drain)
- * and SIGKILLs after a bound, so a benchmark never leaves a cluster behind.
+ * The one starter of a real ringserve cluster, for the benchmarks and for the tests
+ * (test/cluster/harness.ts): `node dist/src/cli.js serve` on 127.0.0.1, exactly as a user starts
+ * it, so what runs is the product and not a test double. The supervisor creates and unlinks its own
+ * shared-memory region; stop() sends SIGTERM (drain) and SIGKILLs after a bound, and a process that
+ * exits takes its clusters down with it, so nothing is left behind.
  */
 
-const CLI = fileURLToPath(new URL('../../src/cli.js', import.meta.url));
+/** The compiled CLI, from bench/loadtest/ (tests, through vitest) or dist/bench/loadtest/ alike. */
+const CLI = join(packageRoot(), 'dist', 'src', 'cli.js');
 const READY = /serving .* on http:\/\/([^:\s]+):(\d+)/;
-/** How much of the cluster's stderr is kept for error messages. */
+/** How much of a cluster's output is kept for error messages, unless the caller wants it all. */
 const LOG_KEEP_CHARS = 16_384;
+
+function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, 'package.json')) && dirname(dir) !== dir) dir = dirname(dir);
+  return dir;
+}
 
 /** Server processes still running, so an exiting benchmark can take them down with it. */
 const live = new Set<ChildProcess>();
@@ -34,8 +44,11 @@ function stopAllOnExit(): void {
 
 export interface BenchCluster {
   readonly url: string;
+  readonly port: number;
   readonly pid: number;
-  /** The tail of what the cluster wrote to stderr. */
+  /** The primary (or the bare server): `node <cli> serve ...`. */
+  readonly child: ChildProcess;
+  /** What the cluster wrote to stdout and stderr (its tail, unless started with logKeepChars). */
   log(): string;
   /** The shared region the cluster's supervisor created (`ringserve-<pid>-<hex>`), or null. */
   regionName(): string | null;
@@ -77,11 +90,27 @@ export function freePort(): Promise<number> {
   });
 }
 
+export interface StartOptions {
+  /**
+   * --port. By default a free port found first: with --port 0 a restarted sole API server would
+   * listen on a new random port. 0 lets the kernel choose, with no window for another process.
+   */
+  port?: number;
+  /** Keep this much of the output for log() (default 16 KiB; Infinity keeps it all). */
+  logKeepChars?: number;
+  /** How long stop() waits after SIGTERM before SIGKILL (default 15 s). */
+  stopTimeoutMs?: number;
+  /** Called with the process as soon as it is spawned, before it is ready. */
+  onSpawn?: (child: ChildProcess) => void;
+}
+
+/** `ringserve serve` on 127.0.0.1 with `flags` (which may override --log-level warn). */
 export async function startCluster(
   flags: string[],
   startTimeoutMs = 60_000,
+  options: StartOptions = {},
 ): Promise<BenchCluster> {
-  const port = String(await freePort());
+  const port = String(options.port ?? (await freePort()));
   const args = [
     CLI,
     'serve',
@@ -93,7 +122,7 @@ export async function startCluster(
     'warn',
     ...flags,
   ];
-  return startServerProcess('cluster', args, READY, startTimeoutMs);
+  return startServerProcess('cluster', args, READY, startTimeoutMs, options);
 }
 
 /**
@@ -105,16 +134,21 @@ export async function startServerProcess(
   args: string[],
   ready: RegExp,
   startTimeoutMs: number,
+  options: StartOptions = {},
 ): Promise<BenchCluster> {
+  const keep = options.logKeepChars ?? LOG_KEEP_CHARS;
+  const stopTimeoutMs = options.stopTimeoutMs ?? 15_000;
   // stdout carries the cluster's JSON logs (pino), stderr its ready line and crash reports.
   const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   track(child);
+  options.onSpawn?.(child);
   let log = '';
   let stopping = false;
   let exited = false;
   const events: ClusterEvents = { apiServerRestarts: 0, engineRestarts: 0, outOfMemory: 0 };
   const collect = (chunk: string): void => {
-    log = (log + chunk).slice(-LOG_KEEP_CHARS);
+    log += chunk;
+    if (log.length > keep) log = log.slice(-keep);
     for (const [key, pattern] of EVENT_PATTERNS) events[key] += chunk.match(pattern)?.length ?? 0;
   };
   for (const stream of [child.stdout!, child.stderr!]) {
@@ -124,10 +158,12 @@ export async function startServerProcess(
   child.once('exit', () => {
     exited = true;
   });
-  const port = await waitReady(name, child, ready, () => log, startTimeoutMs);
+  const port = await waitReady(name, child, ready, () => log, startTimeoutMs, stopTimeoutMs);
   return {
     url: `http://127.0.0.1:${port}`,
+    port,
     pid: child.pid!,
+    child,
     log: () => log,
     regionName: () =>
       readdirSync('/dev/shm').find((n) => n.startsWith(`ringserve-${child.pid}-`)) ?? null,
@@ -135,7 +171,7 @@ export async function startServerProcess(
     events: () => ({ ...events }),
     stop: () => {
       stopping = true;
-      return stopProcess(child, 15_000);
+      return stopChild(child, stopTimeoutMs);
     },
   };
 }
@@ -146,11 +182,18 @@ function waitReady(
   ready: RegExp,
   log: () => string,
   timeoutMs: number,
+  stopTimeoutMs: number,
 ): Promise<number> {
   return new Promise((resolve, reject) => {
+    // Not ready in time: stopped like any other (SIGTERM first, so a primary unlinks its region).
     const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new RS_ERR_BENCH_TIMEOUT(`the ${name}'s start (${log().slice(-2000)})`, timeoutMs));
+      child.stderr!.off('data', onData);
+      child.off('exit', onExit);
+      const error = new RS_ERR_BENCH_TIMEOUT(
+        `the ${name}'s start (${log().slice(-2000)})`,
+        timeoutMs,
+      );
+      stopChild(child, stopTimeoutMs).then(() => reject(error));
     }, timeoutMs);
     const onData = (): void => {
       const match = ready.exec(log());
@@ -169,18 +212,5 @@ function waitReady(
     // After the log collector above, so log() already holds the chunk.
     child.stderr!.on('data', onData);
     child.once('exit', onExit);
-  });
-}
-
-/** SIGTERM, then SIGKILL after timeoutMs; resolves once the process has exited. */
-export function stopProcess(child: ChildProcess, timeoutMs: number): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.once('exit', () => {
-      clearTimeout(timer);
-      resolve();
-    });
-    child.kill('SIGTERM');
   });
 }

@@ -17,6 +17,7 @@ import { createLogger, type Logger } from '../obs/log.js';
 import { createRegion, type Region, removeStaleRegions, unlinkRegion } from '../shm/region.js';
 import { layoutParamsFor } from './layout-params.js';
 import { type ChildMessage, childEnv, entryPoint, type SupervisorMessage } from './roles.js';
+import { stopChild } from './stop-child.js';
 
 /** A crash loop is not restarted faster than this. */
 const RESTART_DELAY_MS = 200;
@@ -75,7 +76,7 @@ export class Supervisor {
     this.#stopping = true;
     const drainMs = this.config.drainTimeoutS * 1000;
     await Promise.all(
-      [...this.#servers.values()].map((worker) => stopWorker(worker, drainMs + 2_000)),
+      [...this.#servers.values()].map((worker) => stopChild(worker.process, drainMs + 2_000)),
     );
     if (this.#engine) await stopChild(this.#engine, ENGINE_STOP_MS);
     if (this.#region) unlinkRegion(this.regionName);
@@ -186,28 +187,4 @@ function exitCause(code: number | null, signal: string | null): string {
 function indexOf(servers: Map<number, Worker>, worker: Worker): number {
   for (const [k, w] of servers) if (w === worker) return k;
   return -1;
-}
-
-function stopWorker(worker: Worker, timeoutMs: number): Promise<void> {
-  return new Promise((resolve) => {
-    if (worker.isDead()) return resolve();
-    const timer = setTimeout(() => worker.process.kill('SIGKILL'), timeoutMs);
-    worker.once('exit', () => {
-      clearTimeout(timer);
-      resolve();
-    });
-    worker.process.kill('SIGTERM');
-  });
-}
-
-function stopChild(child: ChildProcess, timeoutMs: number): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.once('exit', () => {
-      clearTimeout(timer);
-      resolve();
-    });
-    child.kill('SIGTERM');
-  });
 }
