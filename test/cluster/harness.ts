@@ -1,26 +1,36 @@
 /**
- * Starts a real ringserve cluster (`node dist/src/cli.js serve`) on an ephemeral port for a test and
- * stops it: every process it starts is stopped, and the test can check that the region is unlinked.
+ * Starts a real ringserve cluster (`node dist/src/cli.js serve`) on an ephemeral port for a test,
+ * with the starter the benchmarks use (bench/loadtest/cluster.ts), and makes sure it ends.
+ *
+ * Every cluster started here is registered. One that a test starts and does not stop is stopped
+ * after that test (afterEach), one that a beforeAll starts after the file (afterAll), whatever the
+ * test did or threw, timeouts included: SIGTERM, SIGKILL after a bound, then SIGKILL for any of its
+ * processes still alive and unlink of its region. test/global-setup.ts checks the whole run again.
+ * The hooks are registered when a test file imports this module (vitest isolates test files, so
+ * each file gets its own).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { readdir, readFile } from 'node:fs/promises';
+import { afterAll, afterEach, beforeEach } from 'vitest';
+import { type BenchCluster, startCluster as startServe } from '../../bench/loadtest/cluster.js';
 import {
   ENGINE_STATS,
   HEALTH_HEAP_USED,
   HEALTH_IN_FLIGHT,
   healthIndex,
 } from '../../src/shm/layout.js';
+import { shmAddon } from '../../src/shm/native.js';
 import { openRegion, type Region } from '../../src/shm/region.js';
+import { notePrimary } from '../test-run.js';
 
-const CLI = fileURLToPath(new URL('../../dist/src/cli.js', import.meta.url));
-const READY = /serving .* on http:\/\/([^:]+):(\d+)/;
+/** How long stop() lets a cluster drain after SIGTERM before it SIGKILLs the primary. */
+const STOP_TIMEOUT_MS = 20_000;
 
 export interface Cluster {
   readonly url: string;
   readonly port: number;
-  readonly process: ChildProcess;
-  /** Everything the cluster has written to stderr so far. */
+  readonly process: BenchCluster['child'];
+  /** Everything the cluster has written to stdout and stderr so far. */
   log(): string;
   /** PIDs of the cluster's processes by title (ringserve-engine, ringserve-api-0, ...). */
   pids(): Promise<Map<string, number>>;
@@ -31,52 +41,59 @@ export interface Cluster {
   /** API server k's published main-thread heap in use, bytes. */
   serverHeap(server: number): number;
   serverInFlight(server: number): number;
+  /** SIGTERM (the cluster drains and unlinks its region), SIGKILL after a bound. */
   stop(): Promise<void>;
 }
 
+interface Registered {
+  cluster: Cluster;
+  /** Started inside a test (stopped after it) or in a beforeAll (stopped after the file). */
+  scope: 'test' | 'file';
+}
+
+const registered = new Set<Registered>();
+let inTest = false;
+
+beforeEach(() => {
+  inTest = true;
+});
+afterEach(async () => {
+  inTest = false;
+  await stopRegistered('test');
+});
+afterAll(async () => {
+  await stopRegistered('file');
+});
+
 export async function startCluster(args: string[] = [], timeoutMs = 30_000): Promise<Cluster> {
-  const child = spawn(
-    process.execPath,
-    [CLI, 'serve', '--host', '127.0.0.1', '--port', '0', '--log-level', 'warn', ...args],
-    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env } },
-  );
-  let stderr = '';
-  child.stderr!.setEncoding('utf8');
-  child.stdout!.setEncoding('utf8');
-  child.stdout!.on('data', (chunk: string) => {
-    stderr += chunk;
+  const base = await startServe(args, timeoutMs, {
+    port: 0,
+    logKeepChars: Number.POSITIVE_INFINITY,
+    stopTimeoutMs: STOP_TIMEOUT_MS,
+    // Noted at once: a cluster that never gets ready is stopped by the starter, and should its
+    // primary not unlink the region, test/global-setup.ts still knows whose region it is.
+    onSpawn: (child) => {
+      if (child.pid !== undefined) notePrimary(child.pid);
+    },
   });
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`cluster did not start:\n${stderr}`)),
-      timeoutMs,
-    );
-    child.stderr!.on('data', (chunk: string) => {
-      stderr += chunk;
-      const match = READY.exec(stderr);
-      if (match) {
-        clearTimeout(timer);
-        resolve(Number(match[2]));
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`cluster exited with ${code} before it was ready:\n${stderr}`));
-    });
-  });
-  const stop = (): Promise<void> =>
-    new Promise((resolve) => {
-      if (child.exitCode !== null || child.signalCode !== null) return resolve();
-      const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-      child.once('exit', () => {
-        clearTimeout(timer);
-        resolve();
-      });
-      child.kill('SIGTERM');
-    });
+  const scope = inTest ? 'test' : 'file';
+  const entry: Registered = {
+    scope,
+    // Stopped by the test: no longer the hooks' business (what is left is the test's to check).
+    cluster: withRegion(base, () => {
+      registered.delete(entry);
+      return base.stop();
+    }),
+  };
+  registered.add(entry);
+  return entry.cluster;
+}
+
+function withRegion(base: BenchCluster, stop: () => Promise<void>): Cluster {
+  const primary = base.pid;
   let mapped: Region | null = null;
   const region = (): Region => {
-    mapped ??= openRegion(regionNameOf(child.pid!));
+    mapped ??= openRegion(regionNameOf(primary));
     return mapped;
   };
   // What each API server publishes about itself (src/obs/process-health.ts, every 100 ms).
@@ -85,11 +102,11 @@ export async function startCluster(args: string[] = [], timeoutMs = 30_000): Pro
     return r.f64[healthIndex(r.params, server) + slot]!;
   };
   return {
-    url: `http://127.0.0.1:${port}`,
-    port,
-    process: child,
-    log: () => stderr,
-    pids: () => clusterPids(child.pid!),
+    url: base.url,
+    port: base.port,
+    process: base.child,
+    log: base.log,
+    pids: () => clusterPids(primary),
     region,
     engineStat: (slot) => region().f64[(ENGINE_STATS >> 3) + slot]!,
     serverHeap: (server) => serverHealth(server, HEALTH_HEAP_USED),
@@ -98,9 +115,31 @@ export async function startCluster(args: string[] = [], timeoutMs = 30_000): Pro
   };
 }
 
+/** Stops the clusters of `scope` that their test left running, and anything they left behind. */
+async function stopRegistered(scope: Registered['scope']): Promise<void> {
+  const left = [...registered].filter((r) => r.scope === scope);
+  for (const entry of left) registered.delete(entry);
+  await Promise.all(left.map((entry) => stopAndSweep(entry.cluster)));
+}
+
+async function stopAndSweep(cluster: Cluster): Promise<void> {
+  const primary = cluster.process.pid!;
+  const children = [...(await clusterPids(primary)).values()];
+  await cluster.stop();
+  // A primary SIGKILLed after the bound leaves its children to exit on their own and its region.
+  for (const pid of children) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone: the usual case
+    }
+  }
+  const name = readdirSync('/dev/shm').find((n) => n.startsWith(`ringserve-${primary}-`));
+  if (name !== undefined) shmAddon().unlink(name);
+}
+
 /** The cluster's processes, found through /proc by parent pid and process title. */
 export async function clusterPids(primaryPid: number): Promise<Map<string, number>> {
-  const { readdir, readFile } = await import('node:fs/promises');
   const out = new Map<string, number>();
   for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue;

@@ -4,9 +4,11 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { testRunId } from '../test-run.js';
 
+/** A region name of this test run (test/test-run.ts finds what a run left by its id). */
 export function uniqueRegionName(tag: string): string {
-  return `ringserve-test-${process.pid}-${tag}-${randomBytes(4).toString('hex')}`;
+  return `ringserve-test-${testRunId()}-${process.pid}-${tag}-${randomBytes(4).toString('hex')}`;
 }
 
 export function fixturePath(file: string): string {
