@@ -319,6 +319,32 @@ export const RS_ERR_SERVER_INTERNAL = createError(
   500,
 );
 
+/**
+ * How a ringserve process ends, for whoever started it: the CLI and `ringserve-bench` for a shell
+ * or a script, the supervisor's children for the supervisor (which restarts them and logs why).
+ * Every `process.exit` in src/ and bench/ takes its number from here; docs/errors.md lists them.
+ */
+export const ExitCode = {
+  /** Done, or stopped by SIGTERM/SIGINT after draining. */
+  Ok: 0,
+  /** Failed at start-up or while running; the log or stderr says why. */
+  Failure: 1,
+  /** Bad command line: an unknown command, or RS_ERR_CONFIG_INVALID (a flag out of range). */
+  Usage: 2,
+  /** An API server whose output worker died (sysexits' EX_SOFTWARE); the supervisor restarts it. */
+  OutputWorkerFailed: 70,
+  /** Stopped by SIGINT before finishing: 128 + 2, as a shell reports it. */
+  Interrupted: 130,
+  /** Stopped by SIGTERM before finishing: 128 + 15. */
+  Terminated: 143,
+} as const;
+export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
+
+/** The exit code for an error that ends a process: Usage for a configuration error, else Failure. */
+export function exitCodeFor(error: unknown): ExitCode {
+  return error instanceof RS_ERR_CONFIG_INVALID ? ExitCode.Usage : ExitCode.Failure;
+}
+
 /** The contract's error body: `{"error": {"message", "type", "param", "code"}}`, code = HTTP status. */
 export interface ErrorBody {
   error: { message: string; type: string; param: string | null; code: number };

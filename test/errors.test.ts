@@ -1,10 +1,12 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import {
   createError,
+  ExitCode,
   errorTypeForStatus,
+  exitCodeFor,
   isRingserveError,
   listErrorCodes,
   RingserveError,
@@ -290,5 +292,39 @@ describe('toErrorBody', () => {
     expect(unknown.code).toBe('RS_ERR_SERVER_INTERNAL');
     expect(unknown.statusCode).toBe(500);
     expect(toRingserveError('a string').message).toBe('internal error: a string');
+  });
+});
+
+/** Files that still exit with a bare number, each with the change that will name it. */
+const BARE_EXITS_YET: Readonly<Record<string, string>> = {
+  'src/server/worker-output-path.ts': 'exit(ExitCode.OutputWorkerFailed) (src/server/ owner)',
+};
+
+describe('exit codes', () => {
+  it('documents each one in docs/errors.md', () => {
+    const text = readFileSync(join(root, 'docs/errors.md'), 'utf8');
+    const rows = [...text.matchAll(/^\| (\d+) +\| `(\w+)` +\|/gm)].map((m) => [m[2], Number(m[1])]);
+    expect(rows).toEqual(Object.entries(ExitCode));
+  });
+
+  it('ends a process that met a configuration error with Usage, any other with Failure', () => {
+    expect(exitCodeFor(new RS_ERR_CONFIG_INVALID('--port', 'bad'))).toBe(ExitCode.Usage);
+    // An error mapped from its code is an instance of that code's constructor, so it counts too.
+    const mapped = toRingserveError(
+      Object.assign(new Error('x'), { code: 'RS_ERR_CONFIG_INVALID' }),
+    );
+    expect(exitCodeFor(mapped)).toBe(ExitCode.Usage);
+    expect(exitCodeFor(new RS_ERR_SERVER_QUEUE_FULL(1))).toBe(ExitCode.Failure);
+    expect(exitCodeFor(new Error('boom'))).toBe(ExitCode.Failure);
+  });
+
+  it('is the only source of exit numbers in src/ and bench/', () => {
+    const bare: string[] = [];
+    for (const { file, text } of sourceTexts(['src', 'bench'])) {
+      if (/\bprocess\.exit\(\s*\d/.test(text)) bare.push(relative(root, file));
+    }
+    expect(bare.sort(), 'process.exit(<number>): use ExitCode from src/errors.ts').toEqual(
+      Object.keys(BARE_EXITS_YET).sort(),
+    );
   });
 });
