@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { shmError } from './errors.js';
+import { RS_ERR_ADDON_MISSING } from '../errors.js';
 
 /** futexWait results. */
 export const FUTEX_WOKEN = 0;
@@ -44,12 +44,12 @@ function loadAddon(): ShmAddon {
   const here = dirname(fileURLToPath(import.meta.url));
   const addonPath = join(findPackageRoot(here), ADDON_RELATIVE_PATH);
   if (!existsSync(addonPath)) {
-    throw shmError('RS_ERR_ADDON_MISSING', addonPath, 'file not found');
+    throw new RS_ERR_ADDON_MISSING(addonPath, 'file not found');
   }
   try {
     return createRequire(import.meta.url)(addonPath) as ShmAddon;
   } catch (err) {
-    throw shmError('RS_ERR_ADDON_MISSING', addonPath, (err as Error).message);
+    throw new RS_ERR_ADDON_MISSING(addonPath, (err as Error).message);
   }
 }
 
