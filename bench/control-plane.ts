@@ -13,7 +13,7 @@
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Client, Pool } from 'undici';
-import { RS_ERR_CONFIG_INVALID } from '../src/errors.js';
+import { ExitCode, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
 import {
   ENGINE_STATS,
   STAT_GENERATION_TOKENS,
@@ -140,7 +140,7 @@ async function runLoad(url: string, concurrency: number, maxTokens: number): Pro
   await pool.destroy();
   await Promise.allSettled(workers);
   process.send?.({ completed, failed });
-  process.exit(0);
+  process.exit(ExitCode.Ok);
 }
 
 // ---- the control caller ---------------------------------------------------------------------------
@@ -311,5 +311,5 @@ async function main(): Promise<void> {
 
 main().catch((error: unknown) => {
   console.error(`bench:control failed: ${(error as Error).stack ?? String(error)}`);
-  process.exit(1);
+  process.exit(ExitCode.Failure);
 });

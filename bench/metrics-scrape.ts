@@ -14,7 +14,7 @@
  *     [--api-server-count 2] [--max-tokens 16000] [--max-speed] [--model qwen3-30b-a3b]
  */
 import { Client } from 'undici';
-import { RS_ERR_CONFIG_INVALID } from '../src/errors.js';
+import { ExitCode, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
 import { RS_ERR_BENCH_TIMEOUT } from './loadtest/errors.js';
 import { LoadThread, startCluster } from './metrics-scrape-load.js';
 
@@ -224,7 +224,8 @@ async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   const cluster = await startCluster(args);
   const url = cluster.url;
-  const stopOnSignal = (): void => void cluster.stop().then(() => process.exit(130));
+  const stopOnSignal = (): void =>
+    void cluster.stop().then(() => process.exit(ExitCode.Interrupted));
   process.once('SIGINT', stopOnSignal);
   let load: LoadThread | null = null;
   try {
@@ -281,5 +282,5 @@ async function main(): Promise<void> {
 
 main().catch((error: unknown) => {
   console.error(`bench:metrics: ${(error as Error).stack ?? String(error)}`);
-  process.exit(1);
+  process.exit(ExitCode.Failure);
 });

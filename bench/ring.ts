@@ -13,6 +13,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
+import { ExitCode } from '../src/errors.js';
 import {
   createRegion,
   openRegion,
@@ -261,6 +262,6 @@ if (consumerAt >= 0) {
 } else {
   main().catch((err) => {
     console.error(err);
-    process.exit(1);
+    process.exit(ExitCode.Failure);
   });
 }

@@ -6,7 +6,7 @@
  *
  * See bench/rollout/main.ts and README.md, "Performance".
  */
-import { isRingserveError } from '../src/errors.js';
+import { exitCodeFor, isRingserveError } from '../src/errors.js';
 import { runRolloutBench } from './rollout/main.js';
 
 runRolloutBench(process.argv.slice(2)).then(
@@ -14,6 +14,6 @@ runRolloutBench(process.argv.slice(2)).then(
   (error: unknown) => {
     if (isRingserveError(error)) console.error(`bench: ${error.code}: ${error.message}`);
     else console.error(`bench: ${(error as Error).stack ?? String(error)}`);
-    process.exit(isRingserveError(error) && error.code === 'RS_ERR_CONFIG_INVALID' ? 2 : 1);
+    process.exit(exitCodeFor(error));
   },
 );

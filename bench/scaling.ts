@@ -11,7 +11,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { isRingserveError, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
+import { ExitCode, isRingserveError, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
 import { getPreset } from '../src/sim/presets.js';
 import { formatDuration } from './loadtest/progress.js';
 import {
@@ -170,7 +170,7 @@ class ScalingRun {
   }
 }
 
-async function main(): Promise<number> {
+async function main(): Promise<ExitCode> {
   const o = parseOptions(process.argv.slice(2));
   const ceiling = Math.min(...getPreset(MODEL).eosTokenIds) - 8;
   const dir = await mkdtemp(join(tmpdir(), `ringserve-scaling-${process.pid}-`));
@@ -187,18 +187,18 @@ async function main(): Promise<number> {
   const out = [header, '', scalingTable(run.rows)];
   if (o.json) out.push(scalingJson(run.rows));
   process.stdout.write(`${out.join('\n')}\n`);
-  return 0;
+  return ExitCode.Ok;
 }
 
 // Exit through process.exit, so the servers this run started are stopped on the way out.
-process.once('SIGINT', () => process.exit(130));
-process.once('SIGTERM', () => process.exit(143));
+process.once('SIGINT', () => process.exit(ExitCode.Interrupted));
+process.once('SIGTERM', () => process.exit(ExitCode.Terminated));
 
 main().then(
   (code) => process.exit(code),
   (error: unknown) => {
     if (isRingserveError(error)) console.error(`bench:scaling: ${error.code}: ${error.message}`);
     else console.error(`bench:scaling: ${(error as Error).stack ?? String(error)}`);
-    process.exit(1);
+    process.exit(ExitCode.Failure);
   },
 );

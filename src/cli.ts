@@ -6,7 +6,7 @@
 import { formatHelp, isHelpRequested, parseArgs } from './cli-args.js';
 import { Supervisor } from './cluster/supervisor.js';
 import type { RingserveConfig } from './config.js';
-import { isRingserveError } from './errors.js';
+import { ExitCode, exitCodeFor, isRingserveError } from './errors.js';
 import { createLogger } from './obs/log.js';
 
 const USAGE = `usage: ringserve <command> [flags]
@@ -17,10 +17,11 @@ commands:
 
 'ringserve serve --help' lists the server's flags; the before/after benchmark is\n'ringserve-bench' (npm run bench).`;
 
-async function serve(argv: readonly string[]): Promise<number> {
+/** Resolves with the exit code, or null once the cluster serves (it runs until a signal stops it). */
+async function serve(argv: readonly string[]): Promise<ExitCode | null> {
   if (isHelpRequested(argv)) {
     process.stdout.write(`${formatHelp('ringserve serve')}\n`);
-    return 0;
+    return ExitCode.Ok;
   }
   const config = parseArgs(argv);
   const log = createLogger(config.logLevel, { name: 'ringserve' });
@@ -29,10 +30,10 @@ async function serve(argv: readonly string[]): Promise<number> {
   const stop = (signal: string): void => {
     log.info({ signal, drain_timeout_s: config.drainTimeoutS }, 'draining');
     supervisor.stop().then(
-      () => process.exit(0),
+      () => process.exit(ExitCode.Ok),
       (error: unknown) => {
         log.error({ err: error }, 'shutdown failed');
-        process.exit(1);
+        process.exit(ExitCode.Failure);
       },
     );
   };
@@ -50,7 +51,7 @@ async function serve(argv: readonly string[]): Promise<number> {
     await supervisor.stop().catch(() => {});
     throw error;
   }
-  return -1;
+  return null;
 }
 
 /** The configuration as logged at startup: keys are never written out, only whether one is set. */
@@ -62,35 +63,35 @@ function loggableConfig(config: RingserveConfig): Record<string, unknown> {
   };
 }
 
-async function main(argv: readonly string[]): Promise<number> {
+async function main(argv: readonly string[]): Promise<ExitCode | null> {
   const [command, ...rest] = argv;
   if (command === undefined || command.startsWith('--')) return serve(argv);
   if (command === 'serve') return serve(rest);
   if (command === 'help' || command === '-h') {
     process.stdout.write(`${USAGE}\n`);
-    return 0;
+    return ExitCode.Ok;
   }
   if (command === 'bench') {
     console.error(
       'ringserve bench: the benchmark is its own program: `ringserve-bench` or `npm run bench`.',
     );
-    return 2;
+    return ExitCode.Usage;
   }
   if (command === 'soak') {
     console.error(`ringserve ${command}: not built yet in this version.`);
-    return 2;
+    return ExitCode.Usage;
   }
   console.error(`ringserve: unknown command '${command}'\n\n${USAGE}`);
-  return 2;
+  return ExitCode.Usage;
 }
 
 main(process.argv.slice(2)).then(
   (code) => {
-    if (code >= 0) process.exit(code);
+    if (code !== null) process.exit(code);
   },
   (error: unknown) => {
     if (isRingserveError(error)) console.error(`ringserve: ${error.code}: ${error.message}`);
     else console.error(`ringserve: ${(error as Error).stack ?? String(error)}`);
-    process.exit(isRingserveError(error) && error.code === 'RS_ERR_CONFIG_INVALID' ? 2 : 1);
+    process.exit(exitCodeFor(error));
   },
 );

@@ -1,6 +1,15 @@
 import { availableParallelism } from 'node:os';
 import { RS_ERR_CONFIG_INVALID } from './errors.js';
-import { getModelCard, MODEL_NAMES, type ModelCard } from './wire/model-card.js';
+import {
+  ENGINE_DEFAULTS,
+  ENGINE_LIMITS,
+  LENGTH_PROFILE_NAMES,
+  type LengthProfileName,
+  MAX_SLOTS_PER_SERVER,
+  SCHEDULING_POLICIES,
+  type SchedulingPolicy,
+} from './wire/engine-defaults.js';
+import { defaultNumGpuBlocks, getModelCard, MODEL_NAMES } from './wire/model-card.js';
 
 /**
  * ringserve's one configuration object. Every field is a row of CONFIG_FIELDS: flag (named like
@@ -21,12 +30,12 @@ export interface RingserveConfig {
   readonly seed: number;
   readonly speedup: number;
   readonly maxSpeed: boolean;
-  readonly schedulingPolicy: 'fcfs' | 'priority';
+  readonly schedulingPolicy: SchedulingPolicy;
   readonly outputProcessing: 'workers' | 'inline';
   readonly generateFormat: 'packed' | 'legacy';
   readonly returnSamplingMask: boolean;
   readonly returnRoutedExperts: boolean;
-  readonly lengthProfile: 'rl' | 'chat';
+  readonly lengthProfile: LengthProfileName;
   readonly apiKey: string | null;
   readonly adminApiKey: string | null;
   readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
@@ -59,9 +68,14 @@ export interface ConfigField {
   readonly help: string;
 }
 
-// The request ring is 4 MiB by default and a prompt travels as one record of 4 bytes per token, so
-// max_model_len is capped where a whole prompt still fits with room for other records.
+// The engine's defaults, and its bounds where a flag offers all it runs with, come from
+// src/wire/engine-defaults.ts, as the simulator's do. A flag offers less where the API tier needs
+// it. --max-model-len stops at MAX_MODEL_LEN_CAP: the token-count histograms' 1-2-5 buckets up to it
+// fit their slots in the region (test/obs/buckets.test.ts), and a request ring, sized to hold four
+// whole prompts (layout-params.ts), stays at its minimum size.
 const MAX_MODEL_LEN_CAP = 262_144;
+const D = ENGINE_DEFAULTS;
+const L = ENGINE_LIMITS;
 
 // biome-ignore format: one row per field reads as the table it is
 export const CONFIG_FIELDS: readonly ConfigField[] = [
@@ -71,24 +85,23 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'model', flag: '--model', kind: 'enum', default: 'qwen3-30b-a3b', choices: MODEL_NAMES, help: 'model preset the simulated engine imitates' },
   { key: 'servedModelName', flag: '--served-model-name', kind: 'string', default: null, derived: 'sim-<model>', help: 'model name clients must send and /v1/models lists' },
   { key: 'maxModelLen', flag: '--max-model-len', kind: 'int', default: null, min: 16, max: MAX_MODEL_LEN_CAP, derived: "the preset's", help: 'longest sequence (prompt + completion) in tokens' },
-  { key: 'maxNumSeqs', flag: '--max-num-seqs', kind: 'int', default: 256, min: 1, max: 4096, help: 'most sequences running in one engine step' },
-  { key: 'maxNumBatchedTokens', flag: '--max-num-batched-tokens', kind: 'int', default: 8192, min: 1, max: 1_048_576, help: 'token budget of one engine step (decode first, then prefill chunks)' },
-  { key: 'numGpuBlocks', flag: '--num-gpu-blocks', kind: 'int', default: null, min: 1, max: 16_777_216, derived: "the preset's", help: 'KV-cache blocks in the simulated pool' },
-  { key: 'blockSize', flag: '--block-size', kind: 'int', default: 16, choices: [1, 8, 16, 32, 64, 128], help: 'tokens per KV-cache block' },
-  { key: 'seed', flag: '--seed', kind: 'int', default: 0, min: 0, max: 4_294_967_295, help: 'model seed: same seed, same outputs' },
-  { key: 'speedup', flag: '--speedup', kind: 'number', default: 1, min: 0, minExclusive: true, max: 1_000_000, help: 'divide modelled step times by this' },
-  { key: 'maxSpeed', flag: '--max-speed', kind: 'bool', default: false, help: 'do not sleep for modelled step times at all' },
-  { key: 'schedulingPolicy', flag: '--scheduling-policy', kind: 'enum', default: 'fcfs', choices: ['fcfs', 'priority'], help: 'order of waiting requests (priority uses the request field)' },
+  { key: 'maxNumSeqs', flag: '--max-num-seqs', kind: 'int', default: D.maxNumSeqs, min: L.maxNumSeqs.min, max: 4096, help: 'most sequences running in one engine step' },
+  { key: 'maxNumBatchedTokens', flag: '--max-num-batched-tokens', kind: 'int', default: D.maxNumBatchedTokens, min: L.maxNumBatchedTokens.min, max: 1_048_576, help: 'token budget of one engine step (decode first, then prefill chunks)' },
+  { key: 'numGpuBlocks', flag: '--num-gpu-blocks', kind: 'int', default: null, min: L.numGpuBlocks.min, max: 16_777_216, derived: "the preset's", help: 'KV-cache blocks in the simulated pool' },
+  { key: 'blockSize', flag: '--block-size', kind: 'int', default: D.blockSize, choices: [1, 8, 16, 32, 64, 128], help: 'tokens per KV-cache block' },
+  { key: 'seed', flag: '--seed', kind: 'int', default: D.seed, min: L.seed.min, max: L.seed.max, help: 'model seed: same seed, same outputs' },
+  { key: 'speedup', flag: '--speedup', kind: 'number', default: D.speedup, min: 0, minExclusive: true, max: 1_000_000, help: 'divide modelled step times by this' },
+  { key: 'maxSpeed', flag: '--max-speed', kind: 'bool', default: D.maxSpeed, help: 'do not sleep for modelled step times at all' },
+  { key: 'schedulingPolicy', flag: '--scheduling-policy', kind: 'enum', default: D.policy, choices: SCHEDULING_POLICIES, help: 'order of waiting requests (priority uses the request field)' },
   { key: 'outputProcessing', flag: '--output-processing', kind: 'enum', default: 'workers', choices: ['workers', 'inline'], help: 'workers: packed off-thread; inline: per-token objects (baseline)' },
   { key: 'generateFormat', flag: '--generate-format', kind: 'enum', default: 'packed', choices: ['packed', 'legacy'], help: 'default response form when a request does not say "packed"' },
   { key: 'returnSamplingMask', flag: '--return-sampling-mask', kind: 'bool', default: false, help: 'return sampling masks unless a request says otherwise' },
   { key: 'returnRoutedExperts', flag: '--return-routed-experts', kind: 'bool', default: false, help: 'return MoE routing unless a request says otherwise' },
-  { key: 'lengthProfile', flag: '--length-profile', kind: 'enum', default: 'rl', choices: ['rl', 'chat'], help: 'response lengths: rl (~12.5k tokens) or chat (short)' },
+  { key: 'lengthProfile', flag: '--length-profile', kind: 'enum', default: D.lengthProfile, choices: LENGTH_PROFILE_NAMES, help: 'response lengths: rl (~12.5k tokens) or chat (short)' },
   { key: 'apiKey', flag: '--api-key', kind: 'string', default: null, env: 'VLLM_API_KEY', help: 'require "Authorization: Bearer <key>" on API routes' },
   { key: 'adminApiKey', flag: '--admin-api-key', kind: 'string', default: null, env: 'RINGSERVE_ADMIN_API_KEY', help: 'require this key on control routes (pause, update_weights, ...)' },
   { key: 'logLevel', flag: '--log-level', kind: 'enum', default: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], help: 'pino log level' },
-  // The engine keeps a slot generation per (API server, slot): MAX_SLOTS_PER_SERVER in core-loop.ts.
-  { key: 'maxQueueLen', flag: '--max-queue-len', kind: 'int', default: 4096, min: 1, max: 65_536, help: 'requests in flight per API server (running or queued) before answering 429' },
+  { key: 'maxQueueLen', flag: '--max-queue-len', kind: 'int', default: 4096, min: 1, max: MAX_SLOTS_PER_SERVER, help: 'requests in flight per API server (running or queued) before answering 429' },
   { key: 'bodyLimitMb', flag: '--body-limit-mb', kind: 'number', default: 32, min: 0, minExclusive: true, max: 1024, help: 'largest request body in MiB (413 above)' },
   { key: 'drainTimeoutS', flag: '--drain-timeout-s', kind: 'number', default: 30, min: 0, max: 3600, help: 'on SIGTERM, wait this long for in-flight requests, then abort them' },
   { key: 'packerThreads', flag: '--packer-threads', kind: 'int', default: null, min: 1, max: 64, derived: 'cores / api-server-count, at least 1', help: 'packer worker threads per API server' },
@@ -192,11 +205,6 @@ function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): v
     const perServer = Math.floor(availableParallelism() / (values.apiServerCount as number));
     values.packerThreads = Math.max(1, Math.min(4, perServer));
   }
-}
-
-/** The preset's KV pool (counted in blocks of 16 tokens) expressed in blocks of this size. */
-function defaultNumGpuBlocks(preset: ModelCard, blockSize: number): number {
-  return Math.max(1, Math.floor((preset.defaultNumGpuBlocks * 16) / blockSize));
 }
 
 function checkCrossFields(c: RingserveConfig): void {

@@ -46,6 +46,8 @@ export interface ErrorCodeInfo {
 }
 
 const registry = new Map<string, ErrorCodeInfo>();
+/** The constructor of each code, so an error mapped from its code is an instance of it too. */
+const constructors = new Map<string, RingserveErrorConstructor>();
 const CODE_PATTERN = /^RS_ERR_[A-Z0-9]+_[A-Z0-9_]+$/;
 
 /**
@@ -74,6 +76,7 @@ export function createError(
     }
   };
   Object.defineProperty(ctor, 'name', { value: code });
+  constructors.set(code, ctor);
   return ctor;
 }
 
@@ -101,7 +104,6 @@ export const RS_ERR_REQ_DUPLICATE_ID = createError(
   400,
   { param: 'request_id' },
 );
-export const RS_ERR_REQ_ABORTED = createError('RS_ERR_REQ_ABORTED', 'request %s was aborted', 499);
 
 // HTTP layer.
 export const RS_ERR_HTTP_BODY_TOO_LARGE = createError(
@@ -158,63 +160,128 @@ export const RS_ERR_ENGINE_REQUEST_FAILED = createError(
   500,
 );
 
-// Shared memory, rings and the native addon (src/shm/ raises them through shmError; the native
-// addon throws the same codes from C++), in the same registry as every other code.
-export const SHM_ERROR_MESSAGES = {
-  RS_ERR_ADDON_BUILD: 'the native addon could not be built: %s',
-  RS_ERR_ADDON_MISSING:
-    'the native addon %s is not built: run `npm ci` or `npm run build:addon` (%s)',
-  RS_ERR_SHM_OPEN: 'cannot open shared-memory region %s: %s',
-  RS_ERR_SHM_MMAP: 'cannot map shared-memory region %s: %s',
-  RS_ERR_SHM_EXISTS: 'shared-memory region %s already exists',
-  RS_ERR_SHM_NOT_FOUND: 'shared-memory region %s does not exist',
-  RS_ERR_SHM_NO_SPACE: 'no room in /dev/shm for region %s: %s',
-  RS_ERR_SHM_UNLINK: 'cannot unlink shared-memory region %s: %s',
-  RS_ERR_SHM_BAD_NAME: 'bad shared-memory region name %s',
-  RS_ERR_SHM_BAD_ARGUMENT: 'bad argument to a shared-memory call: %s',
-  RS_ERR_SHM_FUTEX: 'futex call failed: %s',
-  RS_ERR_SHM_BAD_MAGIC: 'region %s is not a ringserve region (magic 0x%s)',
-  RS_ERR_SHM_LAYOUT_VERSION: 'region %s has layout version %s, this build reads version %s',
-  RS_ERR_SHM_BAD_LAYOUT: 'bad region layout: %s',
-  RS_ERR_SHM_LOCK_TIMEOUT: 'control lock of region %s not acquired within %s ms (held by pid %s)',
-  RS_ERR_SHM_CONTROL_TIMEOUT: 'engine did not acknowledge control command %s within %s ms',
-  RS_ERR_RING_FULL: 'ring at offset %s: no room for a %s-byte record within %s ms',
-  RS_ERR_RING_RECORD_TOO_LARGE:
-    'a %s-byte record cannot fit a %s-byte ring (largest payload %s bytes)',
-  RS_ERR_RING_PEER_GONE: 'ring at offset %s: the %s (pid %s) is gone',
-  RS_ERR_RING_BAD_CAPACITY: 'ring capacity %s must be a power of two in [64, 2^30]',
-  RS_ERR_RING_BAD_TYPE: 'record type %s must be an integer in [1, 2^31-1] (0 marks padding)',
-  RS_ERR_RING_CORRUPT: 'ring at offset %s is corrupt: %s',
-} as const;
+// The control plane (pause, resume, update_weights, reset_prefix_cache) through the region's control
+// block: src/wire/control-channel.ts raises them, the control routes answer with them.
+export const RS_ERR_CONTROL_TIMEOUT = createError(
+  'RS_ERR_CONTROL_TIMEOUT',
+  'the engine did not acknowledge the %s command within %s ms',
+  503,
+);
+export const RS_ERR_CONTROL_REFUSED = createError(
+  'RS_ERR_CONTROL_REFUSED',
+  'the engine refused the %s command: %s',
+  409,
+);
+export const RS_ERR_CONTROL_FAILED = createError(
+  'RS_ERR_CONTROL_FAILED',
+  'the engine failed to carry out the %s command (result %s)',
+  500,
+);
+export const RS_ERR_CONTROL_BAD_ARGUMENT = createError(
+  'RS_ERR_CONTROL_BAD_ARGUMENT',
+  'the %s command does not fit the control block: %s',
+  500,
+);
 
-export type ShmErrorCode = keyof typeof SHM_ERROR_MESSAGES;
-const SHM_ERROR_CODES = Object.keys(SHM_ERROR_MESSAGES) as ShmErrorCode[];
-
-const SHM_STATUS: Readonly<Partial<Record<ShmErrorCode, number>>> = {
-  RS_ERR_RING_FULL: 503,
-  RS_ERR_RING_PEER_GONE: 503,
-  RS_ERR_SHM_LOCK_TIMEOUT: 503,
-  RS_ERR_SHM_CONTROL_TIMEOUT: 503,
-};
-export const SHM_ERRORS = Object.fromEntries(
-  SHM_ERROR_CODES.map((code) => [
-    code,
-    createError(code, SHM_ERROR_MESSAGES[code], SHM_STATUS[code] ?? 500),
-  ]),
-) as Readonly<Record<ShmErrorCode, RingserveErrorConstructor>>;
-
-// Named like the others for callers outside src/shm/ (e.g. the server's engine client).
-export const RS_ERR_ADDON_BUILD = SHM_ERRORS.RS_ERR_ADDON_BUILD;
-export const RS_ERR_ADDON_MISSING = SHM_ERRORS.RS_ERR_ADDON_MISSING;
-export const RS_ERR_SHM_OPEN = SHM_ERRORS.RS_ERR_SHM_OPEN;
-export const RS_ERR_SHM_MMAP = SHM_ERRORS.RS_ERR_SHM_MMAP;
-export const RS_ERR_SHM_EXISTS = SHM_ERRORS.RS_ERR_SHM_EXISTS;
-export const RS_ERR_SHM_NOT_FOUND = SHM_ERRORS.RS_ERR_SHM_NOT_FOUND;
-export const RS_ERR_SHM_BAD_MAGIC = SHM_ERRORS.RS_ERR_SHM_BAD_MAGIC;
-export const RS_ERR_SHM_LAYOUT_VERSION = SHM_ERRORS.RS_ERR_SHM_LAYOUT_VERSION;
-export const RS_ERR_RING_FULL = SHM_ERRORS.RS_ERR_RING_FULL;
-export const RS_ERR_RING_RECORD_TOO_LARGE = SHM_ERRORS.RS_ERR_RING_RECORD_TOO_LARGE;
-export const RS_ERR_RING_PEER_GONE = SHM_ERRORS.RS_ERR_RING_PEER_GONE;
+// Shared memory, rings and the native addon (src/shm/). The addon throws the same codes from C++
+// (plain Errors carrying `code`; toRingserveError maps them to these), and scripts/build-addon.mjs
+// prints RS_ERR_ADDON_BUILD.
+export const RS_ERR_ADDON_BUILD = createError(
+  'RS_ERR_ADDON_BUILD',
+  'the native addon could not be built: %s',
+  500,
+);
+export const RS_ERR_ADDON_MISSING = createError(
+  'RS_ERR_ADDON_MISSING',
+  'the native addon %s is not built: run `npm ci` or `npm run build:addon` (%s)',
+  500,
+);
+export const RS_ERR_SHM_OPEN = createError(
+  'RS_ERR_SHM_OPEN',
+  'cannot open shared-memory region %s: %s',
+  500,
+);
+export const RS_ERR_SHM_MMAP = createError(
+  'RS_ERR_SHM_MMAP',
+  'cannot map shared-memory region %s: %s',
+  500,
+);
+export const RS_ERR_SHM_EXISTS = createError(
+  'RS_ERR_SHM_EXISTS',
+  'shared-memory region %s already exists',
+  500,
+);
+export const RS_ERR_SHM_NOT_FOUND = createError(
+  'RS_ERR_SHM_NOT_FOUND',
+  'shared-memory region %s does not exist',
+  500,
+);
+export const RS_ERR_SHM_NO_SPACE = createError(
+  'RS_ERR_SHM_NO_SPACE',
+  'no room in /dev/shm for region %s: %s',
+  500,
+);
+export const RS_ERR_SHM_UNLINK = createError(
+  'RS_ERR_SHM_UNLINK',
+  'cannot unlink shared-memory region %s: %s',
+  500,
+);
+export const RS_ERR_SHM_BAD_NAME = createError(
+  'RS_ERR_SHM_BAD_NAME',
+  'bad shared-memory region name %s',
+  500,
+);
+export const RS_ERR_SHM_BAD_ARGUMENT = createError(
+  'RS_ERR_SHM_BAD_ARGUMENT',
+  'bad argument to a shared-memory call: %s',
+  500,
+);
+export const RS_ERR_SHM_FUTEX = createError('RS_ERR_SHM_FUTEX', 'futex call failed: %s', 500);
+export const RS_ERR_SHM_BAD_MAGIC = createError(
+  'RS_ERR_SHM_BAD_MAGIC',
+  'region %s is not a ringserve region (magic 0x%s)',
+  500,
+);
+export const RS_ERR_SHM_LAYOUT_VERSION = createError(
+  'RS_ERR_SHM_LAYOUT_VERSION',
+  'region %s has layout version %s, this build reads version %s',
+  500,
+);
+export const RS_ERR_SHM_BAD_LAYOUT = createError(
+  'RS_ERR_SHM_BAD_LAYOUT',
+  'bad region layout: %s',
+  500,
+);
+export const RS_ERR_RING_FULL = createError(
+  'RS_ERR_RING_FULL',
+  'ring at offset %s: no room for a %s-byte record within %s ms',
+  503,
+);
+export const RS_ERR_RING_RECORD_TOO_LARGE = createError(
+  'RS_ERR_RING_RECORD_TOO_LARGE',
+  'a %s-byte record cannot fit a %s-byte ring (largest payload %s bytes)',
+  500,
+);
+export const RS_ERR_RING_PEER_GONE = createError(
+  'RS_ERR_RING_PEER_GONE',
+  'ring at offset %s: the %s (pid %s) is gone',
+  503,
+);
+export const RS_ERR_RING_BAD_CAPACITY = createError(
+  'RS_ERR_RING_BAD_CAPACITY',
+  'ring capacity %s must be a power of two in [64, 2^30]',
+  500,
+);
+export const RS_ERR_RING_BAD_TYPE = createError(
+  'RS_ERR_RING_BAD_TYPE',
+  'record type %s must be an integer in [1, 2^31-1] (0 marks padding)',
+  500,
+);
+export const RS_ERR_RING_CORRUPT = createError(
+  'RS_ERR_RING_CORRUPT',
+  'ring at offset %s is corrupt: %s',
+  500,
+);
 
 // Configuration. `param` is the flag, e.g. `--port`.
 export const RS_ERR_CONFIG_INVALID = createError('RS_ERR_CONFIG_INVALID', '%s: %s', 500, {
@@ -251,6 +318,32 @@ export const RS_ERR_SERVER_INTERNAL = createError(
   'internal error: %s',
   500,
 );
+
+/**
+ * How a ringserve process ends, for whoever started it: the CLI and `ringserve-bench` for a shell
+ * or a script, the supervisor's children for the supervisor (which restarts them and logs why).
+ * Every `process.exit` in src/ and bench/ takes its number from here; docs/errors.md lists them.
+ */
+export const ExitCode = {
+  /** Done, or stopped by SIGTERM/SIGINT after draining. */
+  Ok: 0,
+  /** Failed at start-up or while running; the log or stderr says why. */
+  Failure: 1,
+  /** Bad command line: an unknown command, or RS_ERR_CONFIG_INVALID (a flag out of range). */
+  Usage: 2,
+  /** An API server whose output worker died (sysexits' EX_SOFTWARE); the supervisor restarts it. */
+  OutputWorkerFailed: 70,
+  /** Stopped by SIGINT before finishing: 128 + 2, as a shell reports it. */
+  Interrupted: 130,
+  /** Stopped by SIGTERM before finishing: 128 + 15. */
+  Terminated: 143,
+} as const;
+export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
+
+/** The exit code for an error that ends a process: Usage for a configuration error, else Failure. */
+export function exitCodeFor(error: unknown): ExitCode {
+  return error instanceof RS_ERR_CONFIG_INVALID ? ExitCode.Usage : ExitCode.Failure;
+}
 
 /** The contract's error body: `{"error": {"message", "type", "param", "code"}}`, code = HTTP status. */
 export interface ErrorBody {
@@ -299,10 +392,11 @@ export function toRingserveError(err: unknown): RingserveError {
   const e = err as { code?: unknown; statusCode?: unknown; message?: unknown } | null;
   const message = e !== null && typeof e?.message === 'string' ? e.message : String(err);
   const code = e !== null && typeof e?.code === 'string' ? e.code : '';
-  const known = registry.get(code);
+  const known = constructors.get(code);
   let out: RingserveError;
   if (known !== undefined) {
-    out = new RingserveError(code, message, known.statusCode, null);
+    // The thrower's own message, as an instance of the code's constructor (`instanceof` holds).
+    out = Reflect.construct(RingserveError, [code, message, known.statusCode, null], known);
   } else if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
     out = new RS_ERR_HTTP_BODY_TOO_LARGE('over the server limit (--body-limit-mb)');
   } else if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {

@@ -1,8 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { formatHelp, isHelpRequested, parseArgs } from '../src/cli-args.js';
-import { buildConfig, CONFIG_FIELDS, type RingserveConfig } from '../src/config.js';
+import { buildConfig, CONFIG_FIELDS, configField, type RingserveConfig } from '../src/config.js';
+import { MAX_SLOTS_PER_SERVER as ENGINE_SLOT_TABLE } from '../src/engine/core-loop.js';
 import { RingserveError } from '../src/errors.js';
+import { resolveEngineConfig } from '../src/sim/engine-config.js';
 import { getPreset, PRESET_NAMES } from '../src/sim/presets.js';
+import { ENGINE_LIMITS, MAX_SLOTS_PER_SERVER } from '../src/wire/engine-defaults.js';
 
 const NO_ENV = {};
 
@@ -236,6 +239,44 @@ describe('buildConfig', () => {
     expect(buildConfig({ seed: null, servedModelName: null }).servedModelName).toBe(
       'sim-qwen3-30b-a3b',
     );
+  });
+});
+
+describe('one source for the engine defaults and ranges', () => {
+  it('gives the simulator, left to its defaults, the configuration the CLI gets', () => {
+    for (const model of PRESET_NAMES) {
+      const c = buildConfig({ model });
+      const e = resolveEngineConfig({ preset: model });
+      expect(e, model).toMatchObject({
+        maxNumSeqs: c.maxNumSeqs,
+        maxNumBatchedTokens: c.maxNumBatchedTokens,
+        numGpuBlocks: c.numGpuBlocks,
+        blockSize: c.blockSize,
+        seed: c.seed,
+        policy: c.schedulingPolicy,
+        speedup: c.speedup,
+        maxSpeed: c.maxSpeed,
+      });
+      expect(e.lengthProfile.name).toBe(c.lengthProfile);
+      // The CLI caps --max-model-len where the simulator takes the preset's whole.
+      expect(Math.min(e.maxModelLen, configField('maxModelLen').max!)).toBe(c.maxModelLen);
+    }
+  });
+
+  it('offers no flag value the engine does not run with', () => {
+    for (const key of Object.keys(ENGINE_LIMITS) as Array<keyof typeof ENGINE_LIMITS>) {
+      const range = ENGINE_LIMITS[key];
+      const field = CONFIG_FIELDS.find((f) => f.key === key);
+      if (field === undefined) continue;
+      const values = field.choices ?? [field.min, field.max];
+      for (const v of values) {
+        expect(v, field.flag).toBeGreaterThanOrEqual(range.min);
+        expect(v, field.flag).toBeLessThanOrEqual(range.max);
+      }
+    }
+    expect(configField('maxQueueLen').max).toBe(MAX_SLOTS_PER_SERVER);
+    // The core loop's own copy, until it imports src/wire/engine-defaults.ts's.
+    expect(ENGINE_SLOT_TABLE).toBe(MAX_SLOTS_PER_SERVER);
   });
 });
 

@@ -1,22 +1,25 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import {
   createError,
+  ExitCode,
   errorTypeForStatus,
+  exitCodeFor,
   isRingserveError,
   listErrorCodes,
   RingserveError,
   RS_ERR_CONFIG_INVALID,
   RS_ERR_MODEL_NOT_FOUND,
   RS_ERR_REQ_INVALID_FIELD,
+  RS_ERR_RING_FULL,
+  RS_ERR_RING_PEER_GONE,
   RS_ERR_SERVER_QUEUE_FULL,
-  SHM_ERRORS,
+  RS_ERR_SHM_OPEN,
   toErrorBody,
   toRingserveError,
 } from '../src/errors.js';
-import { shmError } from '../src/shm/errors.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
@@ -25,7 +28,6 @@ const PINNED: ReadonlyArray<readonly [string, number]> = [
   ['RS_ERR_REQ_INVALID_FIELD', 400],
   ['RS_ERR_REQ_INVALID_BODY', 400],
   ['RS_ERR_REQ_DUPLICATE_ID', 400],
-  ['RS_ERR_REQ_ABORTED', 499],
   ['RS_ERR_HTTP_BODY_TOO_LARGE', 413],
   ['RS_ERR_HTTP_UNSUPPORTED_MEDIA_TYPE', 415],
   ['RS_ERR_HTTP_ROUTE_NOT_FOUND', 404],
@@ -36,6 +38,10 @@ const PINNED: ReadonlyArray<readonly [string, number]> = [
   ['RS_ERR_ENGINE_DEAD', 503],
   ['RS_ERR_ENGINE_UNRESPONSIVE', 503],
   ['RS_ERR_ENGINE_REQUEST_FAILED', 500],
+  ['RS_ERR_CONTROL_TIMEOUT', 503],
+  ['RS_ERR_CONTROL_REFUSED', 409],
+  ['RS_ERR_CONTROL_FAILED', 500],
+  ['RS_ERR_CONTROL_BAD_ARGUMENT', 500],
   ['RS_ERR_ADDON_BUILD', 500],
   ['RS_ERR_ADDON_MISSING', 500],
   ['RS_ERR_SHM_OPEN', 500],
@@ -50,8 +56,6 @@ const PINNED: ReadonlyArray<readonly [string, number]> = [
   ['RS_ERR_SHM_BAD_MAGIC', 500],
   ['RS_ERR_SHM_LAYOUT_VERSION', 500],
   ['RS_ERR_SHM_BAD_LAYOUT', 500],
-  ['RS_ERR_SHM_LOCK_TIMEOUT', 503],
-  ['RS_ERR_SHM_CONTROL_TIMEOUT', 503],
   ['RS_ERR_RING_FULL', 503],
   ['RS_ERR_RING_RECORD_TOO_LARGE', 500],
   ['RS_ERR_RING_PEER_GONE', 503],
@@ -96,6 +100,53 @@ function sourceFiles(dir: string): string[] {
   return out;
 }
 
+function sourceTexts(dirs: readonly string[]): Array<{ file: string; text: string }> {
+  return dirs.flatMap((dir) =>
+    sourceFiles(join(root, dir)).map((file) => ({ file, text: readFileSync(file, 'utf8') })),
+  );
+}
+
+/** Where codes are raised: the code, the native addon (src/shm/native/) and the build script. */
+const RAISING_DIRS = ['src', 'workers', 'scripts', 'bench'];
+
+/**
+ * Registered codes nothing raises yet, each with the change that will raise it. An entry whose
+ * code is raised now fails the check too: remove the entry.
+ */
+const NOT_RAISED_YET: Readonly<Record<string, string>> = {
+  RS_ERR_REQ_DUPLICATE_ID: 'the request coordinator refusing an id already in flight (issue 10)',
+};
+
+/**
+ * The codes some source raises, by text: `new RS_ERR_X(` (or `new Alias(` where
+ * `const Alias = RS_ERR_X;`); `"RS_ERR_X"` in the native addon's C++ (ThrowCoded); a message
+ * that starts with the code (`RS_ERR_X: cause`, as scripts print it); `code: 'RS_ERR_X'` in a
+ * message between threads. A code only defined, documented or compared against is not raised.
+ */
+function raisedCodes(): Set<string> {
+  const raised = new Set<string>();
+  const texts = sourceTexts(RAISING_DIRS);
+  const aliases = new Map<string, string>();
+  for (const { text } of texts) {
+    for (const m of text.matchAll(/\bconst (\w+) = (RS_ERR_[A-Z0-9_]+);/g)) {
+      aliases.set(m[1] as string, m[2] as string);
+    }
+  }
+  for (const { file, text } of texts) {
+    for (const m of text.matchAll(/\bnew (\w+)\(/g)) {
+      const name = m[1] as string;
+      const code = name.startsWith('RS_ERR_') ? name : aliases.get(name);
+      if (code !== undefined) raised.add(code);
+    }
+    if (/\.(cc|cpp|h)$/.test(file)) {
+      for (const m of text.matchAll(/"(RS_ERR_[A-Z0-9_]+)"/g)) raised.add(m[1] as string);
+    }
+    for (const m of text.matchAll(/[`'"](RS_ERR_[A-Z0-9_]+): /g)) raised.add(m[1] as string);
+    for (const m of text.matchAll(/\bcode: '(RS_ERR_[A-Z0-9_]+)'/g)) raised.add(m[1] as string);
+  }
+  return raised;
+}
+
 describe('error code registry', () => {
   it('holds exactly the pinned codes with their statuses, in order', () => {
     expect(listErrorCodes().map((e) => [e.code, e.statusCode])).toEqual(PINNED);
@@ -133,12 +184,24 @@ describe('error code registry', () => {
     expect(() => createError('FST_ERR_X_Y', 'x', 400)).toThrow(/RS_ERR_<AREA>_<WHAT>/);
   });
 
-  it('registers the shared-memory layer codes from its own table', () => {
-    expect(Object.keys(SHM_ERRORS).length).toBeGreaterThanOrEqual(11);
-    const err = new SHM_ERRORS.RS_ERR_RING_FULL(4096, 64, 100);
+  it('makes the shared-memory codes like every other', () => {
+    const err = new RS_ERR_RING_FULL(4096, 64, 100);
+    expect(err).toBeInstanceOf(RingserveError);
     expect(err.code).toBe('RS_ERR_RING_FULL');
     expect(err.statusCode).toBe(503);
     expect(err.message).toBe('ring at offset 4096: no room for a 64-byte record within 100 ms');
+  });
+
+  it('has a place that raises every registered code', () => {
+    const defined = new Set(listErrorCodes().map((e) => e.code));
+    for (const { text } of sourceTexts(RAISING_DIRS)) {
+      for (const m of text.matchAll(CREATE_ERROR_CALL)) defined.add(m[1] as string);
+    }
+    const raised = raisedCodes();
+    const unraised = [...defined].filter((code) => !raised.has(code) && !(code in NOT_RAISED_YET));
+    expect(unraised, 'registered but raised nowhere: raise it or remove it').toEqual([]);
+    const stale = Object.keys(NOT_RAISED_YET).filter((code) => raised.has(code));
+    expect(stale, 'raised now: take it out of NOT_RAISED_YET').toEqual([]);
   });
 });
 
@@ -211,7 +274,7 @@ describe('toErrorBody', () => {
     });
     expect(toRingserveError(badJson).code).toBe('RS_ERR_REQ_INVALID_BODY');
 
-    const fromShm = shmError('RS_ERR_RING_PEER_GONE', 128, 'consumer', 4242);
+    const fromShm = new RS_ERR_RING_PEER_GONE(128, 'consumer', 4242);
     expect(toRingserveError(fromShm)).toBe(fromShm);
     expect(fromShm.statusCode).toBe(503);
     // The native addon throws plain Errors carrying a registered code: mapped, cause kept.
@@ -220,6 +283,8 @@ describe('toErrorBody', () => {
     });
     const mapped = toRingserveError(fromAddon);
     expect(mapped.code).toBe('RS_ERR_SHM_OPEN');
+    expect(mapped).toBeInstanceOf(RS_ERR_SHM_OPEN);
+    expect(mapped.message).toBe(fromAddon.message);
     expect(mapped.statusCode).toBe(500);
     expect(mapped.cause).toBe(fromAddon);
 
@@ -227,5 +292,39 @@ describe('toErrorBody', () => {
     expect(unknown.code).toBe('RS_ERR_SERVER_INTERNAL');
     expect(unknown.statusCode).toBe(500);
     expect(toRingserveError('a string').message).toBe('internal error: a string');
+  });
+});
+
+/** Files that still exit with a bare number, each with the change that will name it. */
+const BARE_EXITS_YET: Readonly<Record<string, string>> = {
+  'src/server/worker-output-path.ts': 'exit(ExitCode.OutputWorkerFailed) (src/server/ owner)',
+};
+
+describe('exit codes', () => {
+  it('documents each one in docs/errors.md', () => {
+    const text = readFileSync(join(root, 'docs/errors.md'), 'utf8');
+    const rows = [...text.matchAll(/^\| (\d+) +\| `(\w+)` +\|/gm)].map((m) => [m[2], Number(m[1])]);
+    expect(rows).toEqual(Object.entries(ExitCode));
+  });
+
+  it('ends a process that met a configuration error with Usage, any other with Failure', () => {
+    expect(exitCodeFor(new RS_ERR_CONFIG_INVALID('--port', 'bad'))).toBe(ExitCode.Usage);
+    // An error mapped from its code is an instance of that code's constructor, so it counts too.
+    const mapped = toRingserveError(
+      Object.assign(new Error('x'), { code: 'RS_ERR_CONFIG_INVALID' }),
+    );
+    expect(exitCodeFor(mapped)).toBe(ExitCode.Usage);
+    expect(exitCodeFor(new RS_ERR_SERVER_QUEUE_FULL(1))).toBe(ExitCode.Failure);
+    expect(exitCodeFor(new Error('boom'))).toBe(ExitCode.Failure);
+  });
+
+  it('is the only source of exit numbers in src/ and bench/', () => {
+    const bare: string[] = [];
+    for (const { file, text } of sourceTexts(['src', 'bench'])) {
+      if (/\bprocess\.exit\(\s*\d/.test(text)) bare.push(relative(root, file));
+    }
+    expect(bare.sort(), 'process.exit(<number>): use ExitCode from src/errors.ts').toEqual(
+      Object.keys(BARE_EXITS_YET).sort(),
+    );
   });
 });

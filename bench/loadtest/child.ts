@@ -1,5 +1,6 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { stopChild } from '../../src/cluster/stop-child.js';
+import { ExitCode } from '../../src/errors.js';
 import { RS_ERR_BENCH_CHILD_FAILED, RS_ERR_BENCH_TIMEOUT } from './errors.js';
 import type { ChildMessage, ParentMessage } from './messages.js';
 
@@ -109,11 +110,11 @@ export function serveChild<S, R>(handlers: {
   };
   const fail = (error: unknown): void => {
     send({ type: 'failed', message: (error as Error).stack ?? String(error) });
-    setTimeout(() => process.exit(1), 100);
+    setTimeout(() => process.exit(ExitCode.Failure), 100);
   };
   process.on('uncaughtException', fail);
   process.on('unhandledRejection', fail);
-  process.on('disconnect', () => process.exit(0));
+  process.on('disconnect', () => process.exit(ExitCode.Ok));
   process.on('message', (m: ParentMessage) => {
     if (m.type === 'start') {
       try {

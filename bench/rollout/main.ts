@@ -1,4 +1,5 @@
 import { availableParallelism, cpus } from 'node:os';
+import { ExitCode } from '../../src/errors.js';
 import { getPreset } from '../../src/sim/presets.js';
 import type { LoadProgress, ProbeProgress } from '../loadtest/messages.js';
 import { ProgressBar } from '../loadtest/progress.js';
@@ -92,15 +93,15 @@ async function report(options: RolloutOptions, runs: ArmRun[]): Promise<void> {
   process.stdout.write(`${out.join('\n')}\n`);
 }
 
-export async function runRolloutBench(argv: readonly string[]): Promise<number> {
+export async function runRolloutBench(argv: readonly string[]): Promise<ExitCode> {
   if (argv.includes('--help') || argv.includes('-h')) {
     process.stdout.write(`${rolloutUsage()}\n`);
-    return 0;
+    return ExitCode.Ok;
   }
   const options = parseRolloutArgs(argv, (model) => Math.min(...getPreset(model).eosTokenIds));
   // Exit through process.exit, so the clusters this run started are stopped on the way out.
-  process.once('SIGINT', () => process.exit(130));
-  process.once('SIGTERM', () => process.exit(143));
+  process.once('SIGINT', () => process.exit(ExitCode.Interrupted));
+  process.once('SIGTERM', () => process.exit(ExitCode.Terminated));
   await report(options, await runArms(options));
-  return 0;
+  return ExitCode.Ok;
 }

@@ -12,6 +12,7 @@
 import cluster from 'node:cluster';
 import { readFileSync } from 'node:fs';
 import Fastify from 'fastify';
+import { ExitCode } from '../../src/errors.js';
 
 interface Args {
   workers: number;
@@ -62,7 +63,7 @@ function primary(args: Args): void {
   });
   const stop = (): void => {
     for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGTERM');
-    process.exit(0);
+    process.exit(ExitCode.Ok);
   };
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
@@ -73,5 +74,5 @@ if (cluster.isPrimary) primary(args);
 else
   worker(args).catch((error: unknown) => {
     console.error(`bare server worker: ${(error as Error).stack ?? String(error)}`);
-    process.exit(1);
+    process.exit(ExitCode.Failure);
   });

@@ -4,6 +4,7 @@
  * shared port. Supervisor messages switch it between engine-up and engine-down, and drain it.
  */
 
+import { ExitCode } from '../errors.js';
 import { createLogger, type Logger, rateLimit } from '../obs/log.js';
 import { ProcessHealth } from '../obs/process-health.js';
 import { RequestTimeline } from '../obs/request-timeline.js';
@@ -84,7 +85,7 @@ async function main(env: ChildEnv, log: Logger): Promise<void> {
     await app.close();
     await output.close();
     health.stop();
-    process.exit(0);
+    process.exit(ExitCode.Ok);
   };
   process.on('message', (message: SupervisorMessage) => {
     if (message.type === 'engine-down') coordinator.engineDown();
@@ -137,5 +138,5 @@ const env = readChildEnv();
 const log = createLogger(env.config.logLevel, { name: 'ringserve-api', api_server: env.server });
 main(env, log).catch((error: unknown) => {
   log.fatal({ err: error }, 'API server failed to start');
-  process.exit(1);
+  process.exit(ExitCode.Failure);
 });

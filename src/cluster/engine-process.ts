@@ -6,6 +6,7 @@
 
 import type { RingserveConfig } from '../config.js';
 import { CoreLoop } from '../engine/core-loop.js';
+import { ExitCode } from '../errors.js';
 import { carryEngineCounters } from '../obs/engine-carry.js';
 import { createLogger } from '../obs/log.js';
 import { ProcessHealth } from '../obs/process-health.js';
@@ -88,11 +89,11 @@ function main(): void {
   done.then(
     () => {
       health.stop();
-      process.exit(0);
+      process.exit(ExitCode.Ok);
     },
     (error: unknown) => {
       log.fatal({ err: error }, 'engine loop failed');
-      process.exit(1);
+      process.exit(ExitCode.Failure);
     },
   );
 }

@@ -5,6 +5,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { buildConfig, type RingserveConfig } from '../config.js';
+import { RS_ERR_CONFIG_INVALID } from '../errors.js';
 
 export const ENV_ROLE = 'RINGSERVE_ROLE';
 export const ENV_REGION = 'RINGSERVE_REGION';
@@ -12,6 +13,8 @@ export const ENV_CONFIG = 'RINGSERVE_CONFIG';
 export const ENV_SERVER_INDEX = 'RINGSERVE_SERVER_INDEX';
 
 export type Role = 'engine' | 'api';
+
+const NOT_SET = 'is not set: this process is started by the supervisor';
 
 /** Messages between the supervisor and its children over the IPC channel (never per request). */
 export type SupervisorMessage =
@@ -34,14 +37,12 @@ export interface ChildEnv {
   server: number;
 }
 
-/** Reads the role's environment; throws with the variable's name when one is missing. */
+/** Reads the role's environment; RS_ERR_CONFIG_INVALID naming the variable when one is missing. */
 export function readChildEnv(env: NodeJS.ProcessEnv = process.env): ChildEnv {
   const region = env[ENV_REGION];
   const configJson = env[ENV_CONFIG];
-  if (!region)
-    throw new Error(`${ENV_REGION} is not set: this process is started by the supervisor`);
-  if (!configJson)
-    throw new Error(`${ENV_CONFIG} is not set: this process is started by the supervisor`);
+  if (!region) throw new RS_ERR_CONFIG_INVALID(ENV_REGION, NOT_SET);
+  if (!configJson) throw new RS_ERR_CONFIG_INVALID(ENV_CONFIG, NOT_SET);
   const server = Number(env[ENV_SERVER_INDEX] ?? '-1');
   return { region, config: buildConfig(JSON.parse(configJson)), server };
 }

@@ -10,6 +10,7 @@
 // ring head and then loads SLEEPING. Atomics are sequentially consistent, so either the sleeper sees
 // the new head or the producer sees the flag, bumps SEQ and wakes; a sleeper that has not reached the
 // futex yet then finds SEQ changed and returns at once.
+import { RS_ERR_SHM_BAD_LAYOUT } from '../errors.js';
 import { BELL_SEQ, BELL_SLEEPING } from './layout.js';
 import { FUTEX_TIMED_OUT, type FutexWaitResult, shmAddon } from './native.js';
 
@@ -25,7 +26,7 @@ export class Doorbell {
 
   constructor(sab: SharedArrayBuffer, byteOffset: number) {
     if (byteOffset % 8 !== 0 || byteOffset < 0 || byteOffset + 8 > sab.byteLength) {
-      throw new RangeError(
+      throw new RS_ERR_SHM_BAD_LAYOUT(
         `doorbell offset ${byteOffset} is not an 8-aligned offset in the buffer`,
       );
     }

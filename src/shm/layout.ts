@@ -23,7 +23,7 @@
 //          +--------------------------------------------------------------+
 //          | SERVER 1 ... (same stride)                                    |
 //          +--------------------------------------------------------------+
-import { shmError } from './errors.js';
+import { RS_ERR_SHM_BAD_LAYOUT } from '../errors.js';
 
 export const CACHE_LINE_BYTES = 64;
 /** 'RSHM' read as a little-endian u32. */
@@ -215,17 +215,14 @@ export function resolveLayoutParams(params: Partial<LayoutParams> = {}): LayoutP
   const resolved = { ...DEFAULT_LAYOUT_PARAMS, ...params };
   const { apiServerCount, requestRingBytes, outputRingBytes } = resolved;
   if (!Number.isInteger(apiServerCount) || apiServerCount < 1 || apiServerCount > MAX_API_SERVERS) {
-    throw shmError('RS_ERR_SHM_BAD_LAYOUT', `apiServerCount ${apiServerCount} not in [1, 64]`);
+    throw new RS_ERR_SHM_BAD_LAYOUT(`apiServerCount ${apiServerCount} not in [1, 64]`);
   }
   for (const [field, value] of [
     ['requestRingBytes', requestRingBytes],
     ['outputRingBytes', outputRingBytes],
   ] as const) {
     if (!isValidRingCapacity(value)) {
-      throw shmError(
-        'RS_ERR_SHM_BAD_LAYOUT',
-        `${field} ${value} is not a power of two in [64, 2^30]`,
-      );
+      throw new RS_ERR_SHM_BAD_LAYOUT(`${field} ${value} is not a power of two in [64, 2^30]`);
     }
   }
   return { apiServerCount, requestRingBytes, outputRingBytes };
@@ -249,8 +246,7 @@ export function regionBytes(params: LayoutParams): number {
 
 function checkServerIndex(params: LayoutParams, server: number): void {
   if (!Number.isInteger(server) || server < 0 || server >= params.apiServerCount) {
-    throw shmError(
-      'RS_ERR_SHM_BAD_LAYOUT',
+    throw new RS_ERR_SHM_BAD_LAYOUT(
       `API server index ${server} not in [0, ${params.apiServerCount})`,
     );
   }

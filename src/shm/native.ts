@@ -5,8 +5,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { RingserveError } from '../errors.js';
-import { shmError } from './errors.js';
+import { type RingserveError, RS_ERR_ADDON_MISSING } from '../errors.js';
 
 /** futexWait results. */
 export const FUTEX_WOKEN = 0;
@@ -82,15 +81,14 @@ export function addonLoadError(
 ): RingserveError {
   const addonPath = join(packageRoot, ADDON_RELATIVE_PATH);
   const mismatch = ABI_MISMATCH.exec(cause.message);
-  if (mismatch === null) return shmError('RS_ERR_ADDON_MISSING', addonPath, cause.message);
+  if (mismatch === null) return new RS_ERR_ADDON_MISSING(addonPath, cause.message);
   const [, builtModules, runningModules] = mismatch;
   const builder =
     builtFor !== null && builtFor.modules === builtModules
       ? `Node ${builtFor.node} (NODE_MODULE_VERSION ${builtModules}, ${builtFor.execPath})`
       : `NODE_MODULE_VERSION ${builtModules}`;
   const script = join(packageRoot, BUILD_SCRIPT_RELATIVE_PATH);
-  return shmError(
-    'RS_ERR_ADDON_MISSING',
+  return new RS_ERR_ADDON_MISSING(
     `${addonPath} for the running Node ${running.version} (NODE_MODULE_VERSION ${runningModules})`,
     `the one there was built for ${builder}; rebuild it with the running Node: ` +
       `\`${running.execPath} ${script}\`, or \`npm run build:addon\` with ` +
@@ -103,7 +101,7 @@ function loadAddon(): ShmAddon {
   const packageRoot = findPackageRoot(here);
   const addonPath = join(packageRoot, ADDON_RELATIVE_PATH);
   if (!existsSync(addonPath)) {
-    throw shmError('RS_ERR_ADDON_MISSING', addonPath, 'file not found');
+    throw new RS_ERR_ADDON_MISSING(addonPath, 'file not found');
   }
   try {
     return createRequire(import.meta.url)(addonPath) as ShmAddon;

@@ -2,8 +2,12 @@
 // start-up sweep that removes regions left behind by a crashed run. Offsets come from layout.ts.
 import { closeSync, openSync, readdirSync, readSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import {
+  RS_ERR_SHM_BAD_LAYOUT,
+  RS_ERR_SHM_BAD_MAGIC,
+  RS_ERR_SHM_LAYOUT_VERSION,
+} from '../errors.js';
 import { Doorbell } from './doorbell.js';
-import { shmError } from './errors.js';
 import {
   ENGINE_DOORBELL,
   HDR_API_SERVER_COUNT,
@@ -75,16 +79,16 @@ export function createRegion(name: string, params: Partial<LayoutParams> = {}): 
 export function openRegion(name: string): Region {
   const sab = shmAddon().open(name);
   if (sab.byteLength < HEADER_BYTES) {
-    throw shmError('RS_ERR_SHM_BAD_MAGIC', name, 'none: region smaller than a header');
+    throw new RS_ERR_SHM_BAD_MAGIC(name, 'none: region smaller than a header');
   }
   const i32 = new Int32Array(sab, 0, HEADER_BYTES >> 2);
   const magic = Atomics.load(i32, HDR_MAGIC >> 2);
   if (magic !== LAYOUT_MAGIC) {
-    throw shmError('RS_ERR_SHM_BAD_MAGIC', name, (magic >>> 0).toString(16));
+    throw new RS_ERR_SHM_BAD_MAGIC(name, (magic >>> 0).toString(16));
   }
   const version = Atomics.load(i32, HDR_LAYOUT_VERSION >> 2);
   if (version !== LAYOUT_VERSION) {
-    throw shmError('RS_ERR_SHM_LAYOUT_VERSION', name, version, LAYOUT_VERSION);
+    throw new RS_ERR_SHM_LAYOUT_VERSION(name, version, LAYOUT_VERSION);
   }
   const params = resolveLayoutParams({
     apiServerCount: Atomics.load(i32, HDR_API_SERVER_COUNT >> 2),
@@ -93,8 +97,7 @@ export function openRegion(name: string): Region {
   });
   const recorded = new Float64Array(sab, 0, HEADER_BYTES >> 3)[HDR_TOTAL_BYTES >> 3];
   if (recorded !== sab.byteLength || regionBytes(params) !== sab.byteLength) {
-    throw shmError(
-      'RS_ERR_SHM_BAD_LAYOUT',
+    throw new RS_ERR_SHM_BAD_LAYOUT(
       `region ${name} is ${sab.byteLength} bytes; its header says ${recorded}, its sizes ${regionBytes(params)}`,
     );
   }

@@ -20,8 +20,9 @@
 // written (release); the consumer's Atomics.load of HEAD before reading them is the acquire.
 //
 // Hot path (tryReserve/commit/next/release) allocates nothing: state lives in number fields.
+
+import { RS_ERR_RING_BAD_CAPACITY, RS_ERR_SHM_BAD_LAYOUT } from '../errors.js';
 import { Doorbell } from './doorbell.js';
-import { shmError } from './errors.js';
 import {
   isValidRingCapacity,
   RING_DATA,
@@ -73,12 +74,12 @@ export abstract class RingEndpoint {
   protected readonly waitingIndex: number;
 
   constructor(sab: SharedArrayBuffer, ringOffset: number, capacity: number, doorbell?: Doorbell) {
-    if (!isValidRingCapacity(capacity)) throw shmError('RS_ERR_RING_BAD_CAPACITY', capacity);
+    if (!isValidRingCapacity(capacity)) throw new RS_ERR_RING_BAD_CAPACITY(capacity);
     if (ringOffset % 64 !== 0 || ringOffset < 0) {
-      throw shmError('RS_ERR_SHM_BAD_LAYOUT', `ring offset ${ringOffset} is not 64-byte aligned`);
+      throw new RS_ERR_SHM_BAD_LAYOUT(`ring offset ${ringOffset} is not 64-byte aligned`);
     }
     if (ringOffset + RING_HEADER_BYTES + capacity > sab.byteLength) {
-      throw shmError('RS_ERR_SHM_BAD_LAYOUT', `ring at ${ringOffset} runs past the buffer's end`);
+      throw new RS_ERR_SHM_BAD_LAYOUT(`ring at ${ringOffset} runs past the buffer's end`);
     }
     const length = sab.byteLength;
     this.bytes = new Uint8Array(sab);

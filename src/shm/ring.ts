@@ -1,7 +1,15 @@
 // The two ends of the SPSC ring; the layout, its diagram and the shared geometry are in
 // ring-endpoint.ts. Hot path (tryReserve/commit/next/release) allocates nothing.
+
+import {
+  RS_ERR_RING_BAD_TYPE,
+  RS_ERR_RING_CORRUPT,
+  RS_ERR_RING_FULL,
+  RS_ERR_RING_PEER_GONE,
+  RS_ERR_RING_RECORD_TOO_LARGE,
+  RS_ERR_SHM_BAD_ARGUMENT,
+} from '../errors.js';
 import type { Doorbell } from './doorbell.js';
-import { shmError } from './errors.js';
 import { RING_CONSUMER_PID, RING_PRODUCER_PID } from './layout.js';
 import { shmAddon } from './native.js';
 import {
@@ -53,7 +61,7 @@ export class RingProducer extends RingEndpoint {
       throw this.#badSize(payloadBytes);
     }
     if (!(type >= 1 && type <= MAX_RECORD_TYPE && (type | 0) === type)) {
-      throw shmError('RS_ERR_RING_BAD_TYPE', type);
+      throw new RS_ERR_RING_BAD_TYPE(type);
     }
     const total = RECORD_HEADER_BYTES + ((payloadBytes + 7) & ~7);
     let head = this.#pendingHead;
@@ -123,14 +131,9 @@ export class RingProducer extends RingEndpoint {
 
   #badSize(payloadBytes: number): Error {
     if (Number.isInteger(payloadBytes) && payloadBytes > this.maxPayloadBytes) {
-      return shmError(
-        'RS_ERR_RING_RECORD_TOO_LARGE',
-        payloadBytes,
-        this.capacity,
-        this.maxPayloadBytes,
-      );
+      return new RS_ERR_RING_RECORD_TOO_LARGE(payloadBytes, this.capacity, this.maxPayloadBytes);
     }
-    return shmError('RS_ERR_SHM_BAD_ARGUMENT', `record payload size ${payloadBytes}`);
+    return new RS_ERR_SHM_BAD_ARGUMENT(`record payload size ${payloadBytes}`);
   }
 
   #reserveSlow(type: number, payloadBytes: number, timeoutMs: number): number {
@@ -146,11 +149,11 @@ export class RingProducer extends RingEndpoint {
         this.commit();
         if (pidState(Atomics.load(this.i32, this.#peerPidIndex)) === 'gone') {
           const pid = Atomics.load(this.i32, this.#peerPidIndex);
-          throw shmError('RS_ERR_RING_PEER_GONE', this.ringOffset, 'consumer', pid);
+          throw new RS_ERR_RING_PEER_GONE(this.ringOffset, 'consumer', pid);
         }
         const remaining = deadline - performance.now();
         if (remaining <= 0) {
-          throw shmError('RS_ERR_RING_FULL', this.ringOffset, payloadBytes, timeoutMs);
+          throw new RS_ERR_RING_FULL(this.ringOffset, payloadBytes, timeoutMs);
         }
         const slice = Math.min(remaining, WAIT_SLICE_MS);
         addon.futexWait(this.i32, this.tailIndex, this.#cachedTail, slice);
@@ -196,7 +199,7 @@ export class RingConsumer extends RingEndpoint {
       if (
         !(length >= 0 && total <= available && total <= this.capacity - (this.#readPos & this.mask))
       ) {
-        throw shmError('RS_ERR_RING_CORRUPT', this.ringOffset, `record length ${length} at ${at}`);
+        throw new RS_ERR_RING_CORRUPT(this.ringOffset, `record length ${length} at ${at}`);
       }
       this.#readPos = (this.#readPos + total) | 0;
       const type = this.i32[(at >> 2) + 1]!;

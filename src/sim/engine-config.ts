@@ -1,35 +1,45 @@
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
+import {
+  ENGINE_DEFAULTS,
+  ENGINE_LIMITS,
+  type IntRange,
+  SCHEDULING_POLICIES,
+  type SchedulingPolicy,
+} from '../wire/engine-defaults.js';
+import { defaultNumGpuBlocks } from '../wire/model-card.js';
 import { getLengthProfile, type LengthProfile, validateLengthProfile } from './length-profile.js';
 import { getPreset, type ModelPreset, validatePreset } from './presets.js';
-import type { SchedulingPolicy } from './waiting-queue.js';
 
-/** What SimEngine is built from. Omitted fields take the defaults below (vLLM's where it has one). */
+/**
+ * What SimEngine is built from. An omitted field takes its default from src/wire/engine-defaults.ts,
+ * the configuration's default too (named after each field's flag below).
+ */
 export interface EngineConfig {
   /** A preset name from PRESET_NAMES, or a preset object (tests, variants). */
   preset: string | ModelPreset;
-  /** --max-num-seqs: at most this many running requests. Default 256. */
+  /** --max-num-seqs: at most this many running requests. */
   maxNumSeqs?: number;
-  /** --max-num-batched-tokens: token budget per step. Default 8192. */
+  /** --max-num-batched-tokens: token budget per step. */
   maxNumBatchedTokens?: number;
   /** --num-gpu-blocks: KV blocks in the pool. Default: the preset's reference deployment. */
   numGpuBlocks?: number | null;
-  /** --block-size: tokens per KV block. Default 16. */
+  /** --block-size: tokens per KV block. */
   blockSize?: number;
   /** --max-model-len: prompt + output limit. Default: the preset's max_position_embeddings. */
   maxModelLen?: number | null;
-  /** --seed: the model seed (and the source of seeds for requests without one). Default 0. */
+  /** --seed: the model seed (and the source of seeds for requests without one). */
   seed?: number;
-  /** --scheduling-policy. Default fcfs. */
+  /** --scheduling-policy. */
   policy?: SchedulingPolicy;
-  /** --length-profile: a name from LENGTH_PROFILE_NAMES or a profile object. Default rl. */
+  /** --length-profile: a name from LENGTH_PROFILE_NAMES or a profile object. */
   lengthProfile?: string | LengthProfile;
-  /** --speedup: divides modelled step times. Default 1. */
+  /** --speedup: divides modelled step times. */
   speedup?: number;
-  /** --max-speed: modelled step times are 0. Default false. */
+  /** --max-speed: modelled step times are 0. */
   maxSpeed?: boolean;
-  /** --enable-prefix-caching. Default true (vLLM v1's default). */
+  /** --enable-prefix-caching (on by default, as in vLLM v1). */
   enablePrefixCaching?: boolean;
-  /** Weight version at start. Default 0. */
+  /** Weight version at start. */
   weightVersion?: number;
 }
 
@@ -49,53 +59,62 @@ export interface ResolvedEngineConfig {
   weightVersion: number;
 }
 
-function intIn(flag: string, value: number, min: number, max: number): number {
-  if (!Number.isInteger(value) || value < min || value > max) {
-    throw new RS_ERR_CONFIG_INVALID(flag, `must be an integer in [${min}, ${max}], got ${value}`);
+function intIn(flag: string, value: number, range: IntRange): number {
+  if (!Number.isInteger(value) || value < range.min || value > range.max) {
+    throw new RS_ERR_CONFIG_INVALID(
+      flag,
+      `must be an integer in [${range.min}, ${range.max}], got ${value}`,
+    );
   }
   return value;
 }
 
-/** Applies defaults and checks ranges; a bad value throws RS_ERR_CONFIG_INVALID naming its flag. */
+/**
+ * Applies the defaults and checks the ranges of src/wire/engine-defaults.ts (the configuration's
+ * too); a bad value throws RS_ERR_CONFIG_INVALID naming its flag.
+ */
 export function resolveEngineConfig(c: EngineConfig): ResolvedEngineConfig {
   const preset = validatePreset(typeof c.preset === 'string' ? getPreset(c.preset) : c.preset);
-  const profile = c.lengthProfile ?? 'rl';
+  const profile = c.lengthProfile ?? ENGINE_DEFAULTS.lengthProfile;
   const lengthProfile = validateLengthProfile(
     typeof profile === 'string' ? getLengthProfile(profile) : profile,
   );
-  const policy = c.policy ?? 'fcfs';
-  if (policy !== 'fcfs' && policy !== 'priority') {
+  const policy = c.policy ?? ENGINE_DEFAULTS.policy;
+  if (!SCHEDULING_POLICIES.includes(policy)) {
     throw new RS_ERR_CONFIG_INVALID(
       '--scheduling-policy',
-      `must be fcfs or priority, got ${policy}`,
+      `must be ${SCHEDULING_POLICIES.join(' or ')}, got ${policy}`,
     );
   }
-  const speedup = c.speedup ?? 1;
+  const speedup = c.speedup ?? ENGINE_DEFAULTS.speedup;
   if (!(Number.isFinite(speedup) && speedup > 0)) {
     throw new RS_ERR_CONFIG_INVALID('--speedup', `must be a finite number > 0, got ${speedup}`);
   }
-  const blockSize = intIn('--block-size', c.blockSize ?? 16, 1, 4096);
-  // The preset counts its KV pool in blocks of 16 tokens.
-  const defaultBlocks = Math.max(1, Math.floor((preset.defaultNumGpuBlocks * 16) / blockSize));
-  const maxModelLen = intIn('--max-model-len', c.maxModelLen ?? preset.maxModelLen, 2, 1 << 24);
+  const d = ENGINE_DEFAULTS;
+  const limits = ENGINE_LIMITS;
+  const blockSize = intIn('--block-size', c.blockSize ?? d.blockSize, limits.blockSize);
+  const defaultBlocks = defaultNumGpuBlocks(preset, blockSize);
   return {
     preset,
-    maxNumSeqs: intIn('--max-num-seqs', c.maxNumSeqs ?? 256, 1, 65536),
+    maxNumSeqs: intIn('--max-num-seqs', c.maxNumSeqs ?? d.maxNumSeqs, limits.maxNumSeqs),
     maxNumBatchedTokens: intIn(
       '--max-num-batched-tokens',
-      c.maxNumBatchedTokens ?? 8192,
-      1,
-      1 << 24,
+      c.maxNumBatchedTokens ?? d.maxNumBatchedTokens,
+      limits.maxNumBatchedTokens,
     ),
-    numGpuBlocks: intIn('--num-gpu-blocks', c.numGpuBlocks ?? defaultBlocks, 1, 1 << 26),
+    numGpuBlocks: intIn('--num-gpu-blocks', c.numGpuBlocks ?? defaultBlocks, limits.numGpuBlocks),
     blockSize,
-    maxModelLen,
-    seed: intIn('--seed', c.seed ?? 0, 0, 0xffffffff),
+    maxModelLen: intIn('--max-model-len', c.maxModelLen ?? preset.maxModelLen, limits.maxModelLen),
+    seed: intIn('--seed', c.seed ?? d.seed, limits.seed),
     policy,
     lengthProfile,
     speedup,
-    maxSpeed: c.maxSpeed ?? false,
-    enablePrefixCaching: c.enablePrefixCaching ?? true,
-    weightVersion: intIn('weight version', c.weightVersion ?? 0, 0, 0x7fffffff),
+    maxSpeed: c.maxSpeed ?? d.maxSpeed,
+    enablePrefixCaching: c.enablePrefixCaching ?? d.enablePrefixCaching,
+    weightVersion: intIn(
+      'weight version',
+      c.weightVersion ?? d.weightVersion,
+      limits.weightVersion,
+    ),
   };
 }

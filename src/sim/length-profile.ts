@@ -1,4 +1,5 @@
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
+import { LENGTH_PROFILE_NAMES, type LengthProfileName } from '../wire/engine-defaults.js';
 import { combine, unitFloatOpen } from './hash.js';
 
 /**
@@ -34,13 +35,14 @@ const CHAT: LengthProfile = {
   maxTokens: 16_384,
 };
 
-const PROFILES: readonly LengthProfile[] = [RL, CHAT];
+/** One profile per name of LENGTH_PROFILE_NAMES (the configuration offers those names). */
+const PROFILES: Readonly<Record<LengthProfileName, LengthProfile>> = { rl: RL, chat: CHAT };
 
-export const LENGTH_PROFILE_NAMES: readonly string[] = PROFILES.map((p) => p.name);
+export { LENGTH_PROFILE_NAMES };
 
 /** The profile of that name; an unknown name is a config error naming `--length-profile`. */
 export function getLengthProfile(name: string): LengthProfile {
-  const profile = PROFILES.find((p) => p.name === name);
+  const profile = Object.hasOwn(PROFILES, name) ? PROFILES[name as LengthProfileName] : undefined;
   if (profile === undefined) {
     throw new RS_ERR_CONFIG_INVALID(
       '--length-profile',

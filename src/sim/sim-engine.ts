@@ -1,6 +1,7 @@
 import type { EngineCore } from '../engine/engine-core.js';
 import { StepOutputs } from '../engine/step-outputs.js';
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
+import { ENGINE_LIMITS } from '../wire/engine-defaults.js';
 import type { ModelCard } from '../wire/model-card.js';
 import { RejectReason } from '../wire/reject.js';
 import {
@@ -199,10 +200,11 @@ export class SimEngine implements EngineCore {
   /** Sets the weight version (or increments it); in-flight requests continue on the new weights. */
   updateWeights(version?: number): number {
     const next = version ?? this.#model.weightVersion + 1;
-    if (!Number.isInteger(next) || next < 0 || next > 0x7fffffff) {
+    const { min, max } = ENGINE_LIMITS.weightVersion;
+    if (!Number.isInteger(next) || next < min || next > max) {
       throw new RS_ERR_CONFIG_INVALID(
         'weight_version',
-        `must be an integer in [0, 2^31), got ${next}`,
+        `must be an integer in [${min}, ${max}], got ${next}`,
       );
     }
     this.#model.setWeightVersion(next);

@@ -1,6 +1,7 @@
+import type { SchedulingPolicy } from '../wire/engine-defaults.js';
 import type { Sequence } from './sequence.js';
 
-export type SchedulingPolicy = 'fcfs' | 'priority';
+export type { SchedulingPolicy };
 
 /**
  * Requests waiting to be scheduled, in the order they will be tried. FCFS: arrival order, a

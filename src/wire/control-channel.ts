@@ -14,7 +14,12 @@
  * cannot be taken for the answer to the next caller's command.
  */
 
-import { createError } from '../errors.js';
+import {
+  RS_ERR_CONTROL_BAD_ARGUMENT,
+  RS_ERR_CONTROL_FAILED,
+  RS_ERR_CONTROL_REFUSED,
+  RS_ERR_CONTROL_TIMEOUT,
+} from '../errors.js';
 import {
   CTL_ACK_SEQ,
   CTL_ARG_COUNT,
@@ -52,21 +57,16 @@ export const ControlResult = {
   Expired: 4,
 } as const;
 
-export const ControlTimeoutError = createError(
-  'RS_ERR_CONTROL_TIMEOUT',
-  'the engine did not acknowledge the %s command within %s ms',
-  503,
-);
-export const ControlRefusedError = createError(
-  'RS_ERR_CONTROL_REFUSED',
-  'the engine refused the %s command: %s',
-  409,
-);
-export const ControlFailedError = createError(
-  'RS_ERR_CONTROL_FAILED',
-  'the engine failed to carry out the %s command (result %s)',
-  500,
-);
+/**
+ * @deprecated The control codes are in src/errors.ts like every other: import RS_ERR_CONTROL_TIMEOUT,
+ * RS_ERR_CONTROL_REFUSED and RS_ERR_CONTROL_FAILED from there. These names stay only until
+ * src/server/http/routes/control.ts does.
+ */
+export const ControlTimeoutError = RS_ERR_CONTROL_TIMEOUT;
+/** @deprecated RS_ERR_CONTROL_REFUSED (src/errors.ts). */
+export const ControlRefusedError = RS_ERR_CONTROL_REFUSED;
+/** @deprecated RS_ERR_CONTROL_FAILED (src/errors.ts). */
+export const ControlFailedError = RS_ERR_CONTROL_FAILED;
 
 /** Arguments a command may carry; the last slot holds the caller's deadline. */
 export const CONTROL_ARG_COUNT = CTL_ARG_COUNT - 1;
@@ -99,9 +99,19 @@ export class ControlClient {
     text: string | null,
     timeoutMs: number,
   ): Promise<ControlReply> {
-    if (args.length > CONTROL_ARG_COUNT) throw new RangeError('too many control arguments');
+    if (args.length > CONTROL_ARG_COUNT) {
+      throw new RS_ERR_CONTROL_BAD_ARGUMENT(
+        commandName(code),
+        `${args.length} arguments, at most ${CONTROL_ARG_COUNT}`,
+      );
+    }
     const bytes = text === null ? new Uint8Array(0) : encoder.encode(text);
-    if (bytes.length > CTL_TEXT_CAPACITY) throw new RangeError('control text too long');
+    if (bytes.length > CTL_TEXT_CAPACITY) {
+      throw new RS_ERR_CONTROL_BAD_ARGUMENT(
+        commandName(code),
+        `a ${bytes.length}-byte text, at most ${CTL_TEXT_CAPACITY}`,
+      );
+    }
     const { i32, f64 } = this.#region;
     const deadline = performance.now() + timeoutMs;
     await this.#lock(deadline, code, timeoutMs);
@@ -129,7 +139,7 @@ export class ControlClient {
     const i32 = this.#region.i32;
     while (Atomics.load(i32, CTL_ACK_SEQ >> 2) !== seq) {
       if (performance.now() >= deadline)
-        throw new ControlTimeoutError(commandName(code), timeoutMs);
+        throw new RS_ERR_CONTROL_TIMEOUT(commandName(code), timeoutMs);
       await sleep(POLL_MS);
     }
   }
@@ -145,7 +155,7 @@ export class ControlClient {
         continue;
       }
       if (performance.now() >= deadline) {
-        throw new ControlTimeoutError(`${commandName(code)} (waiting for the lock)`, timeoutMs);
+        throw new RS_ERR_CONTROL_TIMEOUT(`${commandName(code)} (waiting for the lock)`, timeoutMs);
       }
       await sleep(POLL_MS);
     }

@@ -1,4 +1,5 @@
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
+import { ENGINE_LIMITS } from './engine-defaults.js';
 
 /**
  * What the API tier must know of the model behind the engine: the vocabulary, the shape of a
@@ -17,8 +18,16 @@ export interface ModelCard {
   /** End-of-sequence ids; the first is the one the simulated model emits to end a response. */
   eosTokenIds: readonly number[];
   maxModelLen: number;
-  /** KV blocks of 16 tokens in the reference deployment noted on each card. */
+  /** KV blocks of CARD_BLOCK_TOKENS tokens in the reference deployment noted on each card. */
   defaultNumGpuBlocks: number;
+}
+
+/** The block size the cards count their reference KV pools in. */
+export const CARD_BLOCK_TOKENS = 16;
+
+/** The card's reference KV pool in blocks of `blockSize` tokens (at least one). */
+export function defaultNumGpuBlocks(card: ModelCard, blockSize: number): number {
+  return Math.max(1, Math.floor((card.defaultNumGpuBlocks * CARD_BLOCK_TOKENS) / blockSize));
 }
 
 /**
@@ -124,7 +133,11 @@ export function validateModelCard<T extends ModelCard>(c: T): T {
   for (const id of c.eosTokenIds)
     if (!isInt(id, 0, c.vocabSize - 1)) fail(`eos id ${id} not in vocab`);
   if (new Set(c.eosTokenIds).size !== c.eosTokenIds.length) fail('eosTokenIds has duplicates');
-  if (!isInt(c.maxModelLen, 2, 1 << 24)) fail('maxModelLen must be an integer in [2, 2^24]');
-  if (!isInt(c.defaultNumGpuBlocks, 1, 1 << 26)) fail('defaultNumGpuBlocks out of range');
+  const len = ENGINE_LIMITS.maxModelLen;
+  if (!isInt(c.maxModelLen, len.min, len.max))
+    fail(`maxModelLen must be an integer in [${len.min}, ${len.max}]`);
+  const blocks = ENGINE_LIMITS.numGpuBlocks;
+  if (!isInt(c.defaultNumGpuBlocks, blocks.min, blocks.max))
+    fail('defaultNumGpuBlocks out of range');
   return c;
 }

@@ -1,32 +1,15 @@
-import { execFileSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { type AllocFigures, runAllocProbe } from '../helpers/spawn-alloc-probe.js';
 
-interface Probe {
+interface Probe extends AllocFigures {
   tokens: number;
   requestsPerRound: number;
-  grownBytes: number;
-  retainedBytes: number;
-  gcsDuring: number;
   generationTokens: number;
   expectedTokens: number;
 }
 
-/** Runs the probe in its own process (--expose-gc, 64 MB semi-spaces: no scavenge hides garbage). */
-function probe(...args: string[]): Probe {
-  const out = execFileSync(
-    process.execPath,
-    [
-      '--expose-gc',
-      '--min-semi-space-size=64',
-      '--max-semi-space-size=64',
-      fileURLToPath(new URL('fixtures/recorder-alloc.mjs', import.meta.url)),
-      ...args,
-    ],
-    { encoding: 'utf8', timeout: 60_000 },
-  );
-  return JSON.parse(out.trim().split('\n').pop()!) as Probe;
-}
+const probe = (...args: string[]): Probe =>
+  runAllocProbe<Probe>(new URL('fixtures/recorder-alloc.mjs', import.meta.url), args);
 
 describe('request metrics allocation', () => {
   it('allocates nothing per token: ~100k tokens observed into TTFT, ITL and counters', () => {

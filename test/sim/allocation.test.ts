@@ -1,6 +1,5 @@
-import { execFileSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { type AllocFigures, runAllocProbe } from '../helpers/spawn-alloc-probe.js';
 
 /**
  * The engine's hot loop allocates nothing per token (the house rule for hot paths). Measured in a
@@ -11,24 +10,16 @@ import { describe, expect, it } from 'vitest';
  * an object per token more. Up to three processes per mode, in case one lands in a JIT state that
  * is not the steady one.
  */
-const FIXTURE = fileURLToPath(new URL('./fixtures/engine-alloc.mjs', import.meta.url));
+const FIXTURE = new URL('./fixtures/engine-alloc.mjs', import.meta.url);
 const BYTES_PER_TOKEN_BUDGET = 2;
 
-interface Measurement {
+interface Measurement extends AllocFigures {
   mode: string;
   tokens: number;
-  bytes: number;
-  gcs: number;
 }
 
-function measure(mode: 'plain' | 'full'): Measurement {
-  const stdout = execFileSync(
-    process.execPath,
-    ['--min-semi-space-size=64', '--max-semi-space-size=64', FIXTURE, mode],
-    { encoding: 'utf8', timeout: 60_000 },
-  );
-  return JSON.parse(stdout.trim().split('\n').at(-1) as string) as Measurement;
-}
+const measure = (mode: 'plain' | 'full'): Measurement =>
+  runAllocProbe<Measurement>(FIXTURE, [mode]);
 
 describe('engine hot loop allocation', () => {
   for (const mode of ['plain', 'full'] as const) {
@@ -38,8 +29,8 @@ describe('engine hot loop allocation', () => {
       for (let attempt = 0; attempt < 3 && best >= BYTES_PER_TOKEN_BUDGET; attempt++) {
         const m = measure(mode);
         expect(m.tokens).toBeGreaterThan(50_000);
-        if (m.gcs > 0) continue; // a scavenge in the window makes the figure meaningless
-        const perToken = m.bytes / m.tokens;
+        if (m.gcsDuring > 0) continue; // a scavenge in the window makes the figure meaningless
+        const perToken = m.newSpaceBytes / m.tokens;
         seen.push(perToken.toFixed(3));
         best = Math.min(best, perToken);
       }

@@ -10,8 +10,8 @@
 // Documented Node/V8 addon APIs only: a context-aware module (NODE_MODULE_INIT, so it loads in worker
 // threads), v8::SharedArrayBuffer::NewBackingStore over the mmap'ed bytes (no copy; the deleter
 // munmaps once the last JS reference is gone), node::Buffer::Data to reach an Int32Array's bytes.
-// Errors are plain JS Errors with a stable `code` (RS_ERR_SHM_*, registered in src/errors.ts) and the
-// errno text, from the thread-safe strerror_r, in the message.
+// Errors are plain JS Errors with a stable `code` (RS_ERR_SHM_*, registered in src/errors.ts, whose
+// toRingserveError maps them) and the errno text, from the thread-safe strerror_r, in the message.
 
 #if !defined(__linux__)
 #error "ringserve_shm needs Linux (shm_open + futex); RS_ERR_ADDON_BUILD: unsupported OS"

@@ -1,33 +1,13 @@
-import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { fixturePath } from '../../shm/helpers.js';
+import { type AllocFigures, runAllocProbe } from '../../helpers/spawn-alloc-probe.js';
 
-interface Probe {
+interface Probe extends AllocFigures {
   tokens: number;
-  grownBytes: number;
-  retainedBytes: number;
-  gcsDuring: number;
   columnsOk: boolean;
 }
 
-/**
- * Runs the probe in its own process: it needs --expose-gc, and a young generation large enough
- * (64 MB semi-spaces) that no scavenge hides garbage during the measured loop.
- */
-function probe(...args: string[]): Probe {
-  const out = execFileSync(
-    process.execPath,
-    [
-      '--expose-gc',
-      '--min-semi-space-size=64',
-      '--max-semi-space-size=64',
-      fixturePath('output-scatter-alloc.mjs'),
-      ...args,
-    ],
-    { encoding: 'utf8', timeout: 60_000 },
-  );
-  return JSON.parse(out.trim().split('\n').pop()!) as Probe;
-}
+const probe = (...args: string[]): Probe =>
+  runAllocProbe<Probe>(new URL('../../fixtures/output-scatter-alloc.mjs', import.meta.url), args);
 
 describe('scatter path allocation', () => {
   it('allocates nothing per token: ~100k tokens with logprobs, masks, routing and stop strings', () => {
