@@ -88,5 +88,6 @@ describe('scripts/build-addon.mjs', () => {
       modules: process.versions.modules,
       execPath: process.execPath,
     });
-  });
+    // A real compile against V8's headers: seconds alone, over a minute on a loaded 2-core machine.
+  }, 240_000);
 });
