@@ -62,7 +62,6 @@ import type { Region } from '../../src/shm/region.js';
 
 const REQUESTS_PER_SERVER = 3000;
 const GAPS_PER_REQUEST = 300;
-const MAX_MODEL_LEN = 40_960;
 
 /** mulberry32: a small seeded generator, so every run renders the same figures. */
 function generator(seed: number): () => number {
@@ -80,10 +79,15 @@ function logNormal(random: () => number, mean: number, sigma: number): number {
   return mean * Math.exp(sigma * z - (sigma * sigma) / 2);
 }
 
-function fillRequests(f64: Float64Array, base: number, random: () => number): void {
+function fillRequests(
+  f64: Float64Array,
+  base: number,
+  maxModelLen: number,
+  random: () => number,
+): void {
   const hist = (slot: number, bounds: readonly number[]) =>
     new RegionHistogram(f64, base + slot, bounds);
-  const tokens = build125Buckets(MAX_MODEL_LEN);
+  const tokens = build125Buckets(maxModelLen);
   const ttft = hist(RM_TTFT, TTFT_BUCKETS);
   const itl = hist(RM_ITL, ITL_BUCKETS);
   const latency = [RM_E2E, RM_QUEUE, RM_INFERENCE, RM_PREFILL, RM_DECODE].map((slot) =>
@@ -93,7 +97,7 @@ function fillRequests(f64: Float64Array, base: number, random: () => number): vo
   const generationHist = hist(RM_GENERATION_HIST, tokens);
   for (let r = 0; r < REQUESTS_PER_SERVER; r++) {
     const prompt = Math.round(logNormal(random, 2048, 0.4));
-    const generated = Math.min(MAX_MODEL_LEN - prompt, Math.round(logNormal(random, 12_500, 0.5)));
+    const generated = Math.min(maxModelLen - prompt, Math.round(logNormal(random, 12_500, 0.5)));
     const queue = logNormal(random, 0.4, 1);
     const prefill = logNormal(random, 0.25, 0.5);
     const decode = generated * logNormal(random, 0.03, 0.2);
@@ -135,8 +139,14 @@ function fillHealth(region: Region, base: number, random: () => number, now: num
   }
 }
 
-/** A populated region for `servers` API servers, and its engine stats as the engine client reads them. */
-export function populatedRegion(servers: number): { region: Region; stats: () => Float64Array } {
+/**
+ * A populated region for `servers` API servers (token-count buckets as for `maxModelLen`, as the
+ * exposition reads them), and its engine stats as the engine client reads them.
+ */
+export function populatedRegion(
+  servers: number,
+  maxModelLen: number,
+): { region: Region; stats: () => Float64Array } {
   const params = resolveLayoutParams({
     apiServerCount: servers,
     requestRingBytes: 1024,
@@ -153,7 +163,7 @@ export function populatedRegion(servers: number): { region: Region; stats: () =>
   const random = generator(0x5eed + servers);
   const now = Date.now();
   for (let k = 0; k < servers; k++) {
-    fillRequests(region.f64, requestMetricsIndex(params, k), random);
+    fillRequests(region.f64, requestMetricsIndex(params, k), maxModelLen, random);
     fillHealth(region, healthIndex(params, k), random, now);
     const ring = outputRingOffset(params, k);
     const tail = Math.floor(random() * 2 ** 31);

@@ -5,10 +5,16 @@
  * time, so a scrape costs the same whatever the other processes are doing (a sibling in a long GC
  * pause, a busy engine) and never waits.
  *
- * The text is written directly rather than through prom-client's Registry: the figures already sit
- * in the region, so a registry would mean copying them into metric objects on every scrape and
- * awaiting its async get(), only to produce the same lines. Every label text, bucket label and
- * family header is built once here; a scrape is a pass over ~600 float64 slots and string appends.
+ * The text is written here, not through prom-client (issue 10, item 7; README.md, Metrics). The
+ * figures already sit in the region, so a prom-client Registry (built once, Gauges and Counters
+ * whose collect() read the region, custom collectors for the histograms' bucket slots) only copies
+ * them into its objects on every scrape, hashes and re-escapes every label set, and awaits its async
+ * metrics(), to produce the same samples. bench:exposition measured both over the same populated
+ * region (6 runs, 2 shared cores): per render, p50 32-57 us here against 0.8-1.5 ms through
+ * prom-client with 2 API servers, 40-76 us against 1.0-1.8 ms with 4; 83 KB allocated against
+ * 900 KB, 100 KB against 1,131 KB, garbage on the main thread that also serves /health. Every
+ * label text, bucket label and family header is built once here; a scrape is a pass over ~600
+ * float64 slots and string appends.
  */
 import type { RingserveConfig } from '../config.js';
 import {
