@@ -14,7 +14,8 @@ import type { ResponseForm } from '../protocol/generate-response.js';
 import { encodeGenerateResponse } from '../protocol/generate-response.js';
 import {
   type ChoiceColumns,
-  type FinishReasonName,
+  type ChoiceFinishReason,
+  choiceFinishReason,
   type GenerateResponseColumns,
   narrowRouting,
 } from '../protocol/response-columns.js';
@@ -47,7 +48,7 @@ interface InlineRequest {
   /** This sequence's choice index in its request. */
   index: number;
   /** How it finished (set when it did), for the response built once every choice has. */
-  finishName: FinishReasonName | null;
+  finishName: ChoiceFinishReason | null;
   stopReason: number | string | null;
   /** Decoded text so far, kept only when the request has stop strings. */
   text: string | null;
@@ -258,8 +259,7 @@ export class InlineOutputPath implements OutputPath {
       this.#choiceFailed(slot, r, new RS_ERR_ENGINE_REQUEST_FAILED(r.identity.requestId, reason));
     } else {
       const stopId = i32[rec.at(StepColumn.StopTokenId, j)]!;
-      const name: FinishReasonName =
-        finish === FinishReason.Stop ? 'stop' : finish === FinishReason.Length ? 'length' : 'abort';
+      const name = choiceFinishReason(finish) ?? 'abort';
       const stopReason = stopId >= 0 ? stopId : null;
       if (r.request.stream) this.#streamDelta(slot, r, name, stopReason);
       else this.#choiceDone(r, name, stopReason);
@@ -270,7 +270,7 @@ export class InlineOutputPath implements OutputPath {
   /** A choice finished; the response is built once every choice of the request has. */
   #choiceDone(
     r: InlineRequest,
-    finishName: FinishReasonName,
+    finishName: ChoiceFinishReason,
     stopReason: number | string | null,
   ): void {
     r.finishName = finishName;
@@ -295,7 +295,7 @@ export class InlineOutputPath implements OutputPath {
   #streamDelta(
     slot: number,
     r: InlineRequest,
-    finishReason: FinishReasonName | null,
+    finishReason: ChoiceFinishReason | null,
     stopReason: number | string | null,
   ): void {
     const tokens = r.tokens.slice(r.streamed);
@@ -340,7 +340,7 @@ export class InlineOutputPath implements OutputPath {
     tokens: TokenOutput[],
     routing: number[][],
     routingStart: number,
-    finishReason: FinishReasonName | null,
+    finishReason: ChoiceFinishReason | null,
     stopReason: number | string | null,
   ): ChoiceColumns {
     const p = r.request.params;

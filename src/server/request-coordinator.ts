@@ -12,7 +12,6 @@ import type { FastifyReply } from 'fastify';
 import type { RingserveConfig } from '../config.js';
 import {
   RS_ERR_ENGINE_DEAD,
-  RS_ERR_REQ_INVALID_FIELD,
   RS_ERR_SERVER_DRAINING,
   RS_ERR_SERVER_QUEUE_FULL,
   toErrorBody,
@@ -23,8 +22,8 @@ import type { GenerateRequest } from '../protocol/generate-request.js';
 import { CONTENT_TYPE, type ResponseForm } from '../protocol/generate-response.js';
 import { SSE_CONTENT_TYPE } from '../protocol/sse.js';
 import { childSeed } from '../wire/child-seed.js';
+import { finishReasonName } from '../wire/types.js';
 import type { EngineClient } from './engine-client.js';
-import { checkStopStrings } from './output/slot-meta.js';
 import type { ChoiceGroup, OutputEvents, OutputPath } from './output-path.js';
 import { type InFlight, RequestTable } from './request-table.js';
 
@@ -52,9 +51,6 @@ export interface CoordinatorOptions {
   log?: Logger;
   onDone?: (done: CompletedRequest) => void;
 }
-
-/** vLLM's finish reason names by FinishReason code (engine/types.ts). */
-const FINISH_NAMES = [null, 'stop', 'length', 'abort', 'error'] as const;
 
 export class RequestCoordinator implements OutputEvents {
   readonly table: RequestTable<RequestState>;
@@ -86,24 +82,6 @@ export class RequestCoordinator implements OutputEvents {
 
   /** Accepts a validated request: the reply is answered later by complete() or stream(). */
   submit(request: GenerateRequest, reply: FastifyReply, headerId: string | undefined): void {
-    if (request.n > 1 && request.stream) {
-      throw new RS_ERR_REQ_INVALID_FIELD(
-        'sampling_params.n',
-        'n > 1 is supported without stream only',
-      );
-    }
-    checkStopStrings(request.stop);
-    // Fields the contract accepts but this server cannot honour are refused, never silently dropped.
-    if (request.promptLogprobs !== null) {
-      throw new RS_ERR_REQ_INVALID_FIELD(
-        'sampling_params.prompt_logprobs',
-        'prompt logprobs are not produced by this server; send null',
-      );
-    }
-    if (request.priority !== 0 && this.#config.schedulingPolicy !== 'priority') {
-      // As vLLM: a priority is only meaningful with --scheduling-policy priority.
-      throw new RS_ERR_REQ_INVALID_FIELD('priority', 'needs --scheduling-policy priority');
-    }
     if (this.#draining) throw new RS_ERR_SERVER_DRAINING();
     if (!this.#engine.alive()) throw new RS_ERR_ENGINE_DEAD('no heartbeat from the engine core');
     const output = this.#output!;
@@ -320,7 +298,7 @@ export class RequestCoordinator implements OutputEvents {
         status,
         prompt_tokens: entry.state.promptTokens,
         completion_tokens: outcome?.completionTokens ?? null,
-        finish_reason: (outcome === null ? null : FINISH_NAMES[outcome.finish]) ?? fallback,
+        finish_reason: (outcome === null ? null : finishReasonName(outcome.finish)) ?? fallback,
         latency_ms: tenths(performance.now() - entry.state.startMs),
         ttft_ms: ttftMs === null ? null : tenths(ttftMs),
         stream: entry.state.stream,

@@ -18,7 +18,11 @@ export interface GenerateDeps {
 }
 
 export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps): void {
-  const { config, coordinator, requestOptions } = deps;
+  const { config, coordinator } = deps;
+  const requestOptions: GenerateRequestOptions = {
+    ...deps.requestOptions,
+    priorityScheduling: config.schedulingPolicy === 'priority',
+  };
   app.post('/inference/v1/generate', async (request, reply) => {
     const parsed = parseGenerateRequest(request.body, requestOptions);
     if (
