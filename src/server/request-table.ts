@@ -28,18 +28,19 @@ export class RequestTable {
   }
 
   /**
-   * Registers `record` and takes a slot for each of its choices, or nothing when fewer are free
-   * (false: the caller answers 429). Its id must not be in flight (admission.ts checks).
+   * Registers `record` and takes a slot for each of its choices. admit() has checked that its id is
+   * not in flight and that enough slots are free.
    */
-  add(record: RequestRecord): boolean {
+  add(record: RequestRecord): void {
     const { group } = record;
-    if (this.slots.available < group.size) return false;
+    if (this.slots.available < group.size || this.#byId.has(record.identity.requestId)) {
+      throw new RangeError(`request ${record.identity.requestId} was not admitted`);
+    }
     for (let i = 0; i < group.size; i++) {
       const slot = this.slots.take(record);
       group.add(slot, this.slots.gen(slot));
     }
     this.#byId.set(record.identity.requestId, record);
-    return true;
   }
 
   /** The client's answer is complete (sent, failed, or the client left); false if it already was. */
