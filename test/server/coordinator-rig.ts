@@ -3,7 +3,9 @@
 // replies that record what the client would have received. No threads, no region, no cluster;
 // the test drives every step, and `settle()` lets promise callbacks (the answer's encode) run.
 
+import { expect } from 'vitest';
 import { buildConfig, type RingserveConfig } from '../../src/config.js';
+import { RingserveError } from '../../src/errors.js';
 import type { GenerateRequest } from '../../src/protocol/generate-request.js';
 import { parseGenerateRequest } from '../../src/protocol/generate-request.js';
 import type { ResponseForm } from '../../src/protocol/generate-response.js';
@@ -156,4 +158,15 @@ export function startCoordinatorRig(maxQueueLen = 8): CoordinatorRig {
       await output.close();
     },
   };
+}
+
+/** The coded error `run` throws (a refused submit). */
+export function thrown(run: () => unknown): RingserveError {
+  try {
+    run();
+  } catch (error) {
+    expect(error).toBeInstanceOf(RingserveError);
+    return error as RingserveError;
+  }
+  throw new Error('nothing was thrown');
 }
