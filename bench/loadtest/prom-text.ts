@@ -52,6 +52,14 @@ export interface ServerFigures {
   eventLoopLagMaxSeconds: number | null;
   heapUsedBytes: number | null;
   rssBytes: number | null;
+  /** process_cpu_user_seconds_total + process_cpu_system_seconds_total: every thread's CPU. */
+  cpuSeconds: number | null;
+  /** ringserve_requests_in_flight */
+  inFlight: number | null;
+  /** By `thread` label: ringserve_thread_gc_seconds_total, _gc_pause_max_seconds, _heap_used_bytes. */
+  threadGcSeconds: Record<string, number>;
+  threadGcPauseMaxSeconds: Record<string, number>;
+  threadHeapUsedBytes: Record<string, number>;
 }
 
 /** What one /metrics scrape says, plain data (it crosses the IPC channel). */
@@ -193,6 +201,11 @@ function emptyServer(server: number): ServerFigures {
     eventLoopLagMaxSeconds: null,
     heapUsedBytes: null,
     rssBytes: null,
+    cpuSeconds: null,
+    inFlight: null,
+    threadGcSeconds: {},
+    threadGcPauseMaxSeconds: {},
+    threadHeapUsedBytes: {},
   };
 }
 
@@ -224,6 +237,22 @@ function applyServerSample(f: ServerFigures, s: PromSample): void {
       break;
     case 'process_resident_memory_bytes':
       f.rssBytes = s.value;
+      break;
+    case 'process_cpu_user_seconds_total':
+    case 'process_cpu_system_seconds_total':
+      f.cpuSeconds = (f.cpuSeconds ?? 0) + s.value;
+      break;
+    case 'ringserve_requests_in_flight':
+      f.inFlight = s.value;
+      break;
+    case 'ringserve_thread_gc_seconds_total':
+      f.threadGcSeconds[s.labels.thread ?? ''] = s.value;
+      break;
+    case 'ringserve_thread_gc_pause_max_seconds':
+      f.threadGcPauseMaxSeconds[s.labels.thread ?? ''] = s.value;
+      break;
+    case 'ringserve_thread_heap_used_bytes':
+      f.threadHeapUsedBytes[s.labels.thread ?? ''] = s.value;
       break;
   }
 }

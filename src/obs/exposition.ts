@@ -32,6 +32,10 @@ import {
   requestMetricsIndex,
   STAT_BLOCK_SIZE,
   STAT_NUM_GPU_BLOCKS,
+  TH_PUBLISHED_AT_MS,
+  THREAD_SLOT_COUNT,
+  THREAD_STRIDE,
+  threadHealthIndex,
 } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
 import { GC_BUCKETS } from './buckets.js';
@@ -42,12 +46,14 @@ import {
   GC_DURATION,
   GC_PAUSE_MAX,
   HEALTH_AGE,
+  HEALTH_COUNTERS,
   HEALTH_GAUGES,
   OUTPUT_RING_USED,
   REQUEST_COUNTERS,
   REQUEST_SUCCESS,
   type RequestHistogram,
   requestHistograms,
+  THREAD_FAMILIES,
 } from './families.js';
 import { GC_KIND_NAMES } from './process-health.js';
 import {
@@ -57,6 +63,7 @@ import {
   labelText,
   sampleLine,
 } from './text-format.js';
+import { threadLabel } from './thread-health.js';
 
 /** What a scrape reads besides the region: the engine's stats (a consistent copy, STAT_* order). */
 export interface ClusterMetricsSources {
@@ -74,6 +81,9 @@ interface HealthSeries {
   labels: string;
   gcLabels: string[];
   gcBucketLabels: string[][];
+  /** API servers: f64 index of thread-health entry 0, and each entry's labels; the engine: -1. */
+  threads: number;
+  threadLabels: string[];
 }
 
 export class ClusterMetrics {
@@ -107,8 +117,9 @@ export class ClusterMetrics {
     );
     for (let k = 0; k < params.apiServerCount; k++) {
       this.#requestBases.push(requestMetricsIndex(params, k));
+      const threads = threadHealthIndex(params, k);
       this.#processes.push(
-        healthSeries(healthIndex(params, k), outputRingOffset(params, k), `${k}`),
+        healthSeries(healthIndex(params, k), outputRingOffset(params, k), `${k}`, threads),
       );
     }
     this.#processes.push(healthSeries(healthIndex(params, -1), -1, 'engine'));
@@ -190,7 +201,28 @@ export class ClusterMetrics {
         }
       }
     }
-    return text + this.#ringText(live) + this.#ageText(live);
+    return text + this.#ringText(live) + this.#ageText(live) + this.#wholeProcessText(live);
+  }
+
+  /** CPU time of each process (every thread), GC and heap of each thread of each API server. */
+  #wholeProcessText(live: readonly HealthSeries[]): string {
+    const f64 = this.#region.f64;
+    let text = '';
+    for (const c of HEALTH_COUNTERS) {
+      text += familyHeader(c.name, c.help, 'counter');
+      for (const p of live) text += sampleLine(c.name, p.labels, f64[p.base + c.slot]!);
+    }
+    for (const family of THREAD_FAMILIES) {
+      text += familyHeader(family.name, family.help, family.type);
+      for (const p of live) {
+        for (let t = 0; t < p.threadLabels.length; t++) {
+          const entry = p.threads + t * THREAD_STRIDE;
+          if (f64[entry + TH_PUBLISHED_AT_MS]! === 0) continue;
+          text += sampleLine(family.name, p.threadLabels[t]!, f64[entry + family.slot]!);
+        }
+      }
+    }
+    return text;
   }
 
   #ringText(live: readonly HealthSeries[]): string {
@@ -220,14 +252,17 @@ export class ClusterMetrics {
   }
 }
 
-function healthSeries(base: number, ring: number, apiServer: string): HealthSeries {
+function healthSeries(base: number, ring: number, apiServer: string, threads = -1): HealthSeries {
   const labels = labelText([['api_server', apiServer]]);
   const gcLabels = GC_KIND_NAMES.map((kind) => `${labels},kind="${kind}"`);
+  const entries = threads < 0 ? 0 : THREAD_SLOT_COUNT;
   return {
     base,
     ring,
     labels,
     gcLabels,
     gcBucketLabels: gcLabels.map((l) => bucketLabelTexts(l, GC_BUCKETS)),
+    threads,
+    threadLabels: Array.from({ length: entries }, (_, t) => `${labels},thread="${threadLabel(t)}"`),
   };
 }
