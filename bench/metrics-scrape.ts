@@ -16,6 +16,7 @@
 import { Client } from 'undici';
 import { ExitCode, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
 import { RS_ERR_BENCH_TIMEOUT } from './loadtest/errors.js';
+import { type PromSample, parsePromText } from './loadtest/prom-text.js';
 import { LoadThread, startCluster } from './metrics-scrape-load.js';
 
 interface Args {
@@ -79,18 +80,18 @@ interface ScrapeResult {
 }
 
 /** The largest value of `name` over the API servers' series (api_server="<k>"), or NaN. */
-function maxOverServers(text: string, name: string): number {
-  const line = new RegExp(`^${name}\\{api_server="\\d+"[^}]*\\} (\\S+)$`, 'gm');
+function maxOverServers(samples: readonly PromSample[], name: string): number {
   let max = Number.NaN;
-  for (const m of text.matchAll(line)) max = Math.max(Number.isNaN(max) ? 0 : max, Number(m[1]));
+  for (const s of samples) {
+    if (s.name !== name || !/^\d+$/.test(s.labels.api_server ?? '')) continue;
+    max = Math.max(Number.isNaN(max) ? 0 : max, s.value);
+  }
   return max;
 }
 
-function seriesValue(text: string, name: string): number {
-  const at = text.indexOf(`\n${name}{`);
-  if (at < 0) return Number.NaN;
-  const end = text.indexOf('\n', at + 1);
-  return Number(text.slice(text.lastIndexOf(' ', end) + 1, end));
+/** The value of the first series named `name`, or NaN. */
+function seriesValue(samples: readonly PromSample[], name: string): number {
+  return samples.find((s) => s.name === name)?.value ?? Number.NaN;
 }
 
 async function scrapeOnce(url: string): Promise<ScrapeResult> {
@@ -105,15 +106,16 @@ async function scrapeOnce(url: string): Promise<ScrapeResult> {
     const res = await client.request({ path: '/metrics', method: 'GET' });
     const text = await res.body.text();
     const ms = performance.now() - started;
-    const generationTokens = seriesValue(text, 'vllm:generation_tokens_total');
+    const { samples } = parsePromText(text);
+    const generationTokens = seriesValue(samples, 'vllm:generation_tokens_total');
     return {
       ms,
       server: String(res.headers['x-ringserve-api-server'] ?? '?'),
       ok: res.statusCode === 200 && Number.isFinite(generationTokens),
-      running: seriesValue(text, 'vllm:num_requests_running'),
+      running: seriesValue(samples, 'vllm:num_requests_running'),
       generationTokens,
-      serverLagMaxMs: maxOverServers(text, 'nodejs_eventloop_lag_max_seconds') * 1000,
-      serverGcMaxMs: maxOverServers(text, 'ringserve_gc_pause_max_seconds') * 1000,
+      serverLagMaxMs: maxOverServers(samples, 'nodejs_eventloop_lag_max_seconds') * 1000,
+      serverGcMaxMs: maxOverServers(samples, 'ringserve_gc_pause_max_seconds') * 1000,
     };
   } catch {
     return {

@@ -98,10 +98,11 @@ export const RS_ERR_REQ_INVALID_BODY = createError(
   'request body is not valid: %s',
   400,
 );
+// 409 as the contract says: the body is fine, it conflicts with a request this server is running.
 export const RS_ERR_REQ_DUPLICATE_ID = createError(
   'RS_ERR_REQ_DUPLICATE_ID',
   'request id %s is already in flight',
-  400,
+  409,
   { param: 'request_id' },
 );
 

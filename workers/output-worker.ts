@@ -2,9 +2,13 @@
 // (src/server/output/output-worker-handle.ts) with OutputWorkerData. The loop lives in
 // src/server/output/output-loop.ts so it can be read and tested without a thread.
 import { workerData } from 'node:worker_threads';
+import { startThreadHealth } from '../src/obs/thread-health-share.js';
 import type { OutputWorkerData } from '../src/server/output/messages.js';
 import { OutputLoop } from '../src/server/output/output-loop.js';
 
 const data = workerData as OutputWorkerData;
+// Before the loop is built: its request recorder publishes this thread's health once per step.
+const health = startThreadHealth('output');
 new OutputLoop(data).run();
+health?.stop();
 data.port.close();

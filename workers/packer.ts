@@ -3,11 +3,13 @@
 // encoder's buffers between tasks, so after warm-up a task allocates only the Buffer it returns.
 import { move, workerData } from 'piscina';
 import { toRingserveError } from '../src/errors.js';
+import { startThreadHealth } from '../src/obs/thread-health-share.js';
 import { ResponsePacker } from '../src/server/output/pack.js';
 import type { PackerWorkerData, PackFailure, PackTask } from '../src/server/output/packer-pool.js';
 
 const data = workerData as PackerWorkerData;
 const packer = new ResponsePacker(data.metaSab, data.accSab, data.arenaSab);
+startThreadHealth('packer');
 
 /**
  * The encoded response, moved; or, when the request cannot be packed, its coded error as plain

@@ -99,9 +99,20 @@ export interface ProbeResult {
   cycleMs: number[];
   cycleFailures: number;
   cycleFailureSample: string | null;
+  /**
+   * The scrape after drain: taken once the load generator's requests are done ('load-done'), no
+   * API server has a request in flight, and the processes have had a second to settle; null if
+   * it failed. `drainProblem` says what went wrong on the way, if anything did.
+   */
+  drain: MetricsSnapshot | null;
+  drainProblem: string | null;
 }
 
-export type ParentMessage = { type: 'start'; spec: LoadSpec | ProbeSpec } | { type: 'stop' };
+/** 'load-done' (to the probe, after its 'stop'): the load generator's requests have all ended. */
+export type ParentMessage =
+  | { type: 'start'; spec: LoadSpec | ProbeSpec }
+  | { type: 'stop' }
+  | { type: 'load-done' };
 
 export type ChildMessage =
   | { type: 'ready' }

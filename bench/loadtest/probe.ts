@@ -7,14 +7,17 @@
  * - GET /metrics every metricsEveryMs, parsed into the figures the benchmark reports.
  * - every cycleEveryMs: POST /pause, POST /update_weights {"weight_dir": null}, POST /resume, each
  *   timed, and the cycle as a whole.
+ * - after the load: one more scrape once the generator's requests are done, the servers have none
+ *   in flight and a second has passed (the memory a server keeps once its load is gone).
  * Every call is bounded by callTimeoutMs; a probe that reaches the bound is recorded at it.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
 import { ENGINE_STATS, STAT_GENERATION_TOKENS } from '../../src/shm/layout.js';
 import { openRegion, type Region } from '../../src/shm/region.js';
 import { serveChild } from './child.js';
-import type { ProbeProgress, ProbeResult, ProbeSpec } from './messages.js';
-import { metricsSnapshot } from './prom-text.js';
+import type { ParentMessage, ProbeProgress, ProbeResult, ProbeSpec } from './messages.js';
+import { type MetricsSnapshot, metricsSnapshot } from './prom-text.js';
 
 /** Epoch ms with sub-millisecond resolution (Date.now() is whole ms; health answers take less). */
 const nowMs = (): number => performance.timeOrigin + performance.now();
@@ -22,6 +25,11 @@ const nowMs = (): number => performance.timeOrigin + performance.now();
 /** Status recorded for a probe that got no HTTP answer (timeout, connection error). */
 const NO_ANSWER = 0;
 const PROGRESS_EVERY_MS = 500;
+/** After the load: the longest wait for 'load-done' and then no request in flight on any server. */
+const DRAIN_BOUND_MS = 20_000;
+const DRAIN_POLL_MS = 200;
+/** Time given to the servers once nothing is in flight (aborted requests freed, buffers returned). */
+const DRAIN_SETTLE_MS = 1_000;
 
 class Probe {
   readonly #spec: ProbeSpec;
@@ -44,6 +52,8 @@ class Probe {
     cycleMs: [],
     cycleFailures: 0,
     cycleFailureSample: null,
+    drain: null,
+    drainProblem: null,
   };
   readonly #pending = new Set<Promise<void>>();
   readonly #timers = new Set<NodeJS.Timeout>();
@@ -51,6 +61,10 @@ class Probe {
   #healthMaxMs = 0;
   #healthLastMs = 0;
   readonly #region: Region | null;
+  #loadDone: () => void = () => {};
+  readonly #loadDoneP = new Promise<boolean>((resolve) => {
+    this.#loadDone = () => resolve(true);
+  });
 
   constructor(spec: ProbeSpec) {
     this.#spec = spec;
@@ -88,8 +102,40 @@ class Probe {
     // One last scrape, so counters cover the whole arm; then the calls still out (all bounded).
     await this.#metrics();
     await Promise.all(this.#pending);
+    await this.#drainScrape();
     await Promise.all([this.#healthPool.destroy(), this.#controlPool.destroy()]);
     return this.#result;
+  }
+
+  /** The parent says the load generator's requests have all ended. */
+  loadDone(): void {
+    this.#loadDone();
+  }
+
+  /** The scrape after drain (see the file's comment); every wait bounded, a problem noted. */
+  async #drainScrape(): Promise<void> {
+    const r = this.#result;
+    const deadline = nowMs() + DRAIN_BOUND_MS;
+    const bound = sleep(DRAIN_BOUND_MS, false, { ref: false });
+    if (!(await Promise.race([this.#loadDoneP, bound]))) {
+      r.drainProblem = `no 'load-done' within ${DRAIN_BOUND_MS / 1000} s`;
+      return;
+    }
+    const idle = (s: MetricsSnapshot | null): boolean =>
+      s?.servers.every((f) => (f.inFlight ?? 0) === 0) === true;
+    while (!idle(await this.#scrape().catch(() => null))) {
+      if (nowMs() > deadline) {
+        r.drainProblem = `requests still in flight ${DRAIN_BOUND_MS / 1000} s after the load stopped`;
+        break;
+      }
+      await sleep(DRAIN_POLL_MS);
+    }
+    await sleep(DRAIN_SETTLE_MS);
+    try {
+      r.drain = await this.#scrape();
+    } catch (error) {
+      r.drainProblem ??= `the scrape after drain failed: ${(error as Error).message}`;
+    }
   }
 
   /**
@@ -149,14 +195,18 @@ class Probe {
       r.engineTokens.push(this.#region.f64[(ENGINE_STATS >> 3) + STAT_GENERATION_TOKENS]!);
     }
     try {
-      const res = await this.#controlPool.request({ path: '/metrics', method: 'GET' });
-      const text = await res.body.text();
-      if (res.statusCode !== 200) throw new Error(`HTTP ${res.statusCode}: ${text.slice(0, 200)}`);
-      r.metrics.push(metricsSnapshot(text, nowMs()));
+      r.metrics.push(await this.#scrape());
     } catch (error) {
       r.metricsFailures++;
       r.metricsFailureSample ??= (error as Error).message;
     }
+  }
+
+  async #scrape(): Promise<MetricsSnapshot> {
+    const res = await this.#controlPool.request({ path: '/metrics', method: 'GET' });
+    const text = await res.body.text();
+    if (res.statusCode !== 200) throw new Error(`HTTP ${res.statusCode}: ${text.slice(0, 200)}`);
+    return metricsSnapshot(text, nowMs());
   }
 
   async #call(path: string, body: string | null): Promise<number> {
@@ -200,6 +250,10 @@ class Probe {
 }
 
 let probe: Probe | null = null;
+
+process.on('message', (m: ParentMessage) => {
+  if (m.type === 'load-done') probe?.loadDone();
+});
 
 serveChild<ProbeSpec, ProbeResult>({
   start(spec, progress) {

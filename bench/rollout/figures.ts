@@ -14,6 +14,8 @@ import type { ArmRun } from './run-arm.js';
  * peaks over its once-a-second scrapes. The maxima the servers keep since their start (GC pause,
  * event-loop delay p99 and max) are read at the last scrape: they cover warm-up and window of a
  * fresh cluster. Sums are over API servers; peaks are of the largest server. null: not available.
+ * The `_all_threads` figures and CPU cover every thread of an API server (main, output worker,
+ * packers, pino's log transport) where the plain ones cover its main thread.
  */
 export interface ArmFigures {
   name: string;
@@ -33,6 +35,19 @@ export interface ArmFigures {
   tokens_per_resp: number | null;
   main_heap_peak_mb: number | null;
   rss_peak_mb: number | null;
+  // The whole API-server process (issue 11, item 2).
+  /** GC pause time of every thread, summed over threads and API servers, % of wall. */
+  gc_pct_wall_all_threads: number | null;
+  /** Longest GC pause of any thread since its server started. */
+  max_gc_pause_ms_all_threads: number | null;
+  /** CPU time (user + system) of the API-server processes per 1,000 generated tokens. */
+  cpu_ms_per_1k_tokens: number | null;
+  /** Peak over scrapes of the heap in use summed over a server's isolates, largest server. */
+  heap_peak_mb_all_threads: number | null;
+  /** RSS of the largest API server a second after its last request ended. */
+  rss_after_drain_mb: number | null;
+  /** Requests the load generator saw fail (HTTP error, broken or timed-out answer), whole arm. */
+  failed_reqs: number;
   // Beyond the issue's list: the rest of item 3, and what a reader needs to trust the row.
   gc_count_by_kind: Record<GcKind, number> | null;
   /** The engine's own generated-token rate (its stats block), a cross-check of gen_tok_s. */
@@ -145,7 +160,66 @@ function metricsFigures(w: Window): Partial<ArmFigures> {
       peak(w.snaps, (f) => f.rssBytes),
       1 / MIB,
     ),
+    ...threadFigures(w.snaps, first, last, spanS),
   };
+}
+
+const values = (r: Record<string, number>): number[] => Object.values(r);
+const sum = (xs: number[]): number => xs.reduce((a, x) => a + x, 0);
+
+/** Every thread's GC and heap; absent (null) when the servers publish no per-thread series. */
+function threadFigures(
+  snaps: MetricsSnapshot[],
+  first: MetricsSnapshot,
+  last: MetricsSnapshot,
+  spanS: number,
+): Partial<ArmFigures> {
+  if (!last.servers.some((f) => values(f.threadGcSeconds).length > 0)) return {};
+  let gcSeconds = 0;
+  for (const end of last.servers) {
+    const start = first.servers.find((s) => s.server === end.server);
+    for (const [thread, total] of Object.entries(end.threadGcSeconds)) {
+      gcSeconds += total - (start?.threadGcSeconds[thread] ?? 0);
+    }
+  }
+  const heap = (f: ServerFigures): number | null => {
+    const heaps = values(f.threadHeapUsedBytes);
+    return heaps.length === 0 ? null : sum(heaps);
+  };
+  return {
+    gc_pct_wall_all_threads: (100 * gcSeconds) / spanS,
+    max_gc_pause_ms_all_threads: scale(
+      peak([last], (f) => Math.max(0, ...values(f.threadGcPauseMaxSeconds))),
+      1000,
+    ),
+    heap_peak_mb_all_threads: scale(peak(snaps, heap), 1 / MIB),
+  };
+}
+
+/**
+ * CPU ms of the API-server processes per 1,000 generated tokens: their CPU seconds per second of
+ * the window over the generated tokens per second (gen tok/s, over the same scrapes).
+ */
+function cpuPerTokens(w: Window, genTokS: number | null): number | null {
+  const first = w.snaps[0];
+  const last = w.snaps[w.snaps.length - 1];
+  if (first === undefined || last === undefined || first === last || !genTokS) return null;
+  if (last.servers.some((f) => f.cpuSeconds === null)) return null;
+  const cpuPerS =
+    serverDelta(first, last, (f) => f.cpuSeconds ?? 0) / ((last.atMs - first.atMs) / 1000);
+  return (cpuPerS / genTokS) * 1e6;
+}
+
+/** RSS of the largest API server in the scrape after drain (probe.ts), in MiB. */
+function rssAfterDrain(run: ArmRun, notes: string[]): number | null {
+  const { drain, drainProblem } = run.probe;
+  if (drainProblem !== null) notes.push(`RSS after drain: ${drainProblem}`);
+  return drain === null
+    ? null
+    : scale(
+        peak([drain], (f) => f.rssBytes),
+        1 / MIB,
+      );
 }
 
 /** Increase per second of a counter sampled at `atMs`, first to last sample; null if < 2 samples. */
@@ -244,6 +318,12 @@ export function armFigures(run: ArmRun): ArmFigures {
     tokens_per_resp: mean(w.tokens),
     main_heap_peak_mb: m.main_heap_peak_mb ?? null,
     rss_peak_mb: m.rss_peak_mb ?? null,
+    gc_pct_wall_all_threads: m.gc_pct_wall_all_threads ?? null,
+    max_gc_pause_ms_all_threads: m.max_gc_pause_ms_all_threads ?? null,
+    cpu_ms_per_1k_tokens: cpuPerTokens(w, gen.metrics),
+    heap_peak_mb_all_threads: m.heap_peak_mb_all_threads ?? null,
+    rss_after_drain_mb: rssAfterDrain(run, notes),
+    failed_reqs: run.load.errors,
     gc_count_by_kind: m.gc_count_by_kind ?? null,
     gen_tok_s_engine: gen.engine,
     update_cycle_max_ms: max(w.cycleMs),
@@ -263,7 +343,7 @@ export function armFigures(run: ArmRun): ArmFigures {
 function roundFigures(f: ArmFigures): ArmFigures {
   const out = { ...f } as Record<string, unknown>;
   for (const [key, value] of Object.entries(out)) {
-    if (typeof value === 'number') out[key] = round(value, key === 'gc_pct_wall' ? 3 : 2);
+    if (typeof value === 'number') out[key] = round(value, key.startsWith('gc_pct_wall') ? 3 : 2);
   }
   return out as unknown as ArmFigures;
 }

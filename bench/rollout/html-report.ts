@@ -26,9 +26,13 @@ td:first-child,th:first-child{text-align:left}svg{display:block;margin:12px 0}
 
 const BAR_FIGURES: readonly [keyof ArmFigures, string, string][] = [
   ['gen_tok_s', 'generated tokens per second', 'tok/s'],
+  ['cpu_ms_per_1k_tokens', 'API-server CPU (user + system) per 1,000 generated tokens', 'ms'],
   ['done_reqs', 'requests done', ''],
+  ['failed_reqs', 'requests failed', ''],
   ['gc_pct_wall', 'main-thread GC, % of wall time (sum over API servers)', '%'],
+  ['gc_pct_wall_all_threads', 'GC of every thread, % of wall time (sum)', '%'],
   ['max_gc_pause_ms', 'longest GC pause', 'ms'],
+  ['max_gc_pause_ms_all_threads', 'longest GC pause of any thread', 'ms'],
   ['eld_max_ms', 'event-loop delay max', 'ms'],
   ['health_p99_ms', '/health p99', 'ms'],
   ['health_max_ms', '/health max', 'ms'],
@@ -36,7 +40,9 @@ const BAR_FIGURES: readonly [keyof ArmFigures, string, string][] = [
   ['resp_bytes_per_token', 'response bytes per token', 'B'],
   ['client_parse_ms_mean', 'client parse per response', 'ms'],
   ['main_heap_peak_mb', 'main-thread heap peak', 'MiB'],
+  ['heap_peak_mb_all_threads', 'heap peak, every isolate of an API server', 'MiB'],
   ['rss_peak_mb', 'RSS peak per API server', 'MiB'],
+  ['rss_after_drain_mb', 'RSS per API server a second after the load', 'MiB'],
 ];
 
 const esc = (s: string): string =>

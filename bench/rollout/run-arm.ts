@@ -27,8 +27,11 @@ import type { RolloutOptions } from './options.js';
 const LOAD_GENERATOR = fileURLToPath(new URL('../loadtest/load-generator.js', import.meta.url));
 const PROBE = fileURLToPath(new URL('../loadtest/probe.js', import.meta.url));
 const READY_TIMEOUT_MS = 15_000;
-/** The generator aborts its in-flight requests and the probe takes a last scrape; both bounded. */
-const RESULT_TIMEOUT_MS = 60_000;
+/**
+ * The generator aborts its in-flight requests; the probe takes a last scrape and waits for its
+ * calls still out (30 s bounds), then for the drain (20 s) and its scrape after it (30 s).
+ */
+const RESULT_TIMEOUT_MS = 120_000;
 const TICK_MS = 500;
 
 export const HEALTH_EVERY_MS = 50;
@@ -140,6 +143,8 @@ export async function runArm(
     const windowStartMs = startedAtMs + warmupMs;
     const wallMs = Date.now() - windowStartMs;
     const load = (await loadResult).result as LoadResult;
+    // The generator's requests are done: the probe takes its scrape after drain.
+    h.probe.send({ type: 'load-done' });
     const probe = (await probeResult).result as ProbeResult;
     await Promise.all(children.map((c) => c.stop()));
     await cluster.stop();

@@ -23,10 +23,14 @@ interface Column {
 const COLUMNS: readonly Column[] = [
   { head: 'arm', cell: (f) => f.name },
   { head: 'gen tok/s', cell: (f) => fmt(f.gen_tok_s, 0) },
+  { head: 'CPU ms / 1k tok', cell: (f) => fmt(f.cpu_ms_per_1k_tokens) },
   { head: 'done reqs', cell: (f) => String(f.done_reqs) },
+  { head: 'failed reqs', cell: (f) => String(f.failed_reqs) },
   { head: 'GC % wall', cell: (f) => fmt(f.gc_pct_wall, 2) },
+  { head: 'GC % wall all threads', cell: (f) => fmt(f.gc_pct_wall_all_threads, 2) },
   { head: 'major GCs', cell: (f) => fmt(f.major_gc_count, 0) },
   { head: 'max GC pause ms', cell: (f) => fmt(f.max_gc_pause_ms) },
+  { head: 'max GC pause all threads ms', cell: (f) => fmt(f.max_gc_pause_ms_all_threads) },
   { head: 'ELD p99 / max ms', cell: (f) => `${fmt(f.eld_p99_ms)} / ${fmt(f.eld_max_ms)}` },
   {
     head: '/health p50 / p99 / max ms',
@@ -46,7 +50,9 @@ const COLUMNS: readonly Column[] = [
   { head: 'client parse ms', cell: (f) => fmt(f.client_parse_ms_mean, 2) },
   { head: 'tokens/resp', cell: (f) => fmt(f.tokens_per_resp, 0) },
   { head: 'heap peak MB', cell: (f) => fmt(f.main_heap_peak_mb) },
+  { head: 'heap peak all threads MB', cell: (f) => fmt(f.heap_peak_mb_all_threads) },
   { head: 'RSS peak MB', cell: (f) => fmt(f.rss_peak_mb) },
+  { head: 'RSS after drain MB', cell: (f) => fmt(f.rss_after_drain_mb) },
 ];
 
 export function markdownTable(arms: readonly ArmFigures[]): string {
@@ -60,7 +66,9 @@ export function markdownTable(arms: readonly ArmFigures[]): string {
 
 const RATIO_FIGURES: readonly [keyof ArmFigures, string][] = [
   ['gen_tok_s', 'gen tok/s'],
+  ['cpu_ms_per_1k_tokens', 'CPU per token'],
   ['gc_pct_wall', 'GC % wall'],
+  ['gc_pct_wall_all_threads', 'GC % wall all threads'],
   ['max_gc_pause_ms', 'max GC pause'],
   ['eld_max_ms', 'ELD max'],
   ['health_p99_ms', '/health p99'],
@@ -69,7 +77,9 @@ const RATIO_FIGURES: readonly [keyof ArmFigures, string][] = [
   ['resp_bytes_per_token', 'bytes/token'],
   ['client_parse_ms_mean', 'client parse'],
   ['main_heap_peak_mb', 'heap peak'],
+  ['heap_peak_mb_all_threads', 'heap peak all threads'],
   ['rss_peak_mb', 'RSS peak'],
+  ['rss_after_drain_mb', 'RSS after drain'],
 ];
 
 /** `objects-mask / packed-mask` figure by figure; null when either arm was not run. */

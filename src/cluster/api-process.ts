@@ -8,6 +8,7 @@ import { ExitCode } from '../errors.js';
 import { createLogger, type Logger, rateLimit } from '../obs/log.js';
 import { ProcessHealth } from '../obs/process-health.js';
 import { RequestTimeline } from '../obs/request-timeline.js';
+import { shareThreadHealth } from '../obs/thread-health-share.js';
 import { shareRequestMetrics } from '../obs/worker-metrics.js';
 import { createOutputPath } from '../server/create-output-path.js';
 import { EngineClient } from '../server/engine-client.js';
@@ -24,6 +25,10 @@ import {
   SRV_LAST_BEAT_MS,
   SRV_PID,
   serverBlockOffset,
+  THREAD_MAIN,
+  THREAD_STRIDE,
+  threadClaimIndex,
+  threadHealthIndex,
 } from '../shm/layout.js';
 import { openRegion, type Region } from '../shm/region.js';
 import { getModelCard } from '../wire/model-card.js';
@@ -34,10 +39,9 @@ const SERVER_BEAT_MS = 100;
 /** An output ring fuller than this is worth a warning: the engine will soon wait on this server. */
 const OUTPUT_RING_WARN_FRACTION = 0.75;
 
-async function main(env: ChildEnv, log: Logger): Promise<void> {
-  const { region: name, config, server } = env;
+async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
+  const { config, server } = env;
   process.title = `ringserve-api-${server}`;
-  const region = openRegion(name);
   const block = serverBlockOffset(region.params, server);
   Atomics.store(region.i32, (block + SRV_PID) >> 2, process.pid);
   const engine = new EngineClient(region, server);
@@ -72,6 +76,7 @@ async function main(env: ChildEnv, log: Logger): Promise<void> {
     inFlight: () => coordinator.table.active,
     packerQueue: () => output.queueDepth(),
     onLoopBlocked: (lateMs) => log.warn({ blocked_ms: Math.round(lateMs) }, 'event loop blocked'),
+    threadBase: threadHealthIndex(region.params, server) + THREAD_MAIN * THREAD_STRIDE,
   });
   health.start();
   const beat = startBeat(region, server, output, log);
@@ -135,8 +140,16 @@ function startBeat(
 }
 
 const env = readChildEnv();
+const region = openRegion(env.region);
+// Every thread of this server publishes its GC and heap into the server's thread-health entries,
+// which it finds in its environment data: shared before the first thread (pino's) starts.
+shareThreadHealth({
+  sab: region.sab,
+  entries: threadHealthIndex(region.params, env.server),
+  claim: threadClaimIndex(region.params, env.server),
+});
 const log = createLogger(env.config.logLevel, { name: 'ringserve-api', api_server: env.server });
-main(env, log).catch((error: unknown) => {
+main(env, region, log).catch((error: unknown) => {
   log.fatal({ err: error }, 'API server failed to start');
   process.exit(ExitCode.Failure);
 });

@@ -5,6 +5,8 @@
  * lives in the region is layout.ts's business; this file pairs the two.
  */
 import {
+  HEALTH_CPU_SYSTEM,
+  HEALTH_CPU_USER,
   HEALTH_HEAP_USED,
   HEALTH_IN_FLIGHT,
   HEALTH_LAG_MAX,
@@ -32,6 +34,10 @@ import {
   STAT_PREFIX_QUERIES,
   STAT_RUNNING,
   STAT_WAITING,
+  TH_GC_COUNT,
+  TH_GC_MAX,
+  TH_GC_SECONDS,
+  TH_HEAP_USED,
 } from '../shm/layout.js';
 import { build125Buckets, ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS } from './buckets.js';
 
@@ -252,3 +258,53 @@ export const HEALTH_AGE = {
   name: 'ringserve_health_age_seconds',
   help: 'Seconds since the process last published its health figures into the shared region.',
 };
+
+/** Per process, like HEALTH_GAUGES; prom-client's default names. */
+export const HEALTH_COUNTERS: readonly HealthGauge[] = [
+  {
+    name: 'process_cpu_user_seconds_total',
+    help: 'Total user CPU time spent in seconds.',
+    slot: HEALTH_CPU_USER,
+  },
+  {
+    name: 'process_cpu_system_seconds_total',
+    help: 'Total system CPU time spent in seconds.',
+    slot: HEALTH_CPU_SYSTEM,
+  },
+];
+
+export interface ThreadFamily {
+  name: string;
+  help: string;
+  type: 'counter' | 'gauge';
+  /** TH_* slot of a thread-health entry. */
+  slot: number;
+}
+
+/** Per thread of each API server (labels `api_server`, `thread`: main, output, log, packer-N). */
+export const THREAD_FAMILIES: readonly ThreadFamily[] = [
+  {
+    name: 'ringserve_thread_gc_seconds_total',
+    help: 'Garbage collection pause time of the thread, every kind.',
+    type: 'counter',
+    slot: TH_GC_SECONDS,
+  },
+  {
+    name: 'ringserve_thread_gc_pauses_total',
+    help: 'Garbage collection pauses of the thread.',
+    type: 'counter',
+    slot: TH_GC_COUNT,
+  },
+  {
+    name: 'ringserve_thread_gc_pause_max_seconds',
+    help: 'Longest garbage collection pause of the thread since it started.',
+    type: 'gauge',
+    slot: TH_GC_MAX,
+  },
+  {
+    name: 'ringserve_thread_heap_used_bytes',
+    help: "Heap used by the thread's V8 isolate in bytes.",
+    type: 'gauge',
+    slot: TH_HEAP_USED,
+  },
+];

@@ -8,6 +8,8 @@
  * `ringserve: serving <name> (<model>) on http://<host>:<port> with <n> API server(s)` on stderr,
  * which scripts (and test/cluster/harness.ts) wait for.
  */
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { type Logger, pino } from 'pino';
 import type { RingserveConfig } from '../config.js';
 
@@ -20,8 +22,12 @@ export function createLogger(
 ): Logger {
   const options = { level, base: { pid: process.pid, ...bindings } };
   if (level === 'silent') return pino(options);
-  return pino(options, pino.transport({ target: 'pino/file', options: { destination: 1 } }));
+  return pino(options, pino.transport({ target: TRANSPORT, options: { destination: 1 } }));
 }
+
+/** pino/file behind log-transport.js, which publishes the thread's health (compiled builds only). */
+const OWN_TRANSPORT = fileURLToPath(new URL('./log-transport.js', import.meta.url));
+const TRANSPORT = existsSync(OWN_TRANSPORT) ? OWN_TRANSPORT : 'pino/file';
 
 /** A logger that writes nothing (tests, tools). */
 export function silentLogger(): Logger {

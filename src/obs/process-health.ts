@@ -3,7 +3,9 @@
  * (layout.ts, HEALTH_*), so that any API server renders every process's figures at scrape time
  * without asking it: GC pauses by kind (perf_hooks 'gc' entries, as prom-client's
  * collectDefaultMetrics observes them), event-loop delay (perf_hooks.monitorEventLoopDelay since the
- * process started), heap and RSS, and the API server's in-flight requests and packer queue.
+ * process started), heap and RSS, CPU time (process.cpuUsage: every thread of the process), and the
+ * API server's in-flight requests and packer queue. An API server's main thread also writes its own
+ * entry of the server's thread-health table (thread-health.ts) from the same GC observer.
  *
  * The figures that vLLM-era frontends lose under load are exactly these, so they are written where
  * they happen (the GC observer writes its histogram as each entry arrives) and read without an IPC
@@ -20,6 +22,8 @@ import {
 import {
   GC_HIST_STRIDE,
   GC_KIND_COUNT,
+  HEALTH_CPU_SYSTEM,
+  HEALTH_CPU_USER,
   HEALTH_GC_HIST,
   HEALTH_GC_MAX,
   HEALTH_HEAP_USED,
@@ -34,6 +38,7 @@ import {
 } from '../shm/layout.js';
 import { GC_BUCKETS } from './buckets.js';
 import { RegionHistogram } from './region-histogram.js';
+import { ThreadHealthEntry } from './thread-health.js';
 
 /** Label values of `kind`, in HEALTH_GC_MAX / HEALTH_GC_HIST order. */
 export const GC_KIND_NAMES = ['minor', 'major', 'incremental', 'weakcb'] as const;
@@ -67,6 +72,8 @@ export interface ProcessHealthOptions {
   onLoopBlocked?: (lateMs: number) => void;
   /** Lateness that counts as a blocked loop, ms. */
   blockedMs?: number;
+  /** f64 index of this main thread's thread-health entry (API servers: layout.threadHealthIndex). */
+  threadBase?: number;
 }
 
 export class ProcessHealth {
@@ -75,6 +82,9 @@ export class ProcessHealth {
   readonly #options: ProcessHealthOptions;
   readonly #gc: RegionHistogram[] = [];
   readonly #lag: IntervalHistogram;
+  readonly #thread: ThreadHealthEntry | null;
+  /** CPU seconds of the processes before this one in this block (user, system). */
+  #cpuCarry = [0, 0];
   #observer: PerformanceObserver | null = null;
   #timer: NodeJS.Timeout | null = null;
   #dueAt = 0;
@@ -90,15 +100,19 @@ export class ProcessHealth {
       );
     }
     this.#lag = monitorEventLoopDelay({ resolution: LAG_RESOLUTION_MS });
+    this.#thread =
+      options.threadBase === undefined ? null : new ThreadHealthEntry(slots, options.threadBase);
   }
 
   /**
    * Starts observing and publishing. The process-scoped figures (GC maxima, event-loop delay) start
-   * afresh; the GC histograms continue what a predecessor in this block counted.
+   * afresh; the GC histograms and CPU time continue what a predecessor in this block counted.
    */
   start(intervalMs = HEALTH_PUBLISH_MS): void {
     const s = this.#slots;
     const b = this.#base;
+    this.#cpuCarry = [s[b + HEALTH_CPU_USER]!, s[b + HEALTH_CPU_SYSTEM]!];
+    this.#thread?.begin();
     s.fill(0, b + HEALTH_GC_MAX, b + HEALTH_GC_MAX + GC_KIND_COUNT);
     s.fill(0, b + HEALTH_LAG_P50, b + HEALTH_LAG_MAX + 1);
     s[b + HEALTH_PID] = process.pid;
@@ -127,6 +141,7 @@ export class ProcessHealth {
     if (histogram === undefined) return;
     const seconds = durationMs / 1000;
     histogram.observe(seconds);
+    this.#thread?.recordGc(seconds);
     const max = this.#base + HEALTH_GC_MAX + kind;
     if (seconds > this.#slots[max]!) this.#slots[max] = seconds;
   }
@@ -142,8 +157,13 @@ export class ProcessHealth {
       s[b + HEALTH_LAG_P99] = lagSeconds(lag.percentile(99));
       s[b + HEALTH_LAG_MAX] = lagSeconds(lag.max);
     }
-    s[b + HEALTH_HEAP_USED] = process.memoryUsage().heapUsed;
+    const heapUsed = process.memoryUsage().heapUsed;
+    s[b + HEALTH_HEAP_USED] = heapUsed;
     s[b + HEALTH_RSS] = process.memoryUsage.rss();
+    const cpu = process.cpuUsage(); // µs
+    s[b + HEALTH_CPU_USER] = this.#cpuCarry[0]! + cpu.user / 1e6;
+    s[b + HEALTH_CPU_SYSTEM] = this.#cpuCarry[1]! + cpu.system / 1e6;
+    this.#thread?.publish(heapUsed);
     if (opts.inFlight) s[b + HEALTH_IN_FLIGHT] = opts.inFlight();
     if (opts.packerQueue) s[b + HEALTH_PACKER_QUEUE] = opts.packerQueue();
     s[b + HEALTH_PUBLISHED_AT_MS] = Date.now();

@@ -68,6 +68,11 @@ export interface RequestRecorderTarget {
   maxModelLen: number;
   /** Wall-clock ms, read once per STEP record (default wallClockMs; tests pass their own). */
   clock?: () => number;
+  /**
+   * Called once per STEP record with that clock: the output worker's loop never yields to its
+   * event loop, so its thread health publishes from here (thread-health-share.ts).
+   */
+  onStep?: (nowMs: number) => void;
 }
 
 /** vLLM's FINISH_REASON_STRINGS index of an engine FinishReason, or -1 for none. */
@@ -131,6 +136,7 @@ export class RequestRecorder implements ScatterMetrics {
     this.#clockMs = clockMs;
     this.#stepMs = stepMs;
     this.#nowMs = this.#clock();
+    this.#target.onStep?.(this.#nowMs);
   }
 
   /**

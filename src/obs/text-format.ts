@@ -2,6 +2,8 @@
  * Pieces of the Prometheus text exposition format 0.0.4, written the way Python's prometheus_client
  * writes them for vLLM (counters named with `_total` on their HELP and TYPE lines, bucket bounds as
  * Go-style floats: le="1.0"), so that tools comparing against a vLLM scrape see the same strings.
+ * prom-client's would differ (its Histogram writes le="1", with `le` first; NaN as "Nan"; a blank
+ * line between families): one reason it is not used (exposition.ts).
  */
 
 export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';

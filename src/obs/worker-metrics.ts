@@ -9,6 +9,7 @@
 import { getEnvironmentData, setEnvironmentData } from 'node:worker_threads';
 import { RequestRecorder } from './request-recorder.js';
 import { RequestTimeline } from './request-timeline.js';
+import { threadHealthPoll } from './thread-health-share.js';
 
 const ENVIRONMENT_KEY = 'ringserve:request-metrics';
 
@@ -41,7 +42,9 @@ export function recorderFromEnvironment(
 ): RequestRecorder | null {
   const share = getEnvironmentData(ENVIRONMENT_KEY) as RequestMetricsShare | undefined;
   if (share === undefined) return null;
+  const poll = threadHealthPoll();
   return new RequestRecorder({
+    ...(poll === null ? {} : { onStep: poll }),
     slots: new Float64Array(share.metricsSab, 0, share.metricsSab.byteLength >> 3),
     base: share.metricsIndex,
     timeline: new RequestTimeline(share.timelineSab),

@@ -12,12 +12,16 @@ import {
   optNumber,
   optString,
 } from './fields.js';
+import { stopStringsProblem } from './stop-strings.js';
 
 /**
  * Validation of a POST /inference/v1/generate body (CONTRACT.md) into the fixed fields the API
  * server writes into its request ring. Straight-line checks, one per field; `token_ids` becomes an
  * Int32Array in one pass, so no per-token object is made. Unknown fields are ignored; a wrong type
  * or an out-of-range value is a 400 naming the field path (`sampling_params.top_p`, `token_ids[3]`).
+ * Every 400 a generate body can get is raised here, including the fields the contract accepts but
+ * this server cannot honour (refused, never silently dropped): past this point a request is only
+ * refused for the server's state (429, 503) or a duplicate id (409).
  */
 
 export interface GenerateRequestOptions {
@@ -26,6 +30,8 @@ export interface GenerateRequestOptions {
   /** Server-wide defaults (--return-sampling-mask, --return-routed-experts). */
   defaultReturnSamplingMask: boolean;
   defaultReturnRoutedExperts: boolean;
+  /** --scheduling-policy priority: only then may a request carry a non-zero `priority` (as vLLM). */
+  priorityScheduling?: boolean;
 }
 
 export interface GenerateRequest {
@@ -46,7 +52,6 @@ export interface GenerateRequest {
   detokenize: boolean;
   skipSpecialTokens: boolean;
   includeStopStrInOutput: boolean;
-  promptLogprobs: number | null;
 }
 
 const INT32_MIN = -2_147_483_648;
@@ -74,7 +79,7 @@ export function parseGenerateRequest(body: unknown, opts: GenerateRequestOptions
   ) {
     fail('kv_transfer_params', `must be an object, got ${describeValue(kvTransferParams)}`);
   }
-  return {
+  const request: GenerateRequest = {
     requestId: optString(body, '', 'request_id', 1, MAX_ID_LENGTH),
     model: optString(body, '', 'model', 1, MAX_ID_LENGTH),
     stream,
@@ -91,8 +96,23 @@ export function parseGenerateRequest(body: unknown, opts: GenerateRequestOptions
     detokenize: optBool(sp, SP, 'detokenize', true),
     skipSpecialTokens: optBool(sp, SP, 'skip_special_tokens', true),
     includeStopStrInOutput: optBool(sp, SP, 'include_stop_str_in_output', false),
-    promptLogprobs: readPromptLogprobs(sp),
   };
+  refuseUnsupported(sp, request, opts);
+  return request;
+}
+
+/** Fields that are well-formed but ask for what this server does not do: a 400 naming each. */
+function refuseUnsupported(sp: Body, request: GenerateRequest, opts: GenerateRequestOptions): void {
+  if (request.n > 1 && request.stream) {
+    fail(`${SP}.n`, 'n > 1 is supported without stream only');
+  }
+  const promptLogprobs = sp.prompt_logprobs;
+  if (promptLogprobs !== undefined && promptLogprobs !== null) {
+    fail(`${SP}.prompt_logprobs`, 'prompt logprobs are not produced by this server; send null');
+  }
+  if (request.priority !== 0 && opts.priorityScheduling !== true) {
+    fail('priority', 'needs --scheduling-policy priority');
+  }
 }
 
 /** token_ids → Int32Array in one pass; each id in [0, vocab_size); room left to generate. */
@@ -200,19 +220,13 @@ function readLogprobs(sp: Body): boolean {
   return true;
 }
 
-function readPromptLogprobs(sp: Body): number | null {
-  const v = sp.prompt_logprobs;
-  if (v === undefined || v === null) return null;
-  return optInt(sp, SP, 'prompt_logprobs', 0, 0, INT32_MAX);
-}
-
-/** stop: a string or an array of strings, none empty. */
+/** stop: a string or an array of strings, none empty, within the limits of stop-strings.ts. */
 function readStop(sp: Body): string[] {
   const v = sp.stop;
   if (v === undefined || v === null) return [];
   if (typeof v === 'string') {
     if (v.length === 0) fail(`${SP}.stop`, 'must not be an empty string');
-    return [v];
+    return checkedStop([v]);
   }
   if (!Array.isArray(v))
     fail(`${SP}.stop`, `must be a string or an array of strings, got ${describeValue(v)}`);
@@ -224,7 +238,13 @@ function readStop(sp: Body): string[] {
     if (s.length === 0) fail(`${SP}.stop[${i}]`, 'must not be an empty string');
     out[i] = s;
   }
-  return out;
+  return checkedStop(out);
+}
+
+function checkedStop(stop: string[]): string[] {
+  const problem = stopStringsProblem(stop);
+  if (problem !== null) fail(`${SP}.stop`, problem);
+  return stop;
 }
 
 function readStopTokenIds(sp: Body, vocabSize: number): Int32Array {

@@ -1,4 +1,5 @@
 import { RS_ERR_PROTOCOL_BAD_COLUMNS } from '../errors.js';
+import { type FinishReasonName, finishReasonName } from '../wire/types.js';
 
 /**
  * What the encoders take: a finished request (or a stream chunk's new positions) as typed-array
@@ -6,7 +7,14 @@ import { RS_ERR_PROTOCOL_BAD_COLUMNS } from '../errors.js';
  * copied before encoding. One ChoiceColumns per choice, a handful of objects per request.
  */
 
-export type FinishReasonName = 'stop' | 'length' | 'abort';
+/** A choice's `finish_reason`: a request that ended in an error is answered with an error body. */
+export type ChoiceFinishReason = Exclude<FinishReasonName, 'error'>;
+
+/** `finish_reason` of a choice that ended with FinishReason `code`; null while running or on error. */
+export function choiceFinishReason(code: number): ChoiceFinishReason | null {
+  const name = finishReasonName(code);
+  return name === 'error' ? null : name;
+}
 
 export interface RoutingColumns {
   /** rows × layers × topk expert ids, row-major. */
@@ -43,7 +51,7 @@ export interface ChoiceColumns {
    */
   weightVersions: Int32Array | null;
   /** null while a streamed choice is still running. */
-  finishReason: FinishReasonName | null;
+  finishReason: ChoiceFinishReason | null;
   /** The stop token id or stop string that ended the choice, else null. */
   stopReason: number | string | null;
 }

@@ -4,6 +4,7 @@
  */
 import type { RingserveConfig } from '../config.js';
 import type { Region } from '../shm/region.js';
+import { outputRingConsumer } from '../shm/region.js';
 import { InlineOutputPath } from './inline-output-path.js';
 import type { OutputEvents, OutputPath } from './output-path.js';
 import { WorkerOutputPath } from './worker-output-path.js';
@@ -14,7 +15,9 @@ export async function createOutputPath(
   server: number,
   events: OutputEvents,
 ): Promise<OutputPath> {
-  if (config.outputProcessing === 'inline')
-    return new InlineOutputPath(region, server, events, config.model);
+  if (config.outputProcessing === 'inline') {
+    const consumer = outputRingConsumer(region, server);
+    return new InlineOutputPath(consumer, events, config.model, config.maxQueueLen);
+  }
   return WorkerOutputPath.start(config, region, server, events);
 }

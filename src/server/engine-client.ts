@@ -4,7 +4,7 @@
  * (vLLM v1 keeps this in core_client.py; the transport itself is src/shm/ring.ts.)
  */
 
-import { RS_ERR_ENGINE_DEAD, RS_ERR_RING_FULL } from '../errors.js';
+import { RS_ERR_ENGINE_DEAD } from '../errors.js';
 import {
   ENG_LAST_BEAT_MS,
   ENG_PID,
@@ -24,13 +24,14 @@ import {
   writeAbort,
   writeAdd,
 } from '../wire/messages.js';
+import type { EnginePort } from './engine-port.js';
 
 /** The engine beats once per loop turn (<= 50 ms idle); this much silence means it is stuck. */
 export const HEARTBEAT_STALE_MS = 2_000;
 /** How long an ADD may wait for room in a full request ring before the request gets a 503. */
 const ADD_WAIT_MS = 20;
 
-export class EngineClient {
+export class EngineClient implements EnginePort {
   readonly region: Region;
   readonly server: number;
   readonly control: ControlClient;
@@ -46,30 +47,34 @@ export class EngineClient {
     this.control = new ControlClient(region, server);
   }
 
-  /** Writes and publishes an ADD record. Throws a 503 error if the engine is down or the ring stays full. */
+  /**
+   * Writes and publishes an ADD record (EnginePort.add). A ring that stays full is RS_ERR_RING_FULL,
+   * an engine found gone while waiting RS_ERR_RING_PEER_GONE: the ring's own errors, cause intact.
+   */
   add(fields: AddFields): void {
     if (!this.#up) throw new RS_ERR_ENGINE_DEAD('the engine core is restarting');
-    const bytes = addRecordBytes(fields);
-    let at = this.#ring.tryReserve(RecordType.Add, bytes);
-    if (at < 0) {
-      try {
-        at = this.#ring.reserve(RecordType.Add, bytes, ADD_WAIT_MS);
-      } catch (error) {
-        throw new RS_ERR_RING_FULL(
-          `request ring of API server ${this.server}: ${(error as Error).message}`,
-        );
-      }
-    }
+    const at = this.#ring.reserve(RecordType.Add, addRecordBytes(fields), ADD_WAIT_MS);
     writeAdd(this.#ring, at, fields);
     this.#ring.commit();
   }
 
-  /** Asks the engine to end the request in `slot`; its final output (finish abort) confirms it. */
-  abort(slot: number): void {
-    if (!this.#up) return;
-    const at = this.#ring.reserve(RecordType.Abort, ABORT_BYTES, ADD_WAIT_MS);
-    writeAbort(this.#ring, at, slot);
+  /**
+   * Writes an ABORT for `slot` if the ring has room now (EnginePort.abort): it runs in event handlers
+   * (a socket's close, a stop string), so it neither throws nor waits on the ring's futex.
+   */
+  abort(slot: number): boolean {
+    // A restarting engine forgets every request of the old one: there is nothing to abort.
+    if (!this.#up) return true;
+    let at = -1;
+    try {
+      at = this.#ring.tryReserve(RecordType.Abort, ABORT_BYTES);
+    } catch {
+      // Only a bad size or type throws here, neither possible for an ABORT: retry like a full ring.
+    }
+    // A full ring may leave a padding record pending at the wrap: publish it so the engine passes it.
+    if (at >= 0) writeAbort(this.#ring, at, slot);
     this.#ring.commit();
+    return at >= 0;
   }
 
   setUp(up: boolean): void {

@@ -4,138 +4,96 @@
  * the response built at the end with JSON.stringify). It exists as the benchmark's baseline arm and
  * is built as a careful engineer would build that design, with no artificial slowness: it drains the
  * same output ring, polled from the event loop every millisecond while requests are in flight.
+ *
+ * Everything but the per-token representation (inline-sequence.ts) is the worker path's: the slot
+ * meta row and the stop-string matcher (output/detokenizer.ts, with the output worker's rules), the
+ * SSE framing and `[DONE]` (protocol/sse.ts), response ids and encoders (protocol/), and completion
+ * of a request's choices by the coordinator's ChoiceGroup.
  */
-
-import { TextDecoder } from 'node:util';
 import { RS_ERR_ENGINE_REQUEST_FAILED } from '../errors.js';
 import { recorderFromEnvironment } from '../obs/worker-metrics.js';
-import type { GenerateRequest } from '../protocol/generate-request.js';
-import type { ResponseForm } from '../protocol/generate-response.js';
 import { encodeGenerateResponse } from '../protocol/generate-response.js';
-import {
-  type ChoiceColumns,
-  type FinishReasonName,
-  type GenerateResponseColumns,
-  narrowRouting,
-} from '../protocol/response-columns.js';
-import { choiceObject, stringifyGenerateResponse } from '../protocol/response-object.js';
-import type { Region } from '../shm/region.js';
-import { outputRingConsumer } from '../shm/region.js';
+import { JsonWriter } from '../protocol/json-writer.js';
+import { type ChoiceFinishReason, choiceFinishReason } from '../protocol/response-columns.js';
+import { stringifyGenerateResponse } from '../protocol/response-object.js';
+import { writeStreamChunk, writeStreamDone, writeStreamUsageChunk } from '../protocol/sse.js';
 import type { RingConsumer } from '../shm/ring.js';
 import { RecordType, StepColumn, StepRecordView } from '../wire/messages.js';
 import { getModelCard } from '../wire/model-card.js';
 import { rejectReasonMessage } from '../wire/reject.js';
 import { FinishReason } from '../wire/types.js';
-import { type TokenByteSource, tokenByteSource } from './output/detokenizer.js';
-import type { ChoiceGroup, OutputEvents, OutputPath, ResponseIdentity } from './output-path.js';
+import {
+  choiceColumns,
+  type InlineSequence,
+  newSequence,
+  responseColumns,
+} from './inline-sequence.js';
+import { StopStringMatcher, tokenByteSource } from './output/detokenizer.js';
+import { SlotMetaTable } from './output/slot-meta.js';
+import type { OutputEvents, OutputPath } from './output-path.js';
+import type { RequestRecord } from './request-record.js';
+import { slotMetaRow } from './slot-meta-row.js';
 
 const POLL_MS = 1;
 /** Longest stretch of output processing before the baseline yields to its event loop. */
 const POLL_SLICE_MS = 10;
 
-/** One generated token, as a per-token-object frontend keeps it. */
-interface TokenOutput {
-  id: number;
-  logprob: number;
-  mask: number[] | null;
-  weightVersion: number;
-}
-
-interface InlineRequest {
-  gen: number;
-  group: ChoiceGroup;
-  /** This sequence's choice index in its request. */
-  index: number;
-  /** How it finished (set when it did), for the response built once every choice has. */
-  finishName: FinishReasonName | null;
-  stopReason: number | string | null;
-  /** Decoded text so far, kept only when the request has stop strings. */
-  text: string | null;
-  decoder: TextDecoder | null;
-  form: ResponseForm;
-  identity: ResponseIdentity;
-  request: GenerateRequest;
-  tokens: TokenOutput[];
-  /** Routing rows (each a number[] of layers*topk ids) and the position of the first. */
-  routing: number[][];
-  routingStart: number;
-  layers: number;
-  topk: number;
-  numCached: number;
-  /** Tokens already sent as stream events. */
-  streamed: number;
-  done: boolean;
-}
-
 export class InlineOutputPath implements OutputPath {
   readonly #consumer: RingConsumer;
   readonly #events: OutputEvents;
   readonly #view = new StepRecordView();
-  readonly #requests: (InlineRequest | undefined)[] = [];
+  readonly #sequences: (InlineSequence | undefined)[] = [];
+  /** Each slot's stop strings where the shared matcher reads them. */
+  readonly #meta: SlotMetaTable;
+  readonly #stops: StopStringMatcher;
+  readonly #sse = new JsonWriter(16 * 1024);
   /** vLLM's request metrics, as the output worker records them (src/obs/request-recorder.ts). */
   readonly #metrics = recorderFromEnvironment(
-    (slot) => this.#requests[slot]?.request.promptTokenIds.length ?? 0,
+    (slot) => this.#sequences[slot]?.record.request.promptTokenIds.length ?? 0,
   );
   #open = 0;
   #timer: NodeJS.Timeout | null = null;
 
-  readonly #tokenBytes: TokenByteSource;
-  readonly #scratch: Uint8Array;
-
-  constructor(region: Region, server: number, events: OutputEvents, presetName: string) {
-    this.#consumer = outputRingConsumer(region, server);
+  /** Drains `consumer` (this server's output ring) for request slots [0, slots). */
+  constructor(consumer: RingConsumer, events: OutputEvents, presetName: string, slots: number) {
+    this.#consumer = consumer;
     this.#events = events;
     const preset = getModelCard(presetName);
-    this.#tokenBytes = tokenByteSource(preset.name, preset.eosTokenIds);
-    this.#scratch = new Uint8Array(this.#tokenBytes.maxTokenBytes);
+    this.#meta = new SlotMetaTable(slots);
+    this.#stops = new StopStringMatcher(
+      this.#meta,
+      tokenByteSource(preset.name, preset.eosTokenIds),
+    );
   }
 
-  open(
-    group: ChoiceGroup,
-    index: number,
-    request: GenerateRequest,
-    form: ResponseForm,
-    id: ResponseIdentity,
-  ): void {
-    const slot = group.slots[index]!;
-    const stops = request.stop.length > 0;
-    this.#requests[slot] = {
-      gen: group.gens[index]!,
-      group,
-      index,
-      finishName: null,
-      stopReason: null,
-      text: stops ? '' : null,
-      decoder: stops ? new TextDecoder() : null,
-      form,
-      identity: id,
-      request,
-      tokens: [],
-      routing: [],
-      routingStart: -1,
-      layers: 0,
-      topk: 0,
-      numCached: 0,
-      streamed: 0,
-      done: false,
-    };
+  open(record: RequestRecord, index: number): void {
+    const slot = record.group.slots[index]!;
+    const sequence = newSequence(record, index);
+    this.#meta.write(slot, sequence.gen, slotMetaRow(record, index));
+    if (record.request.stop.length > 0) this.#stops.begin(slot);
+    this.#sequences[slot] = sequence;
     this.#open++;
-    this.#timer ??= setInterval(() => this.#poll(), POLL_MS);
+    this.#timer ??= setInterval(() => this.poll(), POLL_MS);
+  }
+
+  /** Builds the answer from the per-token objects: columns from objects, then JSON.stringify. */
+  async encode(record: RequestRecord): Promise<Buffer> {
+    const sequences = record.group.slots.map((slot) => this.#sequences[slot]!);
+    const columns = responseColumns(sequences);
+    if (record.form === 'msgpack') return encodeGenerateResponse(columns, 'msgpack');
+    return Buffer.from(stringifyGenerateResponse(columns, record.form === 'legacy'));
   }
 
   free(slot: number, gen: number): void {
-    const r = this.#requests[slot];
-    if (r === undefined || r.gen !== gen) return;
-    this.#requests[slot] = undefined;
-    if (--this.#open === 0 && this.#timer !== null) {
-      clearInterval(this.#timer);
-      this.#timer = null;
-    }
+    if (this.#sequences[slot]?.gen !== gen) return;
+    this.#sequences[slot] = undefined;
+    if (--this.#open === 0) this.#stopPolling();
   }
 
   engineDown(): void {
-    this.#requests.length = 0;
+    this.#sequences.length = 0;
     this.#open = 0;
+    this.#stopPolling();
   }
 
   queueDepth(): number {
@@ -143,16 +101,15 @@ export class InlineOutputPath implements OutputPath {
   }
 
   async close(): Promise<void> {
-    if (this.#timer !== null) clearInterval(this.#timer);
-    this.#timer = null;
+    this.#stopPolling();
   }
 
   /**
    * Drains what the engine wrote, a time slice at a time: with a backlog it yields to the event loop
    * between slices (as vLLM's output handler awaits between engine outputs), so the baseline is not
-   * blocked longer than its own per-token work requires.
+   * blocked longer than its own per-token work requires. Its timer calls it while requests are open.
    */
-  #poll(): void {
+  poll(): void {
     const c = this.#consumer;
     const deadline = performance.now() + POLL_SLICE_MS;
     let any = false;
@@ -161,229 +118,172 @@ export class InlineOutputPath implements OutputPath {
       if (c.type === RecordType.Step) this.#step(c);
       if (performance.now() >= deadline) {
         c.release();
-        setImmediate(() => this.#poll());
+        setImmediate(() => this.poll());
         return;
       }
     }
     if (any) c.release();
   }
 
+  #stopPolling(): void {
+    if (this.#timer !== null) clearInterval(this.#timer);
+    this.#timer = null;
+  }
+
   #step(c: RingConsumer): void {
     const rec = this.#view.attach(c, c.offset);
     this.#metrics?.step(rec.clockMs, rec.stepMs);
     const i32 = c.i32;
-    const rowIds = rec.layers * rec.topk;
-    const routingIds = rec.routingIdBytes === 1 ? c.bytes : c.u16;
     let mask = rec.maskBase;
     let routing = rec.routingIdBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
     for (let j = 0; j < rec.count; j++) {
       const slot = i32[rec.at(StepColumn.Slot, j)]!;
-      const maskCount = i32[rec.at(StepColumn.MaskCount, j)]!;
-      const rows = i32[rec.at(StepColumn.RoutingRows, j)]!;
-      const r = this.#requests[slot];
-      const finish = i32[rec.at(StepColumn.Finish, j)]!;
-      const current = r !== undefined && r.gen === i32[rec.at(StepColumn.SlotGen, j)];
-      if (current && r.done) {
-        // Finished here (a stop string) before the engine knew: its final output releases it.
-        if (finish !== FinishReason.None) this.#events.released(slot, r.gen);
-      } else if (current) {
-        this.#metrics?.seen(slot, r.gen);
-        for (let row = 0; row < rows; row++) {
-          const start = routing + row * rowIds;
-          r.routing.push(Array.from(routingIds.subarray(start, start + rowIds)));
-        }
-        if (rows > 0 && r.routingStart < 0) {
-          r.routingStart = i32[rec.at(StepColumn.RoutingFirstPos, j)]!;
-          r.layers = rec.layers;
-          r.topk = rec.topk;
-        }
-        const token = i32[rec.at(StepColumn.Token, j)]!;
-        if (token >= 0) {
-          r.tokens.push({
-            id: token,
-            logprob: c.f32[rec.at(StepColumn.Logprob, j)]!,
-            mask: r.request.params.returnSamplingMask
-              ? Array.from(i32.subarray(mask, mask + maskCount))
-              : null,
-            weightVersion: i32[rec.at(StepColumn.WeightVersion, j)]!,
-          });
-          r.numCached = i32[rec.at(StepColumn.NumCached, j)]!;
-          this.#metrics?.token(slot);
-        }
-        const stop = token >= 0 && r.text !== null ? this.#matchStop(r, token) : null;
-        if (stop !== null) this.#stopByString(slot, r, stop);
-        else if (finish !== FinishReason.None) this.#finish(slot, r, finish, rec, j, i32);
-        else if (r.request.stream && r.tokens.length > r.streamed)
-          this.#streamDelta(slot, r, null, null);
+      const s = this.#sequences[slot];
+      if (s !== undefined && s.gen === i32[rec.at(StepColumn.SlotGen, j)]) {
+        this.#row(c, rec, j, slot, s, mask, routing);
       }
-      mask += maskCount;
-      routing += rows * rowIds;
+      mask += i32[rec.at(StepColumn.MaskCount, j)]!;
+      routing += i32[rec.at(StepColumn.RoutingRows, j)]! * rec.layers * rec.topk;
     }
   }
 
-  /** Appends the token's text and returns the stop string it completes, if any (vLLM's check). */
-  #matchStop(r: InlineRequest, token: number): string | null {
-    const n = this.#tokenBytes.write(token, this.#scratch, 0);
-    const piece = r.decoder!.decode(this.#scratch.subarray(0, n), { stream: true });
-    r.text += piece;
-    if (r.tokens.length <= r.request.params.minTokens) return null;
-    for (const stop of r.request.stop) {
-      const from = r.text!.length - piece.length - stop.length + 1;
-      if (r.text!.indexOf(stop, Math.max(0, from)) >= 0) return stop;
+  /** Output j of the step for sequence `s`: its routing rows, its token, and how it goes on. */
+  #row(
+    c: RingConsumer,
+    rec: StepRecordView,
+    j: number,
+    slot: number,
+    s: InlineSequence,
+    mask: number,
+    routing: number,
+  ): void {
+    const i32 = c.i32;
+    const finish = i32[rec.at(StepColumn.Finish, j)]!;
+    if (s.done) {
+      // Finished here (a stop string) before the engine knew: its final output releases it.
+      if (finish !== FinishReason.None) this.#events.released(slot, s.gen);
+      return;
     }
-    return null;
+    this.#metrics?.seen(slot, s.gen);
+    this.#keepRouting(c, rec, j, s, routing);
+    const token = i32[rec.at(StepColumn.Token, j)]!;
+    if (token >= 0) {
+      s.tokens.push({
+        id: token,
+        logprob: c.f32[rec.at(StepColumn.Logprob, j)]!,
+        mask: s.record.request.params.returnSamplingMask
+          ? Array.from(i32.subarray(mask, mask + i32[rec.at(StepColumn.MaskCount, j)]!))
+          : null,
+        weightVersion: i32[rec.at(StepColumn.WeightVersion, j)]!,
+      });
+      s.numCached = i32[rec.at(StepColumn.NumCached, j)]!;
+      this.#metrics?.token(slot);
+    }
+    const stop = token >= 0 ? this.#matchStop(slot, s, token, finish) : -1;
+    if (stop >= 0) this.#stopByString(slot, s, stop, finish);
+    else if (finish !== FinishReason.None) this.#finish(slot, s, finish, rec, j, i32);
+    else if (s.record.stream && s.tokens.length > s.streamed)
+      this.#streamDelta(slot, s, null, null);
+  }
+
+  #keepRouting(c: RingConsumer, rec: StepRecordView, j: number, s: InlineSequence, at: number) {
+    const rows = c.i32[rec.at(StepColumn.RoutingRows, j)]!;
+    const rowIds = rec.layers * rec.topk;
+    const ids = rec.routingIdBytes === 1 ? c.bytes : c.u16;
+    for (let row = 0; row < rows; row++) {
+      const start = at + row * rowIds;
+      s.routing.push(Array.from(ids.subarray(start, start + rowIds)));
+    }
+    if (rows > 0 && s.routingStart < 0) {
+      s.routingStart = c.i32[rec.at(StepColumn.RoutingFirstPos, j)]!;
+      s.layers = rec.layers;
+      s.topk = rec.topk;
+    }
+  }
+
+  /**
+   * The stop string the token completes, or -1: the output worker's matcher and rules (scatter.ts),
+   * not before min_tokens, nor on a token the engine itself stopped on (EOS or a stop id).
+   */
+  #matchStop(slot: number, s: InlineSequence, token: number, finish: number): number {
+    const { request } = s.record;
+    if (request.stop.length === 0) return -1;
+    const check = finish !== FinishReason.Stop && s.tokens.length > request.params.minTokens;
+    return this.#stops.push(slot, token, check);
   }
 
   /** A stop string matched: answer now, and ask the engine to stop generating (its abort confirms). */
-  #stopByString(slot: number, r: InlineRequest, stop: string): void {
-    r.done = true;
-    this.#metrics?.finished(slot, FinishReason.Stop, r.tokens.length);
-    if (r.request.stream) this.#streamDelta(slot, r, 'stop', stop);
-    else this.#choiceDone(r, 'stop', stop);
-    this.#events.stopped(slot, r.gen);
+  #stopByString(slot: number, s: InlineSequence, stop: number, finish: number): void {
+    s.done = true;
+    this.#metrics?.finished(slot, FinishReason.Stop, s.tokens.length);
+    this.#choiceDone(slot, s, 'stop', this.#meta.stopString(slot, stop));
+    // The engine finished this very row (a max_tokens finish): nothing is left to abort.
+    if (finish !== FinishReason.None) this.#events.released(slot, s.gen);
+    else this.#events.stopped(slot, s.gen);
   }
 
   #finish(
     slot: number,
-    r: InlineRequest,
+    s: InlineSequence,
     finish: number,
     rec: StepRecordView,
     j: number,
     i32: Int32Array,
   ): void {
-    r.done = true;
-    this.#metrics?.finished(slot, finish, r.tokens.length);
+    s.done = true;
+    this.#metrics?.finished(slot, finish, s.tokens.length);
     if (finish === FinishReason.Error) {
       const reason = rejectReasonMessage(i32[rec.at(StepColumn.RejectReason, j)]!);
-      this.#choiceFailed(slot, r, new RS_ERR_ENGINE_REQUEST_FAILED(r.identity.requestId, reason));
+      const requestId = s.record.identity.requestId;
+      this.#events.finished(slot, s.gen, new RS_ERR_ENGINE_REQUEST_FAILED(requestId, reason));
     } else {
       const stopId = i32[rec.at(StepColumn.StopTokenId, j)]!;
-      const name: FinishReasonName =
-        finish === FinishReason.Stop ? 'stop' : finish === FinishReason.Length ? 'length' : 'abort';
-      const stopReason = stopId >= 0 ? stopId : null;
-      if (r.request.stream) this.#streamDelta(slot, r, name, stopReason);
-      else this.#choiceDone(r, name, stopReason);
+      this.#choiceDone(slot, s, choiceFinishReason(finish) ?? 'abort', stopId >= 0 ? stopId : null);
     }
-    this.#events.released(slot, r.gen);
+    this.#events.released(slot, s.gen);
   }
 
-  /** A choice finished; the response is built once every choice of the request has. */
+  /** The choice is complete: its stream's last event, then its end for the request's group. */
   #choiceDone(
-    r: InlineRequest,
-    finishName: FinishReasonName,
+    slot: number,
+    s: InlineSequence,
+    finishName: ChoiceFinishReason,
     stopReason: number | string | null,
   ): void {
-    r.finishName = finishName;
-    r.stopReason = stopReason;
-    const g = r.group;
-    if (g.failed || --g.remaining > 0) return;
-    this.#events.complete(g.slots[0]!, g.gens[0]!, this.#encode(g));
-  }
-
-  /** A choice failed: the request is answered with its error, and its other choices aborted. */
-  #choiceFailed(slot: number, r: InlineRequest, error: Error): void {
-    const g = r.group;
-    if (g.failed) return;
-    g.failed = true;
-    this.#events.complete(g.slots[0]!, g.gens[0]!, error);
-    for (let i = 0; i < g.slots.length; i++) {
-      if (g.slots[i] !== slot) this.#events.stopped(g.slots[i]!, g.gens[i]!);
-    }
+    s.finishName = finishName;
+    s.stopReason = stopReason;
+    if (s.record.stream) this.#streamDelta(slot, s, finishName, stopReason);
+    this.#events.finished(slot, s.gen, null);
   }
 
   /** One SSE event with the tokens not yet streamed (and the end of the stream when finished). */
   #streamDelta(
     slot: number,
-    r: InlineRequest,
-    finishReason: FinishReasonName | null,
+    s: InlineSequence,
+    finishReason: ChoiceFinishReason | null,
     stopReason: number | string | null,
   ): void {
-    const tokens = r.tokens.slice(r.streamed);
-    const routing = r.routing;
-    r.routing = [];
-    const routingStart = r.routingStart;
-    r.routingStart = -1;
-    r.streamed = r.tokens.length;
-    const choice = this.#choice(r, tokens, routing, routingStart, finishReason, stopReason);
-    let text = `data: ${JSON.stringify({
-      request_id: `generate-tokens-${r.identity.requestId}`,
-      model: r.identity.model,
-      created: r.identity.created,
-      choices: [choiceObject(choice, r.form === 'legacy')],
-      usage: null,
-    })}\n\n`;
+    const tokens = s.tokens.slice(s.streamed);
+    const choice = choiceColumns(s, tokens, s.routing, s.routingStart, finishReason, stopReason);
+    s.routing = [];
+    s.routingStart = -1;
+    s.streamed = s.tokens.length;
+    const { identity, request, form } = s.record;
+    const { requestId, model, created } = identity;
+    const usage = {
+      promptTokens: request.promptTokenIds.length,
+      completionTokens: s.tokens.length,
+      cachedTokens: null,
+    };
+    const w = this.#sse.reset();
+    const chunkUsage = request.continuousUsageStats ? usage : null;
+    const chunk = { requestId, model, created, choices: [choice], usage: chunkUsage };
+    writeStreamChunk(w, chunk, form === 'legacy');
     const last = finishReason !== null;
     if (last) {
-      if (r.request.includeUsage) {
-        const n = r.tokens.length;
-        const prompt = r.request.promptTokenIds.length;
-        text += `data: ${JSON.stringify({
-          request_id: `generate-tokens-${r.identity.requestId}`,
-          model: r.identity.model,
-          created: r.identity.created,
-          choices: [],
-          usage: {
-            prompt_tokens: prompt,
-            completion_tokens: n,
-            total_tokens: prompt + n,
-            prompt_tokens_details: null,
-          },
-        })}\n\n`;
-      }
-      text += 'data: [DONE]\n\n';
+      if (request.includeUsage) writeStreamUsageChunk(w, requestId, model, created, usage);
+      writeStreamDone(w);
     }
-    this.#events.stream(slot, r.gen, Buffer.from(text), last);
-  }
-
-  #choice(
-    r: InlineRequest,
-    tokens: TokenOutput[],
-    routing: number[][],
-    routingStart: number,
-    finishReason: FinishReasonName | null,
-    stopReason: number | string | null,
-  ): ChoiceColumns {
-    const p = r.request.params;
-    return {
-      index: r.index,
-      tokenIds: Int32Array.from(tokens, (t) => t.id),
-      logprobs: p.logprobs ? Float32Array.from(tokens, (t) => t.logprob) : null,
-      maskCounts: p.returnSamplingMask ? Int32Array.from(tokens, (t) => t.mask?.length ?? 0) : null,
-      maskIds: p.returnSamplingMask ? Int32Array.from(tokens.flatMap((t) => t.mask ?? [])) : null,
-      routing: p.returnRoutedExperts
-        ? {
-            data: narrowRouting(Uint16Array.from(routing.flat())),
-            rows: routing.length,
-            layers: r.layers,
-            topk: r.topk,
-            start: Math.max(0, routingStart),
-          }
-        : null,
-      weightVersions: Int32Array.from(tokens, (t) => t.weightVersion),
-      finishReason,
-      stopReason,
-    };
-  }
-
-  /** Builds the response from the per-token objects: columns from objects, then JSON.stringify. */
-  #encode(g: ChoiceGroup): Buffer {
-    const children = g.slots.map((slot) => this.#requests[slot]!);
-    const first = children[0]!;
-    const res: GenerateResponseColumns = {
-      requestId: first.identity.requestId,
-      model: first.identity.model,
-      created: first.identity.created,
-      choices: children.map((r) =>
-        this.#choice(r, r.tokens, r.routing, r.routingStart, r.finishName, r.stopReason),
-      ),
-      usage: {
-        promptTokens: first.request.promptTokenIds.length,
-        completionTokens: children.reduce((sum, r) => sum + r.tokens.length, 0),
-        cachedTokens: null,
-      },
-      kvTransferParams: first.request.kvTransferParams,
-    };
-    if (first.form === 'msgpack') return encodeGenerateResponse(res, 'msgpack');
-    return Buffer.from(stringifyGenerateResponse(res, first.form === 'legacy'));
+    this.#events.stream(slot, s.gen, w.finish(), last);
   }
 }

@@ -1,12 +1,10 @@
 /**
  * `--output-processing workers` (the default): the output worker drains the output ring into the
  * accumulators, the packer pool encodes finished requests into one Buffer each, and the main thread
- * only forwards slots and Buffers. Per request it keeps one small identity object; per drain pass it
- * receives one message, whatever the number of tokens in it.
+ * only forwards slots and Buffers. It keeps nothing per request (the coordinator's record has all it
+ * needs); per drain pass it receives one message, whatever the number of tokens in it.
  */
 import type { RingserveConfig } from '../config.js';
-import type { GenerateRequest } from '../protocol/generate-request.js';
-import type { ResponseForm } from '../protocol/generate-response.js';
 import { outputRingOffset } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
 import { getModelCard } from '../wire/model-card.js';
@@ -16,30 +14,16 @@ import type { OutputBatch } from './output/messages.js';
 import { OutputWorker } from './output/output-worker-handle.js';
 import { PackerPool } from './output/packer-pool.js';
 import { requestFailure } from './output/response-view.js';
-import { ResponseFormCode, SlotMetaTable } from './output/slot-meta.js';
-import type { ChoiceGroup, OutputEvents, OutputPath, ResponseIdentity } from './output-path.js';
-
-const FORM_CODE: Readonly<Record<ResponseForm, ResponseFormCode>> = {
-  packed: ResponseFormCode.Packed,
-  legacy: ResponseFormCode.Legacy,
-  msgpack: ResponseFormCode.Msgpack,
-};
-
-interface Pending {
-  gen: number;
-  group: ChoiceGroup;
-  form: ResponseForm;
-  stream: boolean;
-  identity: ResponseIdentity;
-  kvTransferParams: unknown;
-}
+import { SlotMetaTable } from './output/slot-meta.js';
+import type { OutputEvents, OutputPath } from './output-path.js';
+import type { RequestRecord } from './request-record.js';
+import { slotMetaRow } from './slot-meta-row.js';
 
 export class WorkerOutputPath implements OutputPath {
   readonly #meta: SlotMetaTable;
   readonly #acc: AccumulatorTable;
   readonly #packers: PackerPool;
   readonly #events: OutputEvents;
-  readonly #pending: (Pending | undefined)[];
   #worker: OutputWorker | null = null;
 
   private constructor(
@@ -52,7 +36,6 @@ export class WorkerOutputPath implements OutputPath {
     this.#acc = acc;
     this.#packers = packers;
     this.#events = events;
-    this.#pending = new Array(meta.slots);
   }
 
   static async start(
@@ -94,54 +77,34 @@ export class WorkerOutputPath implements OutputPath {
     return path;
   }
 
-  open(
-    group: ChoiceGroup,
-    index: number,
-    request: GenerateRequest,
-    form: ResponseForm,
-    identity: ResponseIdentity,
-  ): void {
+  open(record: RequestRecord, index: number): void {
+    const { group, request, identity } = record;
     const slot = group.slots[index]!;
     const gen = group.gens[index]!;
-    const p = request.params;
-    this.#meta.write(slot, gen, {
-      stream: request.stream,
-      logprobs: p.logprobs,
-      samplingMask: p.returnSamplingMask,
-      routedExperts: p.returnRoutedExperts,
-      includeStopStrInOutput: request.includeStopStrInOutput,
-      includeUsage: request.includeUsage,
-      continuousUsageStats: request.continuousUsageStats,
-      form: FORM_CODE[form],
-      promptLen: request.promptTokenIds.length,
-      routedExpertsPromptStart: p.routedExpertsPromptStart,
-      maxTokens: p.maxTokens,
-      minTokens: p.minTokens,
-      stop: request.stop,
-      choiceIndex: index,
-      choiceCount: group.slots.length,
-    });
-    this.#pending[slot] = {
-      gen,
-      group,
-      form,
-      stream: request.stream,
-      identity,
-      kvTransferParams: request.kvTransferParams,
-    };
+    this.#meta.write(slot, gen, slotMetaRow(record, index));
     if (request.stream) {
       this.#worker!.stream(slot, gen, identity.requestId, identity.model, identity.created);
     }
   }
 
+  encode(record: RequestRecord): Promise<Buffer> {
+    const { group, identity } = record;
+    return this.#packers.pack({
+      slots: group.slots,
+      generations: group.gens,
+      form: record.form,
+      requestId: identity.requestId,
+      model: identity.model,
+      created: identity.created,
+      kvTransferParams: record.request.kvTransferParams,
+    });
+  }
+
   free(slot: number, gen: number): void {
-    const pending = this.#pending[slot];
-    if (pending?.gen === gen) this.#pending[slot] = undefined;
     this.#worker?.free(slot, gen);
   }
 
   engineDown(): void {
-    this.#pending.fill(undefined);
     this.#worker?.engineDown();
   }
 
@@ -183,36 +146,8 @@ export class WorkerOutputPath implements OutputPath {
   }
 
   #finished(slot: number, gen: number): void {
-    const pending = this.#pending[slot];
-    if (pending === undefined || pending.gen !== gen) return;
-    const group = pending.group;
-    const first = group.slots[0]!;
-    const firstGen = group.gens[0]!;
-    const failure = requestFailure(this.#acc, slot, pending.identity.requestId);
-    if (failure !== null) {
-      if (group.failed) return;
-      group.failed = true;
-      this.#events.complete(first, firstGen, failure);
-      // The request is answered: its other sequences need not run on.
-      for (let i = 0; i < group.slots.length; i++) {
-        if (group.slots[i] !== slot) this.#events.stopped(group.slots[i]!, group.gens[i]!);
-      }
-      return;
-    }
-    if (pending.stream || group.failed || --group.remaining > 0) return;
-    this.#packers
-      .pack({
-        slots: group.slots,
-        generations: group.gens,
-        form: pending.form,
-        requestId: pending.identity.requestId,
-        model: pending.identity.model,
-        created: pending.identity.created,
-        kvTransferParams: pending.kvTransferParams,
-      })
-      .then(
-        (body) => this.#events.complete(first, firstGen, body),
-        (error: Error) => this.#events.complete(first, firstGen, error),
-      );
+    const record = this.#events.record(slot, gen);
+    if (record === undefined) return;
+    this.#events.finished(slot, gen, requestFailure(this.#acc, slot, record.identity.requestId));
   }
 }

@@ -29,7 +29,7 @@ export const CACHE_LINE_BYTES = 64;
 /** 'RSHM' read as a little-endian u32. */
 export const LAYOUT_MAGIC = 0x4d48_5352;
 /** Bump on any change to an offset below. */
-export const LAYOUT_VERSION = 2;
+export const LAYOUT_VERSION = 3;
 
 // ---- Header (creator writes once: HDR_CREATOR_PID first, HDR_MAGIC last with Atomics.store, so a
 // reader that sees the magic sees a complete header, and a stale-region scan always finds the pid).
@@ -121,6 +121,9 @@ export const HEALTH_LAG_P99 = 5;
 export const HEALTH_LAG_MAX = 6;
 export const HEALTH_IN_FLIGHT = 7; // API servers only: requests whose client is waiting
 export const HEALTH_PACKER_QUEUE = 8; // API servers only: encode tasks waiting for a packer
+/** CPU seconds of the process, every thread (process.cpuUsage), since the region was created. */
+export const HEALTH_CPU_USER = 9;
+export const HEALTH_CPU_SYSTEM = 10;
 /** Longest GC pause by kind (GC_KIND_* order), seconds, since the process started. */
 export const HEALTH_GC_MAX = 16;
 /** GC pause histograms by kind, GC_HIST_STRIDE slots each (buckets, +Inf, sum; see HIST_* below). */
@@ -147,6 +150,28 @@ export const SERVER_BLOCK_BYTES = SRV_METRICS + SRV_METRICS_SLOT_COUNT * 8;
 export const SRV_REQUEST_METRICS = SRV_METRICS;
 /** API server k's process health (HEALTH_* above), written by its main thread only. */
 export const SRV_HEALTH = SRV_METRICS + 4096 * 8;
+/**
+ * API server k's thread health (TH_* below): a cache line whose first i32 (THREAD_CLAIM) hands out
+ * packer entries, then THREAD_SLOT_COUNT entries of THREAD_STRIDE f64, entry t written by thread t
+ * only (src/obs/thread-health.ts). The main thread clears the entries' gauges and the claim word
+ * before it starts any other thread; the GC totals continue a predecessor's.
+ */
+export const SRV_THREAD_HEALTH = SRV_HEALTH + HEALTH_SLOT_COUNT * 8;
+/** i32: packer threads take entry THREAD_FIRST_PACKER + Atomics.add(claim, 1); many writers. */
+export const THREAD_CLAIM = 0;
+export const THREAD_ENTRIES = CACHE_LINE_BYTES;
+/** Main thread, output worker, pino's log transport, packers (--packer-threads <= 64, replacements). */
+export const THREAD_SLOT_COUNT = 128;
+export const THREAD_MAIN = 0;
+export const THREAD_OUTPUT = 1;
+export const THREAD_LOG = 2;
+export const THREAD_FIRST_PACKER = 3;
+export const THREAD_STRIDE = 8; // one cache line per thread
+export const TH_PUBLISHED_AT_MS = 0; // Date.now() of the thread's last publish; 0: no such thread
+export const TH_HEAP_USED = 1; // bytes, v8.getHeapStatistics() of the thread's isolate
+export const TH_GC_SECONDS = 2; // total GC pause time, every kind
+export const TH_GC_COUNT = 3; // GC pauses
+export const TH_GC_MAX = 4; // longest pause, seconds, since the thread started
 
 // ---- Request metrics slots, relative to SRV_REQUEST_METRICS. Counters are totals; a histogram is
 // HIST_STRIDE slots: count per bucket (not cumulative, bucket i holds bounds[i-1] < v <= bounds[i]),
@@ -266,6 +291,16 @@ export function serverMetricsOffset(params: LayoutParams, server: number): numbe
 /** f64 index (byte offset >> 3) of API server k's first request-metrics slot (RM_*). */
 export function requestMetricsIndex(params: LayoutParams, server: number): number {
   return (serverBlockOffset(params, server) + SRV_REQUEST_METRICS) >> 3;
+}
+
+/** f64 index of API server k's thread-health entry 0 (entry t at + t * THREAD_STRIDE). */
+export function threadHealthIndex(params: LayoutParams, server: number): number {
+  return (serverBlockOffset(params, server) + SRV_THREAD_HEALTH + THREAD_ENTRIES) >> 3;
+}
+
+/** i32 index of API server k's THREAD_CLAIM word. */
+export function threadClaimIndex(params: LayoutParams, server: number): number {
+  return (serverBlockOffset(params, server) + SRV_THREAD_HEALTH + THREAD_CLAIM) >> 2;
 }
 
 /** f64 index of a process's first health slot (HEALTH_*): API server k, or the engine for -1. */

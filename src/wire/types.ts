@@ -15,6 +15,23 @@ export enum FinishReason {
   Error = 4,
 }
 
+/** vLLM's name of a finish reason, as answers (`finish_reason`), log lines and metrics say it. */
+export type FinishReasonName = 'stop' | 'length' | 'abort' | 'error';
+
+/** The one table from FinishReason codes to their names (None has no name). */
+export const FINISH_REASON_NAMES: Readonly<Record<FinishReason, FinishReasonName | null>> = {
+  [FinishReason.None]: null,
+  [FinishReason.Stop]: 'stop',
+  [FinishReason.Length]: 'length',
+  [FinishReason.Abort]: 'abort',
+  [FinishReason.Error]: 'error',
+};
+
+/** The name of a FinishReason code read from a ring or a table; null for None or an unknown code. */
+export function finishReasonName(code: number): FinishReasonName | null {
+  return FINISH_REASON_NAMES[code as FinishReason] ?? null;
+}
+
 /** Sampling parameters as fixed fields, already validated and defaulted by the API server. */
 export interface SamplingParams {
   temperature: number;

@@ -8,9 +8,11 @@ import { jsonLine, markdownTable, ratioLine } from '../../bench/rollout/table.js
 
 const T0 = 1_000_000;
 const MIB = 1024 * 1024;
+const sumGc = (f: ServerFigures): number => Object.values(f.gcSeconds).reduce((a, b) => a + b, 0);
 
 function server(k: number, at: number): ServerFigures {
-  // Linear in time: 0.05 s of GC per second per server, one major GC every 10 s.
+  // Linear in time: 0.05 s of GC per second per server, one major GC every 10 s. Its other threads
+  // add 0.03 s of GC per second; the process uses 0.3 s of CPU per second.
   return {
     server: k,
     gcSeconds: { minor: 0.04 * at, major: 0.01 * at, incremental: 0, weakcb: 0 },
@@ -20,7 +22,22 @@ function server(k: number, at: number): ServerFigures {
     eventLoopLagMaxSeconds: 0.02 + at / 1000,
     heapUsedBytes: (10 + (at % 7) + k) * MIB,
     rssBytes: 300 * MIB,
+    cpuSeconds: 0.3 * at,
+    inFlight: 64,
+    threadGcSeconds: { main: 0.05 * at, output: 0.02 * at, 'packer-1': 0.01 * at, log: 0 },
+    threadGcPauseMaxSeconds: { main: 0.03 + 0.01 * k, output: 0.002, 'packer-1': 0.05 + 0.02 * k },
+    threadHeapUsedBytes: {
+      main: (10 + (at % 7) + k) * MIB,
+      output: 5 * MIB,
+      'packer-1': 3 * MIB,
+      log: 2 * MIB,
+    },
   };
+}
+
+/** What a server reports once the load has gone: RSS only matters. */
+function drained(k: number, rssMib: number): ServerFigures {
+  return { ...server(k, 26), inFlight: 0, rssBytes: rssMib * MIB };
 }
 
 /** Scrapes every second from t=0 (load start) to t=25 s, two API servers. */
@@ -67,6 +84,12 @@ function run(overrides: Partial<ProbeResult> = {}): ArmRun {
     cycleMs: [900, 12, 30],
     cycleFailures: 0,
     cycleFailureSample: null,
+    drain: {
+      atMs: T0 + 27_000,
+      generationTokensTotal: 750_000,
+      servers: [drained(0, 120), drained(1, 150)],
+    },
+    drainProblem: null,
     ...overrides,
   };
   return {
@@ -120,6 +143,70 @@ describe('armFigures', () => {
     expect(f.notes).toEqual(['1 of 400 /health probes got no 200 (no answer or an error)']);
   });
 
+  it('adds every thread of the process: GC, longest pause, heap of all isolates, CPU per token', () => {
+    const f = armFigures(run());
+    // 2 servers x (0.05 + 0.02 + 0.01) s of GC per second, every thread; the main thread's stays.
+    expect(f.gc_pct_wall_all_threads).toBeCloseTo(16, 3);
+    expect(f.gc_pct_wall).toBeCloseTo(10, 3);
+    // packer-1 of server 1: 0.05 + 0.02 s.
+    expect(f.max_gc_pause_ms_all_threads).toBe(70);
+    expect(f.max_gc_pause_ms).toBe(40);
+    // The main thread's peak 17 MiB plus 5 + 3 + 2 MiB of the other isolates.
+    expect(f.heap_peak_mb_all_threads).toBe(27);
+    // 2 x 0.3 CPU s per s over 30,000 tok/s: 20 ms per 1,000 tokens.
+    expect(f.cpu_ms_per_1k_tokens).toBeCloseTo(20, 5);
+    // The largest server's RSS in the scrape after drain.
+    expect(f.rss_after_drain_mb).toBe(150);
+    expect(f.failed_reqs).toBe(0);
+  });
+
+  it('has all-thread figures equal to the main thread plus pino where those are the threads', () => {
+    const inline = (s: MetricsSnapshot): MetricsSnapshot => ({
+      ...s,
+      servers: s.servers.map((f) => ({
+        ...f,
+        threadGcSeconds: { main: sumGc(f), log: 0 },
+        threadGcPauseMaxSeconds: { main: Math.max(...Object.values(f.gcPauseMaxSeconds)), log: 0 },
+        threadHeapUsedBytes: { main: f.heapUsedBytes!, log: 2 * MIB },
+      })),
+    });
+    const f = armFigures(run({ metrics: snapshots().map(inline) }));
+    expect(f.gc_pct_wall_all_threads).toBe(f.gc_pct_wall);
+    expect(f.max_gc_pause_ms_all_threads).toBe(f.max_gc_pause_ms);
+    expect(f.heap_peak_mb_all_threads).toBe(f.main_heap_peak_mb! + 2);
+  });
+
+  it('counts failed requests and says why RSS after drain is missing', () => {
+    const r = run({
+      drain: null,
+      drainProblem: 'requests still in flight 20 s after the load stopped',
+    });
+    r.load.errors = 3;
+    const f = armFigures(r);
+    expect(f.failed_reqs).toBe(3);
+    expect(f.rss_after_drain_mb).toBeNull();
+    expect(f.notes.join()).toMatch(/RSS after drain: requests still in flight/);
+  });
+
+  it('leaves the whole-process figures null where the servers publish no thread or CPU series', () => {
+    const old = snapshots().map((s) => ({
+      ...s,
+      servers: s.servers.map((f) => ({
+        ...f,
+        cpuSeconds: null,
+        threadGcSeconds: {},
+        threadGcPauseMaxSeconds: {},
+        threadHeapUsedBytes: {},
+      })),
+    }));
+    const f = armFigures(run({ metrics: old }));
+    expect(f.gc_pct_wall_all_threads).toBeNull();
+    expect(f.max_gc_pause_ms_all_threads).toBeNull();
+    expect(f.heap_peak_mb_all_threads).toBeNull();
+    expect(f.cpu_ms_per_1k_tokens).toBeNull();
+    expect(f.gc_pct_wall).toBeCloseTo(10, 3);
+  });
+
   it('falls back to the engine counter, with a note, where the metrics counter does not move', () => {
     const metrics = snapshots().map((s) => ({ ...s, generationTokensTotal: 0 }));
     const f = armFigures(run({ metrics }));
@@ -170,6 +257,12 @@ describe('the report text', () => {
       'tokens_per_resp',
       'main_heap_peak_mb',
       'rss_peak_mb',
+      'gc_pct_wall_all_threads',
+      'max_gc_pause_ms_all_threads',
+      'cpu_ms_per_1k_tokens',
+      'heap_peak_mb_all_threads',
+      'rss_after_drain_mb',
+      'failed_reqs',
     ]) {
       expect(parsed.arms[0], key).toHaveProperty(key);
     }

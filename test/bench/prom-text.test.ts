@@ -36,7 +36,7 @@ nodejs_eventloop_lag_p99_seconds{api_server="0"} NaN 1700000000000
 
 describe('parsePromText', () => {
   it('reads names with colons, labels with escapes, values and optional timestamps', () => {
-    const samples = parsePromText(CANNED);
+    const { samples } = parsePromText(CANNED);
     expect(samples[0]).toEqual({
       name: 'vllm:generation_tokens_total',
       labels: { model_name: 'sim-glm-4.5-air', engine: '0' },
@@ -48,19 +48,53 @@ describe('parsePromText', () => {
         ?.value,
     ).toBe(4.5e8);
     expect(Number.isNaN(samples[samples.length - 1]?.value)).toBe(true);
-    expect(parsePromText('a_total +Inf\nb -Inf\n\n# only a comment')).toEqual([
+    expect(parsePromText('a_total +Inf\nb -Inf\n\n# only a comment\nc Nan\n').samples).toEqual([
       { name: 'a_total', labels: {}, value: Number.POSITIVE_INFINITY },
       { name: 'b', labels: {}, value: Number.NEGATIVE_INFINITY },
+      { name: 'c', labels: {}, value: Number.NaN },
     ]);
+    expect(parsePromText('').samples).toEqual([]);
   });
 
-  it('refuses malformed lines with a coded error naming the line', () => {
-    expect(() => parsePromText('ok 1\nbad{a="x" 1')).toThrow(/line 2/);
-    expect(() => parsePromText('x{a=1} 2')).toThrow(
+  it('reads HELP (unescaped) and TYPE per family, and keeps every labelled histogram series', () => {
+    const text = [
+      '# HELP h A \\\\ backslash\\nand a newline.',
+      '# TYPE h histogram',
+      'h_bucket{s="0",le="1.0"} 1',
+      'h_bucket{s="0",le="+Inf"} 2',
+      'h_count{s="0"} 2',
+      'h_sum{s="0"} 0.5',
+      'h_bucket{s="1",le="1.0"} 3',
+      'h_bucket{s="1",le="+Inf"} 4',
+      'h_count{s="1"} 4',
+      'h_sum{s="1"} 0.75',
+      '',
+    ].join('\n');
+    const parsed = parsePromText(text);
+    expect(parsed.help.get('h')).toBe('A \\ backslash\nand a newline.');
+    expect(parsed.types.get('h')).toBe('histogram');
+    const value = (name: string, s: string) =>
+      parsed.samples.filter((x) => x.name === name && x.labels.s === s).map((x) => x.value);
+    expect(value('h_bucket', '0')).toEqual([1, 2]);
+    expect(value('h_bucket', '1')).toEqual([3, 4]);
+    expect([value('h_count', '0'), value('h_sum', '0')]).toEqual([[2], [0.5]]);
+    expect([value('h_count', '1'), value('h_sum', '1')]).toEqual([[4], [0.75]]);
+  });
+
+  it('refuses malformed text with a coded error naming the line', () => {
+    expect(() => parsePromText('ok 1\nbad{a="x" 1\n')).toThrow(/line 2/);
+    expect(() => parsePromText('x{a=1} 2\n')).toThrow(
       expect.objectContaining({ code: 'RS_ERR_BENCH_METRICS' }),
     );
-    expect(() => parsePromText('x notanumber')).toThrow(/not a sample value/);
-    expect(() => parsePromText('9x 1')).toThrow(/no metric name/);
+    expect(() => parsePromText('x notanumber\n')).toThrow(/not a sample value/);
+    expect(() => parsePromText('x 0x10\n')).toThrow(/not a sample value/);
+    expect(() => parsePromText('x 1 2 3\n')).toThrow(/at most a timestamp/);
+    expect(() => parsePromText('9x 1\n')).toThrow(/no metric name/);
+    expect(() => parsePromText('x{a="\\t"} 1\n')).toThrow(/bad escape/);
+    expect(() => parsePromText('x{a="1",a="2"} 1\n')).toThrow(/label a twice/);
+    expect(() => parsePromText('# TYPE x gauge\n# TYPE x counter\n')).toThrow(/TYPE twice/);
+    expect(() => parsePromText('# TYPE x gauged\n')).toThrow(/unknown type/);
+    expect(() => parsePromText('x 1')).toThrow(/does not end with a newline/);
   });
 });
 

@@ -50,6 +50,13 @@ describe('npm run bench (smoke profile)', () => {
       expect(arm.rss_peak_mb, arm.name).toBeGreaterThan(0);
       expect(arm.tokens_per_resp, arm.name).toBeGreaterThan(0);
       expect(arm.client_parse_ms_mean, arm.name).toBeGreaterThan(0);
+      // The whole process: every thread's GC and heap, its CPU, RSS once the load has gone.
+      expect(arm.failed_reqs, arm.name).toBe(0);
+      expect(arm.gc_pct_wall_all_threads, arm.name).toBeGreaterThanOrEqual(arm.gc_pct_wall);
+      expect(arm.heap_peak_mb_all_threads, arm.name).toBeGreaterThan(arm.main_heap_peak_mb);
+      expect(arm.max_gc_pause_ms_all_threads, arm.name).not.toBeNull();
+      expect(arm.cpu_ms_per_1k_tokens, arm.name).toBeGreaterThan(0);
+      expect(arm.rss_after_drain_mb, arm.name).toBeGreaterThan(0);
     }
     expect(result.ratios['objects-mask/packed-mask']).toBeUndefined();
     expect(stdout).toMatch(/^\| objects-nomask +\|/m);

@@ -12,6 +12,16 @@ import { type Cluster, startCluster, waitFor } from './harness.js';
 
 const PROMPT = [11, 12, 13, 14, 15, 16, 17];
 
+/** The families for the whole API-server process (issue 11), beyond the contract's. */
+const WHOLE_PROCESS_FAMILIES: readonly (readonly [string, string])[] = [
+  ['process_cpu_user_seconds_total', 'counter'],
+  ['process_cpu_system_seconds_total', 'counter'],
+  ['ringserve_thread_gc_seconds_total', 'counter'],
+  ['ringserve_thread_gc_pauses_total', 'counter'],
+  ['ringserve_thread_gc_pause_max_seconds', 'gauge'],
+  ['ringserve_thread_heap_used_bytes', 'gauge'],
+];
+
 interface Scrape {
   server: string;
   metrics: Exposition;
@@ -145,6 +155,46 @@ describe('cluster-wide /metrics', () => {
     expect(m.value('vllm:cache_config_info', { block_size: '16' })).toBe(1);
   });
 
+  it('has CPU per process, and GC and heap for every thread of each API server', async () => {
+    const threads = (m: Exposition, server: string): string[] =>
+      m.samples
+        .filter(
+          (s) => s.name === 'ringserve_thread_heap_used_bytes' && s.labels.api_server === server,
+        )
+        .map((s) => s.labels.thread!);
+    // pino's transport thread publishes once it has loaded its target: wait until it has.
+    const { metrics: m } = await waitFor(
+      () => scrape(cluster.url),
+      ({ metrics }) => threads(metrics, '0').length >= 4 && threads(metrics, '1').length >= 4,
+    );
+    for (const [name, type] of WHOLE_PROCESS_FAMILIES) expect(m.types.get(name), name).toBe(type);
+    for (const process of ['0', '1', 'engine']) {
+      expect(m.value('process_cpu_user_seconds_total', { api_server: process })).toBeGreaterThan(0);
+      expect(m.find('process_cpu_system_seconds_total', { api_server: process })).toBeDefined();
+    }
+    for (const server of ['0', '1']) {
+      // At least one packer (--packer-threads >= 1).
+      expect(threads(m, server)).toEqual(
+        expect.arrayContaining(['log', 'main', 'output', 'packer-1']),
+      );
+      for (const thread of threads(m, server)) {
+        const labels = { api_server: server, thread };
+        expect(m.value('ringserve_thread_heap_used_bytes', labels)).toBeGreaterThan(1e6);
+        expect(m.value('ringserve_thread_gc_seconds_total', labels)).toBeGreaterThanOrEqual(0);
+        expect(m.find('ringserve_thread_gc_pauses_total', labels)).toBeDefined();
+        expect(m.find('ringserve_thread_gc_pause_max_seconds', labels)).toBeDefined();
+      }
+      // The main thread's entry is written from the same GC observer as its kind histograms.
+      const main = { api_server: server, thread: 'main' };
+      const byKind = m.samples
+        .filter(
+          (s) => s.name === 'nodejs_gc_duration_seconds_count' && s.labels.api_server === server,
+        )
+        .reduce((a, s) => a + s.value, 0);
+      expect(m.value('ringserve_thread_gc_pauses_total', main)).toBeLessThanOrEqual(byKind);
+    }
+  });
+
   it('logs one line per finished request with its figures, and nothing per token', () => {
     const lines = logLines(cluster);
     for (let i = 0; i < 10; i++) {
@@ -258,6 +308,12 @@ describe('/metrics with --output-processing inline (the benchmark baseline)', ()
       expect(m.value('vllm:time_to_first_token_seconds_count')).toBe(4);
       expect(m.value('vllm:inter_token_latency_seconds_count')).toBe(116);
       expect(m.value('vllm:request_queue_time_seconds_count')).toBe(4);
+      // No output worker and no packers: the main thread, and pino's transport once it is up.
+      const threads = m.samples
+        .filter((s) => s.name === 'ringserve_thread_heap_used_bytes')
+        .map((s) => s.labels.thread);
+      expect(threads).toContain('main');
+      expect(threads.every((t) => t === 'main' || t === 'log')).toBe(true);
     } finally {
       await inline.stop();
     }

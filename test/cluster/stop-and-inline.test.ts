@@ -92,6 +92,34 @@ describe('inline baseline and worker path', () => {
     }
   });
 
+  it('stream with the same SSE framing: response id, usage events and [DONE]', async () => {
+    const usage = { include_usage: true, continuous_usage_stats: true };
+    const texts: string[] = [];
+    for (const cluster of [workers, inline]) {
+      const s = body(13, { stream: true, stream_options: usage, request_id: 'sse-13' });
+      const collected = await generateStream(cluster.url, s).collect();
+      expect(arrays(collected)).toEqual(arrays(await generate(workers.url, body(13))));
+      expect(collected.usage?.completionTokens).toBe(collected.choices[0]!.tokenIds.length);
+      const res = await fetch(`${cluster.url}/inference/v1/generate`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body(13, { stream: true, stream_options: usage, request_id: 'sse' })),
+      });
+      texts.push(await res.text());
+    }
+    for (const text of texts) {
+      const events = text.split('\n\n').filter((e) => e !== '');
+      expect(events.at(-1)).toBe('data: [DONE]');
+      const last = JSON.parse(events.at(-2)!.slice('data: '.length));
+      expect(last).toMatchObject({ request_id: 'generate-tokens-sse', choices: [] });
+      for (const event of events.slice(0, -2)) {
+        const json = JSON.parse(event.slice('data: '.length));
+        expect(json.request_id).toBe('generate-tokens-sse');
+        expect(json.usage.prompt_tokens).toBe(PROMPT.length);
+      }
+    }
+  });
+
   it('n > 1 answers n choices, choice i being the request seeded seed + i, in both paths', async () => {
     for (const cluster of [workers, inline]) {
       for (const accept of ['json', 'msgpack'] as const) {

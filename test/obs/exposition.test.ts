@@ -10,6 +10,8 @@ import { ClusterMetrics } from '../../src/obs/exposition.js';
 import { RegionHistogram } from '../../src/obs/region-histogram.js';
 import {
   ENGINE_STATS,
+  HEALTH_CPU_SYSTEM,
+  HEALTH_CPU_USER,
   HEALTH_GC_HIST,
   HEALTH_GC_MAX,
   HEALTH_HEAP_USED,
@@ -28,6 +30,16 @@ import {
   STAT_NUM_PREEMPTIONS,
   STAT_RUNNING,
   STATS_SLOT_COUNT,
+  TH_GC_COUNT,
+  TH_GC_MAX,
+  TH_GC_SECONDS,
+  TH_HEAP_USED,
+  TH_PUBLISHED_AT_MS,
+  THREAD_FIRST_PACKER,
+  THREAD_MAIN,
+  THREAD_OUTPUT,
+  THREAD_STRIDE,
+  threadHealthIndex,
 } from '../../src/shm/layout.js';
 import type { Region } from '../../src/shm/region.js';
 import { CONTRACT_FAMILIES, parseExposition } from './prom.js';
@@ -141,6 +153,46 @@ describe('cluster metrics exposition', () => {
     expect(p.find('ringserve_output_ring_used_bytes', { api_server: 'engine' })).toBeUndefined();
     expect(p.find('ringserve_requests_in_flight', { api_server: 'engine' })).toBeUndefined();
     expect(p.value('ringserve_health_age_seconds', { api_server: '0' })).toBeLessThan(5);
+  });
+
+  it("renders every process's CPU and each API server's published threads, by thread label", () => {
+    const region = fakeRegion(2);
+    const f64 = region.f64;
+    const h1 = healthIndex(region.params, 1);
+    f64[h1 + HEALTH_PUBLISHED_AT_MS] = Date.now();
+    f64[h1 + HEALTH_CPU_USER] = 12.5;
+    f64[h1 + HEALTH_CPU_SYSTEM] = 1.5;
+    const threads = threadHealthIndex(region.params, 1);
+    const packer2 = threads + (THREAD_FIRST_PACKER + 1) * THREAD_STRIDE;
+    for (const [entry, heap] of [
+      [threads + THREAD_MAIN * THREAD_STRIDE, 10e6],
+      [threads + THREAD_OUTPUT * THREAD_STRIDE, 4e6],
+      [packer2, 3e6],
+    ] as const) {
+      f64[entry + TH_PUBLISHED_AT_MS] = Date.now();
+      f64[entry + TH_HEAP_USED] = heap;
+    }
+    f64[packer2 + TH_GC_SECONDS] = 0.75;
+    f64[packer2 + TH_GC_COUNT] = 30;
+    f64[packer2 + TH_GC_MAX] = 0.125;
+    const p = parseExposition(metricsFor(region).render());
+    expect(p.types.get('process_cpu_user_seconds_total')).toBe('counter');
+    expect(p.value('process_cpu_user_seconds_total', { api_server: '1' })).toBe(12.5);
+    expect(p.value('process_cpu_system_seconds_total', { api_server: '1' })).toBe(1.5);
+    expect(p.find('process_cpu_user_seconds_total', { api_server: '0' })).toBeUndefined();
+    const heap = 'ringserve_thread_heap_used_bytes';
+    expect(p.types.get(heap)).toBe('gauge');
+    expect(p.samples.filter((s) => s.name === heap).map((s) => s.labels)).toEqual([
+      { api_server: '1', thread: 'main' },
+      { api_server: '1', thread: 'output' },
+      { api_server: '1', thread: 'packer-2' },
+    ]);
+    const packer = { api_server: '1', thread: 'packer-2' };
+    expect(p.types.get('ringserve_thread_gc_seconds_total')).toBe('counter');
+    expect(p.value('ringserve_thread_gc_seconds_total', packer)).toBe(0.75);
+    expect(p.value('ringserve_thread_gc_pauses_total', packer)).toBe(30);
+    expect(p.value('ringserve_thread_gc_pause_max_seconds', packer)).toBe(0.125);
+    expect(p.value(heap, packer)).toBe(3e6);
   });
 
   it('escapes a served model name in label values', () => {

@@ -7,6 +7,8 @@ import { describe, expect, it } from 'vitest';
 import { gcKindIndex, ProcessHealth } from '../../src/obs/process-health.js';
 import {
   GC_HIST_STRIDE,
+  HEALTH_CPU_SYSTEM,
+  HEALTH_CPU_USER,
   HEALTH_GC_HIST,
   HEALTH_GC_MAX,
   HEALTH_HEAP_USED,
@@ -17,6 +19,12 @@ import {
   HEALTH_PUBLISHED_AT_MS,
   HEALTH_RSS,
   HEALTH_SLOT_COUNT,
+  TH_GC_COUNT,
+  TH_GC_MAX,
+  TH_GC_SECONDS,
+  TH_HEAP_USED,
+  TH_PUBLISHED_AT_MS,
+  THREAD_STRIDE,
 } from '../../src/shm/layout.js';
 
 const BASE = 8;
@@ -69,6 +77,32 @@ describe('process health', () => {
       expect(slots[BASE + HEALTH_HEAP_USED]).toBeGreaterThan(1e6);
       expect(slots[BASE + HEALTH_RSS]).toBeGreaterThan(slots[BASE + HEALTH_HEAP_USED]!);
       expect(Math.abs(slots[BASE + HEALTH_PUBLISHED_AT_MS]! - Date.now())).toBeLessThan(1_000);
+    } finally {
+      health.stop();
+    }
+  });
+
+  it('publishes CPU time continuing a predecessor, and the main thread entry from its GC observer', () => {
+    const thread = BASE + HEALTH_SLOT_COUNT;
+    const slots = new Float64Array(thread + THREAD_STRIDE);
+    slots[BASE + HEALTH_CPU_USER] = 100; // a predecessor's CPU seconds
+    slots[BASE + HEALTH_CPU_SYSTEM] = 50;
+    slots[thread + TH_GC_SECONDS] = 1; // and the GC of its main thread
+    const health = new ProcessHealth(slots, BASE, { threadBase: thread });
+    health.start(1_000);
+    try {
+      health.recordGc(MAJOR, 150);
+      health.publish();
+      const cpu = process.cpuUsage();
+      expect(slots[BASE + HEALTH_CPU_USER]).toBeGreaterThan(100);
+      expect(slots[BASE + HEALTH_CPU_USER]).toBeLessThanOrEqual(100 + cpu.user / 1e6);
+      expect(slots[BASE + HEALTH_CPU_SYSTEM]).toBeGreaterThanOrEqual(50);
+      expect(slots[BASE + HEALTH_CPU_SYSTEM]).toBeLessThanOrEqual(50 + cpu.system / 1e6);
+      expect(slots[thread + TH_GC_SECONDS]).toBeCloseTo(1.15, 9);
+      expect(slots[thread + TH_GC_COUNT]).toBeGreaterThanOrEqual(1);
+      expect(slots[thread + TH_GC_MAX]).toBeGreaterThanOrEqual(0.15);
+      expect(slots[thread + TH_HEAP_USED]).toBe(slots[BASE + HEALTH_HEAP_USED]);
+      expect(slots[thread + TH_PUBLISHED_AT_MS]).toBeGreaterThan(0);
     } finally {
       health.stop();
     }

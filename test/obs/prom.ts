@@ -1,16 +1,11 @@
-// A strict reader of the Prometheus text format for the metrics tests: it refuses lines it does not
-// understand, so a malformed exposition fails the test rather than being skipped.
+// What the metrics tests assert on: an exposition read by the one Prometheus text parser
+// (bench/loadtest/prom-text.ts, strict: a malformed line fails the test), with look-ups by name and
+// labels, and the families CONTRACT.md's Metrics section lists.
+import { type PromSample, type PromText, parsePromText } from '../../bench/loadtest/prom-text.js';
 
-export interface Sample {
-  name: string;
-  labels: Record<string, string>;
-  value: number;
-}
+export type Sample = PromSample;
 
-export interface Exposition {
-  help: Set<string>;
-  types: Map<string, string>;
-  samples: Sample[];
+export interface Exposition extends PromText {
   /** The one sample of `name` whose labels include `labels`; throws if none or several. */
   value(name: string, labels?: Record<string, string>): number;
   find(name: string, labels?: Record<string, string>): Sample | undefined;
@@ -50,58 +45,14 @@ export const CONTRACT_FAMILIES: readonly (readonly [string, string])[] = [
   ['ringserve_requests_in_flight', 'gauge'],
 ];
 
-const SAMPLE = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$/;
-const LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(,|$)/y;
-
-function parseLabels(text: string, line: string): Record<string, string> {
-  const labels: Record<string, string> = {};
-  LABEL.lastIndex = 0;
-  while (LABEL.lastIndex < text.length) {
-    const m = LABEL.exec(text);
-    if (m === null) throw new Error(`bad labels: ${line}`);
-    labels[m[1]!] = m[2]!.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c));
-  }
-  return labels;
-}
-
-function parseValue(text: string, line: string): number {
-  if (text === '+Inf') return Number.POSITIVE_INFINITY;
-  if (text === '-Inf') return Number.NEGATIVE_INFINITY;
-  if (text === 'NaN') return Number.NaN;
-  const value = Number(text);
-  if (Number.isNaN(value)) throw new Error(`bad value: ${line}`);
-  return value;
-}
-
 export function parseExposition(text: string): Exposition {
-  const help = new Set<string>();
-  const types = new Map<string, string>();
-  const samples: Sample[] = [];
-  if (!text.endsWith('\n')) throw new Error('exposition does not end with a newline');
-  for (const line of text.slice(0, -1).split('\n')) {
-    if (line.startsWith('# HELP ')) help.add(line.split(' ')[2]!);
-    else if (line.startsWith('# TYPE ')) {
-      const [, , name, type] = line.split(' ');
-      if (types.has(name!)) throw new Error(`TYPE twice for ${name}`);
-      types.set(name!, type!);
-    } else {
-      const m = SAMPLE.exec(line);
-      if (m === null) throw new Error(`bad line: ${line}`);
-      samples.push({
-        name: m[1]!,
-        labels: m[3] === undefined ? {} : parseLabels(m[3], line),
-        value: parseValue(m[4]!, line),
-      });
-    }
-  }
+  const parsed = parsePromText(text);
   const matching = (name: string, labels: Record<string, string>) =>
-    samples.filter(
+    parsed.samples.filter(
       (s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v),
     );
   return {
-    help,
-    types,
-    samples,
+    ...parsed,
     value(name, labels = {}) {
       const found = matching(name, labels);
       if (found.length !== 1) {

@@ -6,6 +6,7 @@ import {
   MAX_N,
   parseGenerateRequest,
 } from '../../src/protocol/generate-request.js';
+import { MAX_STOP_STRINGS, STOP_BYTES_LIMIT } from '../../src/protocol/stop-strings.js';
 
 const OPTS: GenerateRequestOptions = {
   vocabSize: 1000,
@@ -13,6 +14,8 @@ const OPTS: GenerateRequestOptions = {
   defaultReturnSamplingMask: false,
   defaultReturnRoutedExperts: false,
 };
+
+const PRIORITY_OPTS: GenerateRequestOptions = { ...OPTS, priorityScheduling: true };
 
 const base = (sp: Record<string, unknown> = {}, extra: Record<string, unknown> = {}) => ({
   token_ids: [1, 2, 3],
@@ -53,7 +56,6 @@ describe('parseGenerateRequest: defaults', () => {
       detokenize: true,
       skipSpecialTokens: true,
       includeStopStrInOutput: false,
-      promptLogprobs: null,
     });
     expect(r.params).toEqual({
       temperature: 1,
@@ -152,7 +154,7 @@ describe('parseGenerateRequest: values', () => {
         kv_transfer_params: { do_remote_prefill: true },
         packed: false,
         sampling_params: {
-          n: 4,
+          n: 1,
           temperature: 0,
           top_p: 0.97,
           top_k: 512,
@@ -164,7 +166,7 @@ describe('parseGenerateRequest: values', () => {
           stop_token_ids: [7, 8],
           ignore_eos: true,
           logprobs: 0,
-          prompt_logprobs: 1,
+          prompt_logprobs: null,
           detokenize: false,
           skip_special_tokens: false,
           include_stop_str_in_output: true,
@@ -176,7 +178,7 @@ describe('parseGenerateRequest: values', () => {
           return_routed_experts: true,
         },
       },
-      OPTS,
+      PRIORITY_OPTS,
     );
     expect(r).toMatchObject({
       requestId: 'abc',
@@ -188,13 +190,13 @@ describe('parseGenerateRequest: values', () => {
       priority: -5,
       kvTransferParams: { do_remote_prefill: true },
       packed: false,
-      n: 4,
+      n: 1,
       stop: ['</s>', '\n\n'],
       detokenize: false,
       skipSpecialTokens: false,
       includeStopStrInOutput: true,
-      promptLogprobs: 1,
     });
+    expect(parseGenerateRequest(base({ n: 4 }), OPTS).n).toBe(4);
     expect(r.params).toEqual({
       temperature: 0,
       topP: 0.97,
@@ -236,7 +238,7 @@ describe('parseGenerateRequest: values', () => {
     const body = unpack(
       pack(base({ seed: 2n ** 40n, max_tokens: 3n }, { priority: 1n })),
     ) as unknown;
-    const r = parseGenerateRequest(body, OPTS);
+    const r = parseGenerateRequest(body, PRIORITY_OPTS);
     expect(r.params.seed).toBe(2 ** 40);
     expect(r.params.maxTokens).toBe(3);
     expect(r.priority).toBe(1);
@@ -397,6 +399,35 @@ describe('parseGenerateRequest: 400s naming the field', () => {
     expect(
       rejection(base({}, { stream_options: { include_usage: true } }), 'stream_options').message,
     ).toBe('stream_options: is only allowed when stream is true');
+  });
+
+  it('refuses what this server cannot honour, naming the field', () => {
+    expect(rejection(base({ n: 2 }, { stream: true }), 'sampling_params.n').message).toContain(
+      'without stream only',
+    );
+    for (const value of [0, 1, 5]) {
+      rejection(base({ prompt_logprobs: value }), 'sampling_params.prompt_logprobs');
+    }
+    expect(rejection(base({}, { priority: 3 }), 'priority').message).toContain(
+      '--scheduling-policy priority',
+    );
+    expect(parseGenerateRequest(base({}, { priority: 3 }), PRIORITY_OPTS).priority).toBe(3);
+    expect(parseGenerateRequest(base({}, { priority: 0 }), OPTS).priority).toBe(0);
+  });
+
+  it('holds stop strings to what the output side can store: count, total bytes', () => {
+    const stop = (v: unknown) => parseGenerateRequest(base({ stop: v }), OPTS).stop;
+    expect(stop(new Array(MAX_STOP_STRINGS).fill('a'))).toHaveLength(MAX_STOP_STRINGS);
+    expect(
+      rejection(base({ stop: new Array(MAX_STOP_STRINGS + 1).fill('a') }), 'sampling_params.stop')
+        .message,
+    ).toContain(`at most ${MAX_STOP_STRINGS} stop strings`);
+    expect(stop(['é'.repeat(STOP_BYTES_LIMIT / 2)])).toHaveLength(1);
+    expect(
+      rejection(base({ stop: ['é'.repeat(STOP_BYTES_LIMIT / 2), 'x'] }), 'sampling_params.stop')
+        .message,
+    ).toContain('1024 UTF-8 bytes');
+    rejection(base({ stop: 'x'.repeat(STOP_BYTES_LIMIT + 1) }), 'sampling_params.stop');
   });
 
   it('shows a long bad string shortened in the message', () => {

@@ -5,7 +5,8 @@
 // boundary, and a character split over two tokens (byte-fallback tokens) simply completes the
 // match one token later, as vLLM's detokenizer does when it holds back an incomplete character.
 // Nothing is allocated per token: windows and stop bytes live in preallocated typed arrays.
-import { type SlotMetaTable, STOP_BYTES_LIMIT } from './slot-meta.js';
+import { STOP_BYTES_LIMIT } from '../../protocol/stop-strings.js';
+import type { SlotMetaTable } from './slot-meta.js';
 
 /** The bytes of each token id: a real vocabulary, or the byte-level stand-in. */
 export interface TokenByteSource {

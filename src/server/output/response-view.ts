@@ -4,11 +4,12 @@
 // output worker's stream encoder.
 
 import { type RingserveError, RS_ERR_ENGINE_REQUEST_FAILED } from '../../errors.js';
-import type {
-  ChoiceColumns,
-  FinishReasonName,
-  RoutingColumns,
-  UsageFigures,
+import {
+  type ChoiceColumns,
+  type ChoiceFinishReason,
+  choiceFinishReason,
+  type RoutingColumns,
+  type UsageFigures,
 } from '../../protocol/response-columns.js';
 import { rejectReasonMessage } from '../../wire/reject.js';
 import { FinishReason } from '../../wire/types.js';
@@ -45,8 +46,6 @@ export function requestFailure(
   }
 }
 
-const FINISH_NAMES: readonly (FinishReasonName | null)[] = [null, 'stop', 'length', 'abort', null];
-
 export class ResponseView {
   readonly meta: SlotMetaTable;
   readonly acc: AccumulatorTable;
@@ -59,8 +58,8 @@ export class ResponseView {
   }
 
   /** `finish_reason` of the slot's request; null while running or when it ended in an error. */
-  finishName(slot: number): FinishReasonName | null {
-    return FINISH_NAMES[this.acc.finishReason(slot)] ?? null;
+  finishName(slot: number): ChoiceFinishReason | null {
+    return choiceFinishReason(this.acc.finishReason(slot));
   }
 
   /** True when the request ended in an error (the engine refused it, or the worker failed it). */

@@ -15,12 +15,8 @@
 //            | slot 0 stop bytes: STOP_BYTES_LIMIT bytes, strings back to back |
 //            | slot 1 stop bytes ...                                        |
 //            +--------------------------------------------------------------+
-import { RS_ERR_REQ_INVALID_FIELD } from '../../errors.js';
+import { STOP_BYTES_LIMIT, stopStringsProblem } from '../../protocol/stop-strings.js';
 import { RS_ERR_OUTPUT_BAD_SLOT } from './errors.js';
-
-/** Stop strings per request, and their total UTF-8 bytes: validation rejects more with a 400. */
-export const MAX_STOP_STRINGS = 16;
-export const STOP_BYTES_LIMIT = 1024;
 
 const MAGIC = 0x544d_5352; // 'RSMT'
 const HEADER_BYTES = 64;
@@ -74,28 +70,6 @@ export interface SlotMetaFields {
 
 const encoder = new TextEncoder();
 
-/** Why `stop` cannot be stored (too many strings, too many bytes, an empty one), or null. */
-export function stopStringsProblem(stop: readonly string[]): string | null {
-  if (stop.length > MAX_STOP_STRINGS) {
-    return `at most ${MAX_STOP_STRINGS} stop strings are supported, got ${stop.length}`;
-  }
-  let bytes = 0;
-  for (const s of stop) {
-    if (s.length === 0) return 'stop strings must not be empty';
-    bytes += Buffer.byteLength(s, 'utf8');
-  }
-  if (bytes > STOP_BYTES_LIMIT) {
-    return `stop strings may total at most ${STOP_BYTES_LIMIT} UTF-8 bytes, got ${bytes}`;
-  }
-  return null;
-}
-
-/** Request validation's check: RS_ERR_REQ_INVALID_FIELD (400) on `sampling_params.stop`. */
-export function checkStopStrings(stop: readonly string[]): void {
-  const problem = stopStringsProblem(stop);
-  if (problem !== null) throw new RS_ERR_REQ_INVALID_FIELD('sampling_params.stop', problem);
-}
-
 export class SlotMetaTable {
   readonly sab: SharedArrayBuffer;
   readonly slots: number;
@@ -133,7 +107,8 @@ export class SlotMetaTable {
 
   /**
    * Writes a slot's row for a new request with its generation (the one its ADD record carries, a
-   * value in 1..2^31-1; 0 means "never used"). Stop strings must have passed checkStopStrings.
+   * value in 1..2^31-1; 0 means "never used"). Stop strings must be within the limits request
+   * parsing enforces (src/protocol/stop-strings.ts): more is a caller's bug.
    */
   write(slot: number, generation: number, f: SlotMetaFields): void {
     const w = this.#base(slot);
@@ -142,7 +117,7 @@ export class SlotMetaTable {
       throw new RS_ERR_OUTPUT_BAD_SLOT(slot, `generation ${generation} is not in [1, 2^31-1]`);
     }
     const problem = stopStringsProblem(f.stop);
-    if (problem !== null) throw new RS_ERR_REQ_INVALID_FIELD('sampling_params.stop', problem);
+    if (problem !== null) throw new RS_ERR_OUTPUT_BAD_SLOT(slot, problem);
     words[w + W_FLAGS] =
       (f.stream ? SlotFlag.Stream : 0) |
       (f.logprobs ? SlotFlag.Logprobs : 0) |

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { MAX_STOP_STRINGS } from '../../../src/protocol/stop-strings.js';
 import { SlotState } from '../../../src/server/output/accumulators.js';
 import {
   ByteLevelStandIn,
@@ -7,12 +8,7 @@ import {
   tokenByteSource,
   VocabTable,
 } from '../../../src/server/output/detokenizer.js';
-import {
-  checkStopStrings,
-  MAX_STOP_STRINGS,
-  SlotMetaTable,
-  STOP_BYTES_LIMIT,
-} from '../../../src/server/output/slot-meta.js';
+import { SlotMetaTable } from '../../../src/server/output/slot-meta.js';
 import { events, makeHarness, metaFields } from './harness.js';
 
 const STOP = 1;
@@ -172,20 +168,14 @@ describe('stop strings', () => {
     expect(h.view.stopReason(0)).toBe(' answer is');
   });
 
-  it('validation limits: count, total bytes, no empty string', () => {
-    expect(() => checkStopStrings(new Array(MAX_STOP_STRINGS).fill('a'))).not.toThrow();
-    expect(() => checkStopStrings(new Array(MAX_STOP_STRINGS + 1).fill('a'))).toThrow(
-      expect.objectContaining({
-        code: 'RS_ERR_REQ_INVALID_FIELD',
-        param: 'sampling_params.stop',
-        statusCode: 400,
-      }),
-    );
-    expect(() => checkStopStrings(['é'.repeat(STOP_BYTES_LIMIT / 2)])).not.toThrow();
-    expect(() => checkStopStrings(['é'.repeat(STOP_BYTES_LIMIT / 2), 'x'])).toThrow(
-      /1024 UTF-8 bytes/,
-    );
-    expect(() => checkStopStrings([''])).toThrow(/empty/);
+  it('the slot meta refuses stop strings past the parsing limits as a caller bug, not a 400', () => {
+    const meta = new SlotMetaTable(1);
+    expect(() =>
+      meta.write(0, 1, metaFields({ stop: new Array(MAX_STOP_STRINGS).fill('a') })),
+    ).not.toThrow();
+    expect(() =>
+      meta.write(0, 2, metaFields({ stop: new Array(MAX_STOP_STRINGS + 1).fill('a') })),
+    ).toThrow(expect.objectContaining({ code: 'RS_ERR_OUTPUT_BAD_SLOT', statusCode: 500 }));
   });
 
   it('finds a long stop string whatever the window compaction point (every alignment)', () => {

@@ -1,6 +1,7 @@
 /**
- * POST /inference/v1/generate: validate (400 naming the field), check the model (404), hand the
- * request to the coordinator. The answer comes later, as one finished Buffer or an SSE stream.
+ * POST /inference/v1/generate: parse (every 400, naming the field), check the model (404), pick the
+ * answer's form, hand the request to the coordinator. The answer comes later, as one finished
+ * Buffer or an SSE stream.
  */
 import type { FastifyInstance } from 'fastify';
 import type { RingserveConfig } from '../../../config.js';
@@ -10,6 +11,8 @@ import {
   parseGenerateRequest,
 } from '../../../protocol/generate-request.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
+import { HttpReply } from '../http-reply.js';
+import { responseForm } from '../negotiate.js';
 
 export interface GenerateDeps {
   config: RingserveConfig;
@@ -18,7 +21,11 @@ export interface GenerateDeps {
 }
 
 export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps): void {
-  const { config, coordinator, requestOptions } = deps;
+  const { config, coordinator } = deps;
+  const requestOptions: GenerateRequestOptions = {
+    ...deps.requestOptions,
+    priorityScheduling: config.schedulingPolicy === 'priority',
+  };
   app.post('/inference/v1/generate', async (request, reply) => {
     const parsed = parseGenerateRequest(request.body, requestOptions);
     if (
@@ -28,12 +35,10 @@ export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps):
     ) {
       throw new RS_ERR_MODEL_NOT_FOUND(parsed.model);
     }
+    const form = responseForm(request.headers.accept, parsed.packed, config.generateFormat);
     const header = request.headers['x-request-id'];
-    coordinator.submit(
-      parsed,
-      reply,
-      typeof header === 'string' && header !== '' ? header : undefined,
-    );
+    const headerId = typeof header === 'string' && header !== '' ? header : undefined;
+    coordinator.submit(parsed, new HttpReply(reply), form, headerId);
     return reply;
   });
 }

@@ -1,0 +1,58 @@
+/**
+ * A request's answer written to its fastify reply (the coordinator's ReplySink): a finished body
+ * with its content type, the contract's error body, or server-sent events. Every SSE byte the
+ * server writes is framed by src/protocol/sse.ts, this end-of-stream error included.
+ */
+import type { FastifyReply } from 'fastify';
+import { toErrorBody } from '../../errors.js';
+import { CONTENT_TYPE, type ResponseForm } from '../../protocol/generate-response.js';
+import { JsonWriter } from '../../protocol/json-writer.js';
+import { SSE_CONTENT_TYPE, writeStreamDone, writeStreamError } from '../../protocol/sse.js';
+import type { ReplySink } from '../reply-sink.js';
+
+export class HttpReply implements ReplySink {
+  readonly #reply: FastifyReply;
+  #streaming = false;
+
+  constructor(reply: FastifyReply) {
+    this.#reply = reply;
+  }
+
+  send(body: Buffer, form: ResponseForm): void {
+    this.#reply.header('content-type', CONTENT_TYPE[form]).send(body);
+  }
+
+  fail(error: unknown): void {
+    if (!this.#streaming) {
+      const body = toErrorBody(error);
+      this.#reply.code(body.error.code).send(body);
+      return;
+    }
+    const raw = this.#reply.raw;
+    if (raw.writableEnded) return;
+    const w = new JsonWriter(512);
+    writeStreamError(w, error);
+    writeStreamDone(w);
+    raw.end(w.finish());
+  }
+
+  startStream(): void {
+    this.#streaming = true;
+    this.#reply.hijack();
+    this.#reply.raw.writeHead(200, {
+      'content-type': SSE_CONTENT_TYPE,
+      'cache-control': 'no-cache',
+      connection: 'keep-alive',
+    });
+  }
+
+  write(bytes: Buffer, last: boolean): void {
+    const raw = this.#reply.raw;
+    if (last) raw.end(bytes);
+    else raw.write(bytes);
+  }
+
+  onClose(listener: () => void): void {
+    this.#reply.raw.once('close', listener);
+  }
+}

@@ -1,0 +1,35 @@
+/**
+ * The slot meta row of one choice of a request (src/server/output/slot-meta.ts), as both output
+ * paths write it when the choice is opened: what the output side needs to know about a sequence.
+ */
+import type { ResponseForm } from '../protocol/generate-response.js';
+import { ResponseFormCode, type SlotMetaFields } from './output/slot-meta.js';
+import type { RequestRecord } from './request-record.js';
+
+const FORM_CODE: Readonly<Record<ResponseForm, ResponseFormCode>> = {
+  packed: ResponseFormCode.Packed,
+  legacy: ResponseFormCode.Legacy,
+  msgpack: ResponseFormCode.Msgpack,
+};
+
+export function slotMetaRow(record: RequestRecord, index: number): SlotMetaFields {
+  const { request } = record;
+  const p = request.params;
+  return {
+    stream: request.stream,
+    logprobs: p.logprobs,
+    samplingMask: p.returnSamplingMask,
+    routedExperts: p.returnRoutedExperts,
+    includeStopStrInOutput: request.includeStopStrInOutput,
+    includeUsage: request.includeUsage,
+    continuousUsageStats: request.continuousUsageStats,
+    form: FORM_CODE[record.form],
+    promptLen: request.promptTokenIds.length,
+    routedExpertsPromptStart: p.routedExpertsPromptStart,
+    maxTokens: p.maxTokens,
+    minTokens: p.minTokens,
+    stop: request.stop,
+    choiceIndex: index,
+    choiceCount: record.group.size,
+  };
+}
