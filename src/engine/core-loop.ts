@@ -6,11 +6,22 @@
  * the event loop between turns so IPC from the supervisor and signals are handled; the engine never
  * blocks it for longer than one idle wait (IDLE_WAIT_MS) or one step's modelled duration.
  *
+ * A slow or stopped API server never stalls the engine or loses a request: before each step the
+ * loop opens an OutputRoom from every output ring and the engine schedules only what those rings
+ * can take (output-room.ts); a server without room is held, its sequences keep their state and KV
+ * blocks, and the others run as usual. When every server with work is held the loop sleeps on the
+ * doorbell for HELD_POLL_MS at a time and measures the rings again. A held server whose consumer
+ * process is gone is detected (HELD_LIVENESS_MS) and its requests dropped; the supervisor's
+ * server-down does the same for any API server that exits.
+ *
  * Control commands are what an RL trainer waits on with the whole fleet idle (pause, swap weights,
  * resume), so they are never queued behind the data path: measured with `npm run bench:control`
  * under 128 long requests, a pause waited p50 7.4 ms / max 90 ms for the modelled step to end when
  * the rest was a plain timer, and p50 1.5 ms / max 26 ms when the rest wakes for commands.
  */
+
+import { RS_ERR_SHM_BAD_LAYOUT } from '../errors.js';
+import type { Doorbell } from '../shm/doorbell.js';
 import {
   ENG_HEARTBEAT,
   ENG_LAST_BEAT_MS,
@@ -50,13 +61,24 @@ import {
 import { expertIdBytes } from '../wire/model-card.js';
 import type { EngineStats } from '../wire/types.js';
 import type { EngineCore } from './engine-core.js';
+import { consumerGone } from './held-servers.js';
+import { maxOutputBytes, OutputRoom } from './output-room.js';
 import { StepBatchWriter } from './step-batch-writer.js';
 import type { StepOutputs } from './step-outputs.js';
 
 /** The longest the loop blocks on the doorbell before returning to the event loop. */
 const IDLE_WAIT_MS = 50;
-/** How long a step waits for room in a full output ring before it gives up on that API server. */
-const OUTPUT_RING_WAIT_MS = 5_000;
+/**
+ * How long the loop sleeps on the doorbell when every API server with work is held, before it
+ * measures their rings again (a request or a control command ends the sleep at once). The output
+ * worker that frees room wakes only a producer blocked in the ring's own futex, not the engine's
+ * doorbell, and one thread cannot wait on both; so the loop polls. 2 ms is a fifth of the shortest
+ * preset's decode step (Qwen3 base 10 ms), so a held server resumes within a fraction of a step,
+ * and costs 500 short wake-ups per second only while held.
+ */
+const HELD_POLL_MS = 2;
+/** How often the consumers of held servers' rings are checked for being gone (a syscall each). */
+const HELD_LIVENESS_MS = 250;
 /** Request slots per API server the engine tracks generations for (>= the server's slot table). */
 export const MAX_SLOTS_PER_SERVER = 65_536;
 /** #execute's answers that are not a weight version. */
@@ -64,8 +86,8 @@ const REFUSED = -1;
 const UNKNOWN = -2;
 
 export interface CoreLoopEvents {
-  /** Writing to an API server's output ring failed; its requests have been dropped. */
-  serverFailed?(server: number, error: Error): void;
+  /** The consumer of an API server's output ring is gone; its requests have been dropped. */
+  serverGone?(server: number, error: Error): void;
   /** A record from an API server could not be read; the request got an error output. */
   badRecord?(server: number, detail: string): void;
   /** A control command threw (it was answered Failed; the engine goes on). */
@@ -80,12 +102,15 @@ export class CoreLoop {
   readonly #gens: Int32Array;
   readonly #out: StepOutputs;
   readonly #writer: StepBatchWriter;
+  readonly #room: OutputRoom;
+  readonly #bell: Doorbell;
   readonly #control: ControlServer;
   readonly #events: CoreLoopEvents;
   #stopping = false;
   #stats: EngineStats | undefined;
   /** The modelled duration of the last step, republished with a control command's stats. */
   #lastStepMs = 0;
+  #nextLivenessCheck = 0;
 
   constructor(region: Region, engine: EngineCore, events: CoreLoopEvents = {}) {
     this.#region = region;
@@ -105,13 +130,16 @@ export class CoreLoop {
     this.#gens = new Int32Array(servers * MAX_SLOTS_PER_SERVER);
     this.#out = engine.newStepOutputs();
     const model = engine.model;
+    const idBytes = expertIdBytes(model);
     this.#writer = new StepBatchWriter(
       servers,
       model.routingLayers,
       model.expertsPerToken,
-      expertIdBytes(model),
-      OUTPUT_RING_WAIT_MS,
+      idBytes,
     );
+    this.#room = new OutputRoom(servers, model.routingLayers * model.expertsPerToken, idBytes);
+    this.#checkRingsTakeAnOutput(region);
+    this.#bell = engineDoorbell(region);
     this.#control = new ControlServer(region);
     Atomics.store(region.i32, ENG_PID >> 2, process.pid);
     this.#publish(0);
@@ -119,7 +147,7 @@ export class CoreLoop {
 
   /** Runs until stop(); resolves when the loop has ended. */
   async run(): Promise<void> {
-    const bell = engineDoorbell(this.#region);
+    const bell = this.#bell;
     while (!this.#stopping) {
       const started = performance.now();
       this.#drainRequests();
@@ -127,10 +155,21 @@ export class CoreLoop {
       // hasWork() is false while paused, except for pending abort and reject outputs, which a
       // paused engine still confirms.
       if (this.#engine.hasWork()) {
-        this.#out.clear();
-        const timing = this.#engine.step(this.#out);
+        const out = this.#out;
+        this.#writer.measure(this.#room, this);
+        out.clear();
+        const timing = this.#engine.step(out, this.#room);
         // Sub-millisecond wall clock: inter-token latency is measured from these stamps.
-        this.#writer.write(this.#out, this, performance.timeOrigin + performance.now(), timing.ms);
+        this.#writer.write(out, this, performance.timeOrigin + performance.now(), timing.ms);
+        if (this.#room.anyHeld) {
+          this.#checkHeldServers();
+          if (out.count === 0 && timing.sampledSeqs === 0 && timing.prefillTokens === 0) {
+            // Every server with work is held: nothing ran, so nothing changes until room does.
+            this.#waitForRoom();
+            await yieldToEventLoop();
+            continue;
+          }
+        }
         this.#lastStepMs = timing.ms;
         this.#publish(timing.ms);
         this.#rest(started + timing.ms);
@@ -155,7 +194,7 @@ export class CoreLoop {
    * check, so a command stored after the check changes it and the futex returns at once.
    */
   #rest(until: number): void {
-    const bell = engineDoorbell(this.#region);
+    const bell = this.#bell;
     for (;;) {
       const left = until - performance.now();
       if (left < 1) return;
@@ -169,7 +208,7 @@ export class CoreLoop {
 
   stop(): void {
     this.#stopping = true;
-    engineDoorbell(this.#region).wake();
+    this.#bell.wake();
   }
 
   /** The supervisor says API server k died: drop its requests (no outputs) and start its ring afresh. */
@@ -189,13 +228,57 @@ export class CoreLoop {
     return this.#gens[server * MAX_SLOTS_PER_SERVER + slot]!;
   }
 
-  serverFailed(server: number, error: Error): void {
+  /** Drops server k's requests and stops writing to its ring until it sends again (restarted). */
+  serverGone(server: number, error: Error): void {
     this.#engine.abortServer(server);
     this.#producers[server] = null;
-    this.#events.serverFailed?.(server, error);
+    this.#events.serverGone?.(server, error);
   }
 
   // ---- internals -------------------------------------------------------------------------------
+
+  /**
+   * Sleeps on the doorbell (a request or control command wakes it) for at most HELD_POLL_MS; the
+   * heartbeat goes on, so a long hold does not look like a stalled engine.
+   */
+  #waitForRoom(): void {
+    const bell = this.#bell;
+    const seq = bell.prepareSleep();
+    if (!this.#anyRequestPending() && !this.#control.hasPending()) bell.sleep(seq, HELD_POLL_MS);
+    bell.endSleep();
+    this.#beat();
+  }
+
+  /**
+   * A held server may be held because its process is gone: its ring is never drained again. Checked
+   * at most every HELD_LIVENESS_MS; a server that is merely slow or stopped (SIGSTOP) is alive and
+   * stays held for as long as it takes.
+   */
+  #checkHeldServers(): void {
+    const now = performance.now();
+    if (now < this.#nextLivenessCheck) return;
+    this.#nextLivenessCheck = now + HELD_LIVENESS_MS;
+    for (let k = 0; k < this.#producers.length; k++) {
+      const producer = this.#producers[k];
+      if (producer == null || !this.#room.isHeld(k)) continue;
+      const gone = consumerGone(producer);
+      if (gone !== null) this.serverGone(k, gone);
+    }
+  }
+
+  /**
+   * Every output ring must take one output with a vocabulary-sized mask and a routing row, or a
+   * sequence could be held forever (layout-params.ts sizes them for far more).
+   */
+  #checkRingsTakeAnOutput(region: Region): void {
+    const need = this.#room.outputBytes(this.#engine.model.vocabSize, 1);
+    const max = maxOutputBytes(region.params.outputRingBytes);
+    if (need > max) {
+      throw new RS_ERR_SHM_BAD_LAYOUT(
+        `output rings of ${region.params.outputRingBytes} bytes are too small for one output of ${need} bytes (at most ${max})`,
+      );
+    }
+  }
 
   #drainRequests(): void {
     for (let k = 0; k < this.#consumers.length; k++) {

@@ -94,7 +94,7 @@ function setup(servers: number, outputRingBytes: number) {
   const sink = {
     producer: (k: number) => producers[k] ?? null,
     slotGen: () => 7,
-    serverFailed: (k: number, e: Error) => failures.push(`${k}: ${e.message}`),
+    serverGone: (k: number, e: Error) => failures.push(`${k}: ${e.message}`),
   };
   return { sink, failures };
 }
@@ -102,7 +102,7 @@ function setup(servers: number, outputRingBytes: number) {
 describe('StepBatchWriter', () => {
   it('splits a step larger than a quarter of the ring into several records, losing nothing', () => {
     const { sink, failures } = setup(1, 64 * 1024);
-    const writer = new StepBatchWriter(1, LAYERS, TOPK, 1, 1000);
+    const writer = new StepBatchWriter(1, LAYERS, TOPK, 1);
     // 16 x 500 mask ids x 4 B = 32 KB: half the ring, twice the per-record budget.
     const first = outputs();
     fill(first, 16, 500, 1);
@@ -120,7 +120,7 @@ describe('StepBatchWriter', () => {
     const { sink, failures } = setup(3, 1 << 20);
     const out = outputs();
     fill(out, 30, 3, 3);
-    new StepBatchWriter(3, LAYERS, TOPK, 1, 1000).write(out, sink, 0, 0);
+    new StepBatchWriter(3, LAYERS, TOPK, 1).write(out, sink, 0, 0);
     expect(failures).toEqual([]);
     for (let k = 0; k < 3; k++) {
       const got = drain(k);
@@ -136,7 +136,7 @@ describe('StepBatchWriter', () => {
     consumer.detach();
     const out = outputs();
     fill(out, 64, 100, 1); // far more than the 4 KiB ring holds
-    new StepBatchWriter(1, LAYERS, TOPK, 1, 5_000).write(out, sink, 0, 0);
+    new StepBatchWriter(1, LAYERS, TOPK, 1).write(out, sink, 0, 0);
     expect(failures).toHaveLength(1);
     expect(failures[0]).toMatch(/^0: /);
   });
