@@ -5,17 +5,10 @@
  * ring is drained every held request completes with the tokens an unheld run gives. A held server
  * whose consumer is gone is detected and its requests dropped.
  */
-import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CoreLoop } from '../../src/engine/core-loop.js';
 import { outputRingOffset, RING_HEAD, RING_TAIL } from '../../src/shm/layout.js';
-import {
-  createRegion,
-  outputRingConsumer,
-  type Region,
-  requestRingProducer,
-  unlinkRegion,
-} from '../../src/shm/region.js';
+import { outputRingConsumer, type Region, requestRingProducer } from '../../src/shm/region.js';
 import type { RingConsumer } from '../../src/shm/ring.js';
 import { SimEngine } from '../../src/sim/sim-engine.js';
 import {
@@ -29,6 +22,7 @@ import {
 } from '../../src/wire/messages.js';
 import { type EngineRequest, FinishReason } from '../../src/wire/types.js';
 import { key, prompt, request, runAll, tinyConfig } from '../sim/helpers.js';
+import { testRegion, unlinkTestRegions } from './helpers.js';
 
 const OUTPUT_RING = 1 << 16;
 const SLOTS = 4;
@@ -50,12 +44,12 @@ afterEach(async () => {
   if (running === null) return;
   running.loop.stop();
   await running.done;
-  unlinkRegion(running.region.name);
+  unlinkTestRegions();
   running = null;
 });
 
 function start(): Running {
-  const region = createRegion(`ringserve-test-${process.pid}-${randomBytes(4).toString('hex')}`, {
+  const region = testRegion({
     apiServerCount: 2,
     requestRingBytes: 1 << 16,
     outputRingBytes: OUTPUT_RING,

@@ -3,37 +3,23 @@
  * held, and, against a real ring with its head anywhere, that whatever the room accepted is written
  * without waiting; a write the room did not budget fails loudly instead of waiting.
  */
-import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { maxOutputBytes, OutputRoom } from '../../src/engine/output-room.js';
 import { StepBatchWriter } from '../../src/engine/step-batch-writer.js';
 import { StepOutputs } from '../../src/engine/step-outputs.js';
-import {
-  createRegion,
-  outputRingConsumer,
-  outputRingProducer,
-  type Region,
-  unlinkRegion,
-} from '../../src/shm/region.js';
+import { outputRingConsumer, outputRingProducer } from '../../src/shm/region.js';
 import { RECORD_HEADER_BYTES } from '../../src/shm/ring.js';
 import { StepColumn, StepRecordView, stepRecordBytes } from '../../src/wire/messages.js';
+import { testRegion, unlinkTestRegions } from './helpers.js';
 
 const LAYERS = 3;
 const TOPK = 2;
 const ROW_IDS = LAYERS * TOPK;
-let region: Region | null = null;
 
-afterEach(() => {
-  if (region) unlinkRegion(region.name);
-  region = null;
-});
+afterEach(unlinkTestRegions);
 
 function setup(outputRingBytes: number) {
-  region = createRegion(`ringserve-test-${process.pid}-${randomBytes(4).toString('hex')}`, {
-    apiServerCount: 1,
-    requestRingBytes: 4096,
-    outputRingBytes,
-  });
+  const region = testRegion({ apiServerCount: 1, requestRingBytes: 4096, outputRingBytes });
   const producer = outputRingProducer(region, 0);
   const consumer = outputRingConsumer(region, 0);
   const gone: number[] = [];
@@ -173,8 +159,7 @@ describe('StepBatchWriter with an OutputRoom', () => {
         if (next() < 0.5) consumer.release();
       }
       expect(gone).toEqual([]);
-      unlinkRegion(region!.name);
-      region = null;
+      unlinkTestRegions();
     }
   });
 

@@ -3,28 +3,19 @@
  * output ring, in order and intact, including a step too large for one record (it is split), and
  * outputs of different servers land in their own rings.
  */
-import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { StepBatchWriter } from '../../src/engine/step-batch-writer.js';
 import { StepOutputs } from '../../src/engine/step-outputs.js';
-import {
-  createRegion,
-  outputRingConsumer,
-  outputRingProducer,
-  type Region,
-  unlinkRegion,
-} from '../../src/shm/region.js';
+import { outputRingConsumer, outputRingProducer, type Region } from '../../src/shm/region.js';
 import { StepColumn, StepRecordView } from '../../src/wire/messages.js';
 import { FinishReason } from '../../src/wire/types.js';
+import { testRegion, unlinkTestRegions } from './helpers.js';
 
 const LAYERS = 3;
 const TOPK = 2;
 let region: Region | null = null;
 
-afterEach(() => {
-  if (region) unlinkRegion(region.name);
-  region = null;
-});
+afterEach(unlinkTestRegions);
 
 function outputs(): StepOutputs {
   const out = new StepOutputs(8);
@@ -84,11 +75,7 @@ function drain(k: number) {
 }
 
 function setup(servers: number, outputRingBytes: number) {
-  region = createRegion(`ringserve-test-${process.pid}-${randomBytes(4).toString('hex')}`, {
-    apiServerCount: servers,
-    requestRingBytes: 4096,
-    outputRingBytes,
-  });
+  region = testRegion({ apiServerCount: servers, requestRingBytes: 4096, outputRingBytes });
   const producers = Array.from({ length: servers }, (_, k) => outputRingProducer(region!, k));
   const failures: string[] = [];
   const sink = {

@@ -10,24 +10,18 @@ import type { StepOutputs } from '../../src/engine/step-outputs.js';
 import { maxKeptIds } from '../../src/sim/sampler.js';
 import { SimEngine } from '../../src/sim/sim-engine.js';
 import { type EngineRequest, FinishReason } from '../../src/wire/types.js';
-import { type Collected, collect, drain, key, prompt, request, tinyConfig } from './helpers.js';
+import {
+  type Collected,
+  collect,
+  drain,
+  key,
+  observable,
+  prompt,
+  request,
+  tinyConfig,
+} from './helpers.js';
 
 const SERVERS = 2;
-
-/** Everything a client could observe about a request, for exact comparison. */
-function observable(c: Collected | undefined) {
-  expect(c).toBeDefined();
-  const x = c as Collected;
-  return {
-    tokens: x.tokens,
-    logprobs: x.logprobs,
-    masks: x.masks,
-    routing: x.routing,
-    routingPositions: x.routingPositions,
-    finish: x.finish,
-    stopTokenId: x.stopTokenId,
-  };
-}
 
 function roomFor(engine: SimEngine): OutputRoom {
   const p = engine.preset;
@@ -90,14 +84,25 @@ function rowsOf(out: StepOutputs, server: number): number[] {
   return slots;
 }
 
+/** An engine with requests() added and `n` steps run without limit (every request in decode). */
+function started(config = tinyConfig(), n = 5) {
+  const engine = new SimEngine(config);
+  for (const r of requests()) engine.add(r);
+  const room = roomFor(engine);
+  const got = new Map<string, Collected>();
+  steps(engine, room, n, unlimited, got);
+  return { engine, room, got };
+}
+
+function expectSame(got: Map<string, Collected>, expected: Map<string, Collected>): void {
+  for (const k of expected.keys())
+    expect(observable(got.get(k)), k).toEqual(observable(expected.get(k)));
+}
+
 describe('a held API server', () => {
   it('gets no rows and keeps its requests while the other runs; released, it resumes unchanged', () => {
     const expected = unheld();
-    const engine = new SimEngine(tinyConfig());
-    for (const r of requests()) engine.add(r);
-    const room = roomFor(engine);
-    const got = new Map<string, Collected>();
-    steps(engine, room, 5, unlimited, got); // both servers running, KV blocks allocated
+    const { engine, room, got } = started(); // both servers running, KV blocks allocated
     const tokensBefore = got.get(key(0, 0))?.tokens.length ?? 0;
     const freeBefore = engine.numFreeBlocks;
     steps(engine, room, 30, holdServer0, got, (out) => {
@@ -113,18 +118,13 @@ describe('a held API server', () => {
     expect(engine.numFreeBlocks).toBeLessThanOrEqual(freeBefore);
     steps(engine, room, 400, unlimited, got);
     expect(engine.hasWork()).toBe(false);
-    for (const k of expected.keys())
-      expect(observable(got.get(k))).toEqual(observable(expected.get(k)));
+    expectSame(got, expected);
     expect(engine.numFreeBlocks).toBe(engine.config.numGpuBlocks);
   });
 
   it('with room for some outputs, gets those of its earliest requests; the rest wait their turn', () => {
     const expected = unheld();
-    const engine = new SimEngine(tinyConfig());
-    for (const r of requests()) engine.add(r);
-    const room = roomFor(engine);
-    const got = new Map<string, Collected>();
-    steps(engine, room, 5, unlimited, got); // all in decode
+    const { engine, room, got } = started(); // all in decode
     // A decode's output: at most top_k (50) mask ids and one routing row. Two of them, plus the
     // padding a wrap may cost (here: what was charged), fit; a third does not.
     const decode = room.outputBytes(50, 1);
@@ -134,16 +134,11 @@ describe('a held API server', () => {
     };
     steps(engine, room, 10, two, got, (out) => expect(rowsOf(out, 0)).toEqual([0, 1]));
     steps(engine, room, 400, unlimited, got);
-    for (const k of expected.keys())
-      expect(observable(got.get(k))).toEqual(observable(expected.get(k)));
+    expectSame(got, expected);
   });
 
   it('keeps its abort and reject rows pending, in order, and sends them when released', () => {
-    const engine = new SimEngine(tinyConfig());
-    for (const r of requests()) engine.add(r);
-    const room = roomFor(engine);
-    const got = new Map<string, Collected>();
-    steps(engine, room, 3, unlimited, got);
+    const { engine, room, got } = started(tinyConfig(), 3);
     engine.abort(0, 2);
     engine.reject(0, 9);
     engine.abort(1, 3);
@@ -182,11 +177,7 @@ describe('a held API server', () => {
     // the newest, the ones vLLM would preempt; the held ones go instead.
     const config = tinyConfig({ numGpuBlocks: 32 });
     const expected = unheld(tinyConfig());
-    const engine = new SimEngine(config);
-    for (const r of requests()) engine.add(r);
-    const room = roomFor(engine);
-    const got = new Map<string, Collected>();
-    steps(engine, room, 4, unlimited, got);
+    const { engine, room, got } = started(config, 4);
     const finished = new Set<number>();
     steps(engine, room, 150, holdServer0, got, (out) => {
       expect(rowsOf(out, 0)).toEqual([]);
@@ -200,8 +191,7 @@ describe('a held API server', () => {
     steps(engine, room, 2000, unlimited, got);
     expect(engine.hasWork()).toBe(false);
     expect(engine.stats().numPreemptions).toBeGreaterThan(0);
-    for (const k of expected.keys())
-      expect(observable(got.get(k))).toEqual(observable(expected.get(k)));
+    expectSame(got, expected);
     expect(engine.numFreeBlocks).toBe(32);
   });
 
@@ -230,8 +220,7 @@ describe('a held API server', () => {
       expect(engine.stats().numPreemptions).toBeGreaterThan(0);
       steps(engine, room, 1000, unlimited, got);
       expect(engine.hasWork()).toBe(false);
-      for (const k of reference.keys())
-        expect(observable(got.get(k))).toEqual(observable(reference.get(k)));
+      expectSame(got, reference);
     });
   }
 });
