@@ -11,7 +11,7 @@
  * can take (output-room.ts); a server without room is held, its sequences keep their state and KV
  * blocks, and the others run as usual. When every server with work is held the loop sleeps on the
  * doorbell for HELD_POLL_MS at a time and measures the rings again. A held server whose consumer
- * process is gone is detected (HELD_LIVENESS_MS) and its requests dropped; the supervisor's
+ * process is gone is detected (held-servers.ts) and its requests dropped; the supervisor's
  * server-down does the same for any API server that exits.
  *
  * Control commands are what an RL trainer waits on with the whole fleet idle (pause, swap weights,
@@ -19,8 +19,6 @@
  * under 128 long requests, a pause waited p50 7.4 ms / max 90 ms for the modelled step to end when
  * the rest was a plain timer, and p50 1.5 ms / max 26 ms when the rest wakes for commands.
  */
-
-import { RS_ERR_SHM_BAD_LAYOUT } from '../errors.js';
 import type { Doorbell } from '../shm/doorbell.js';
 import {
   ENG_HEARTBEAT,
@@ -61,8 +59,7 @@ import {
 import { expertIdBytes } from '../wire/model-card.js';
 import type { EngineStats } from '../wire/types.js';
 import type { EngineCore } from './engine-core.js';
-import { consumerGone } from './held-servers.js';
-import { maxOutputBytes, OutputRoom } from './output-room.js';
+import { HeldServers } from './held-servers.js';
 import { StepBatchWriter } from './step-batch-writer.js';
 import type { StepOutputs } from './step-outputs.js';
 
@@ -71,14 +68,13 @@ const IDLE_WAIT_MS = 50;
 /**
  * How long the loop sleeps on the doorbell when every API server with work is held, before it
  * measures their rings again (a request or a control command ends the sleep at once). The output
- * worker that frees room wakes only a producer blocked in the ring's own futex, not the engine's
- * doorbell, and one thread cannot wait on both; so the loop polls. 2 ms is a fifth of the shortest
- * preset's decode step (Qwen3 base 10 ms), so a held server resumes within a fraction of a step,
- * and costs 500 short wake-ups per second only while held.
+ * worker that frees room wakes only a producer blocked on that ring's own futex word, and one
+ * thread cannot wait on that and on the doorbell at once (the engine must keep taking requests and
+ * commands from every server), so the loop polls rather than have every release ring the engine.
+ * 2 ms is a fifth of a real preset's base step (10 ms at --speedup 1), so a held server resumes
+ * within a fraction of a step; the cost is 500 short wake-ups a second, only while all is held.
  */
 const HELD_POLL_MS = 2;
-/** How often the consumers of held servers' rings are checked for being gone (a syscall each). */
-const HELD_LIVENESS_MS = 250;
 /** Request slots per API server the engine tracks generations for (>= the server's slot table). */
 export const MAX_SLOTS_PER_SERVER = 65_536;
 /** #execute's answers that are not a weight version. */
@@ -102,7 +98,7 @@ export class CoreLoop {
   readonly #gens: Int32Array;
   readonly #out: StepOutputs;
   readonly #writer: StepBatchWriter;
-  readonly #room: OutputRoom;
+  readonly #held: HeldServers;
   readonly #bell: Doorbell;
   readonly #control: ControlServer;
   readonly #events: CoreLoopEvents;
@@ -110,7 +106,6 @@ export class CoreLoop {
   #stats: EngineStats | undefined;
   /** The modelled duration of the last step, republished with a control command's stats. */
   #lastStepMs = 0;
-  #nextLivenessCheck = 0;
 
   constructor(region: Region, engine: EngineCore, events: CoreLoopEvents = {}) {
     this.#region = region;
@@ -130,15 +125,13 @@ export class CoreLoop {
     this.#gens = new Int32Array(servers * MAX_SLOTS_PER_SERVER);
     this.#out = engine.newStepOutputs();
     const model = engine.model;
-    const idBytes = expertIdBytes(model);
     this.#writer = new StepBatchWriter(
       servers,
       model.routingLayers,
       model.expertsPerToken,
-      idBytes,
+      expertIdBytes(model),
     );
-    this.#room = new OutputRoom(servers, model.routingLayers * model.expertsPerToken, idBytes);
-    this.#checkRingsTakeAnOutput(region);
+    this.#held = new HeldServers(servers, model, region.params.outputRingBytes);
     this.#bell = engineDoorbell(region);
     this.#control = new ControlServer(region);
     Atomics.store(region.i32, ENG_PID >> 2, process.pid);
@@ -156,19 +149,16 @@ export class CoreLoop {
       // paused engine still confirms.
       if (this.#engine.hasWork()) {
         const out = this.#out;
-        this.#writer.measure(this.#room, this);
+        const room = this.#held.room;
+        this.#writer.measure(room, this);
         out.clear();
-        const timing = this.#engine.step(out, this.#room);
+        const timing = this.#engine.step(out, room);
         // Sub-millisecond wall clock: inter-token latency is measured from these stamps.
         this.#writer.write(out, this, performance.timeOrigin + performance.now(), timing.ms);
-        if (this.#room.anyHeld) {
-          this.#checkHeldServers();
-          if (out.count === 0 && timing.sampledSeqs === 0 && timing.prefillTokens === 0) {
-            // Every server with work is held: nothing ran, so nothing changes until room does.
-            this.#waitForRoom();
-            await yieldToEventLoop();
-            continue;
-          }
+        if (this.#held.afterStep(out, timing, this)) {
+          this.#waitForRoom();
+          await yieldToEventLoop();
+          continue;
         }
         this.#lastStepMs = timing.ms;
         this.#publish(timing.ms);
@@ -238,8 +228,9 @@ export class CoreLoop {
   // ---- internals -------------------------------------------------------------------------------
 
   /**
-   * Sleeps on the doorbell (a request or control command wakes it) for at most HELD_POLL_MS; the
-   * heartbeat goes on, so a long hold does not look like a stalled engine.
+   * Every API server with work is held: nothing changes until a ring has room. Sleeps on the
+   * doorbell (a request or control command wakes it) for at most HELD_POLL_MS; the heartbeat goes
+   * on, so a long hold does not look like a stalled engine.
    */
   #waitForRoom(): void {
     const bell = this.#bell;
@@ -247,37 +238,6 @@ export class CoreLoop {
     if (!this.#anyRequestPending() && !this.#control.hasPending()) bell.sleep(seq, HELD_POLL_MS);
     bell.endSleep();
     this.#beat();
-  }
-
-  /**
-   * A held server may be held because its process is gone: its ring is never drained again. Checked
-   * at most every HELD_LIVENESS_MS; a server that is merely slow or stopped (SIGSTOP) is alive and
-   * stays held for as long as it takes.
-   */
-  #checkHeldServers(): void {
-    const now = performance.now();
-    if (now < this.#nextLivenessCheck) return;
-    this.#nextLivenessCheck = now + HELD_LIVENESS_MS;
-    for (let k = 0; k < this.#producers.length; k++) {
-      const producer = this.#producers[k];
-      if (producer == null || !this.#room.isHeld(k)) continue;
-      const gone = consumerGone(producer);
-      if (gone !== null) this.serverGone(k, gone);
-    }
-  }
-
-  /**
-   * Every output ring must take one output with a vocabulary-sized mask and a routing row, or a
-   * sequence could be held forever (layout-params.ts sizes them for far more).
-   */
-  #checkRingsTakeAnOutput(region: Region): void {
-    const need = this.#room.outputBytes(this.#engine.model.vocabSize, 1);
-    const max = maxOutputBytes(region.params.outputRingBytes);
-    if (need > max) {
-      throw new RS_ERR_SHM_BAD_LAYOUT(
-        `output rings of ${region.params.outputRingBytes} bytes are too small for one output of ${need} bytes (at most ${max})`,
-      );
-    }
   }
 
   #drainRequests(): void {
