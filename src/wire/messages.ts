@@ -254,9 +254,9 @@ const RING_RECORD_HEADER_BYTES = 8;
 
 /**
  * What one output adds to a step's records whatever it shares a record with: its 12 column values
- * and a whole record's fixed part (ring header, STEP header, the padding of every column and of the
- * mask and routing areas). A step has at most one record per output, so its records never take more
- * than the sum of stepOutputBytesBound over its outputs.
+ * with each column's padding (8 bytes a column) and a whole record's fixed part (ring header, STEP
+ * header, the padding of the mask and routing areas). A step has at most one record per output, so
+ * its records never take more than the sum of stepOutputBytesBound over its outputs.
  */
 const STEP_OUTPUT_FIXED_BYTES =
   RING_RECORD_HEADER_BYTES + STEP_HEADER_BYTES + STEP_COLUMNS * 8 + 16;
