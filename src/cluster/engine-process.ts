@@ -44,13 +44,14 @@ function main(): void {
   // Before the loop publishes its first (zero) counters over a predecessor's final ones.
   carryEngineCounters(region);
   const loop = new CoreLoop(region, engine, {
-    serverFailed: (server, error) => {
+    serverGone: (server, error) => {
       log.error(
         { api_server: server, err: error },
-        'output ring of an API server failed: its requests were dropped; restarting it',
+        'the output ring of an API server has no consumer any more: its requests were dropped',
       );
-      // Its clients must not wait forever for outputs that will never come: the supervisor
-      // restarts that API server, which closes their connections.
+      // A process that died is restarted by the supervisor anyway; one that lives on without its
+      // output worker would hold its clients forever, so the supervisor kills and restarts it. (A
+      // slow or stopped API server is never reported: the engine holds its requests instead.)
       sendToParent({ type: 'server-failed', server });
     },
     badRecord: (server, detail) =>

@@ -1,11 +1,14 @@
 /**
  * Ring sizes for a configuration. The request ring must hold the largest ADD record (a prompt of
  * max_model_len tokens, 4 bytes each) several times over; the output ring must hold the largest STEP
- * record: a full prefill budget of routing rows plus every running sequence's outputs.
+ * record several times over: a full prefill budget of routing rows plus every running sequence's
+ * outputs. It must also take the largest single output within the quarter of the ring the step
+ * writer puts in one record (a full budget of routing rows and a vocabulary-sized mask), so that
+ * the engine never has to cut a prefill chunk for its output (src/engine/output-room.ts).
  */
 import type { RingserveConfig } from '../config.js';
 import type { LayoutParams } from '../shm/layout.js';
-import { stepRecordBytes } from '../wire/messages.js';
+import { stepOutputBytesBound, stepRecordBytes } from '../wire/messages.js';
 import { expertIdBytes, getModelCard } from '../wire/model-card.js';
 
 // 32 MiB: a burst of 300 prompts of 16k tokens (19 MiB) is taken without waiting for the engine.
@@ -33,9 +36,16 @@ export function layoutParamsFor(config: RingserveConfig): LayoutParams {
     rowIds,
     idBytes,
   );
+  const largestOutput = stepOutputBytesBound(
+    card.vocabSize,
+    config.maxNumBatchedTokens,
+    rowIds,
+    idBytes,
+  );
+  const outputRing = Math.max(largestStep, largestOutput) * RECORDS_PER_RING;
   return {
     apiServerCount: config.apiServerCount,
     requestRingBytes: pow2AtLeast(Math.max(MIN_REQUEST_RING, largestAdd * RECORDS_PER_RING)),
-    outputRingBytes: pow2AtLeast(Math.max(MIN_OUTPUT_RING, largestStep * RECORDS_PER_RING)),
+    outputRingBytes: pow2AtLeast(Math.max(MIN_OUTPUT_RING, outputRing)),
   };
 }

@@ -6,11 +6,20 @@
  * the event loop between turns so IPC from the supervisor and signals are handled; the engine never
  * blocks it for longer than one idle wait (IDLE_WAIT_MS) or one step's modelled duration.
  *
+ * A slow or stopped API server never stalls the engine or loses a request: before each step the
+ * loop opens an OutputRoom from every output ring and the engine schedules only what those rings
+ * can take (output-room.ts); a server without room is held, its sequences keep their state and KV
+ * blocks, and the others run as usual. When every server with work is held the loop sleeps on the
+ * doorbell for HELD_POLL_MS at a time and measures the rings again. A held server whose consumer
+ * process is gone is detected (held-servers.ts) and its requests dropped; the supervisor's
+ * server-down does the same for any API server that exits.
+ *
  * Control commands are what an RL trainer waits on with the whole fleet idle (pause, swap weights,
  * resume), so they are never queued behind the data path: measured with `npm run bench:control`
  * under 128 long requests, a pause waited p50 7.4 ms / max 90 ms for the modelled step to end when
  * the rest was a plain timer, and p50 1.5 ms / max 26 ms when the rest wakes for commands.
  */
+import type { Doorbell } from '../shm/doorbell.js';
 import {
   ENG_HEARTBEAT,
   ENG_LAST_BEAT_MS,
@@ -50,13 +59,22 @@ import {
 import { expertIdBytes } from '../wire/model-card.js';
 import type { EngineStats } from '../wire/types.js';
 import type { EngineCore } from './engine-core.js';
+import { HeldServers } from './held-servers.js';
 import { StepBatchWriter } from './step-batch-writer.js';
 import type { StepOutputs } from './step-outputs.js';
 
 /** The longest the loop blocks on the doorbell before returning to the event loop. */
 const IDLE_WAIT_MS = 50;
-/** How long a step waits for room in a full output ring before it gives up on that API server. */
-const OUTPUT_RING_WAIT_MS = 5_000;
+/**
+ * How long the loop sleeps on the doorbell when every API server with work is held, before it
+ * measures their rings again (a request or a control command ends the sleep at once). The output
+ * worker that frees room wakes only a producer blocked on that ring's own futex word, and one
+ * thread cannot wait on that and on the doorbell at once (the engine must keep taking requests and
+ * commands from every server), so the loop polls rather than have every release ring the engine.
+ * 2 ms is a fifth of a real preset's base step (10 ms at --speedup 1), so a held server resumes
+ * within a fraction of a step; the cost is 500 short wake-ups a second, only while all is held.
+ */
+const HELD_POLL_MS = 2;
 /** Request slots per API server the engine tracks generations for (>= the server's slot table). */
 export const MAX_SLOTS_PER_SERVER = 65_536;
 /** #execute's answers that are not a weight version. */
@@ -64,8 +82,8 @@ const REFUSED = -1;
 const UNKNOWN = -2;
 
 export interface CoreLoopEvents {
-  /** Writing to an API server's output ring failed; its requests have been dropped. */
-  serverFailed?(server: number, error: Error): void;
+  /** The consumer of an API server's output ring is gone; its requests have been dropped. */
+  serverGone?(server: number, error: Error): void;
   /** A record from an API server could not be read; the request got an error output. */
   badRecord?(server: number, detail: string): void;
   /** A control command threw (it was answered Failed; the engine goes on). */
@@ -80,6 +98,8 @@ export class CoreLoop {
   readonly #gens: Int32Array;
   readonly #out: StepOutputs;
   readonly #writer: StepBatchWriter;
+  readonly #held: HeldServers;
+  readonly #bell: Doorbell;
   readonly #control: ControlServer;
   readonly #events: CoreLoopEvents;
   #stopping = false;
@@ -110,8 +130,9 @@ export class CoreLoop {
       model.routingLayers,
       model.expertsPerToken,
       expertIdBytes(model),
-      OUTPUT_RING_WAIT_MS,
     );
+    this.#held = new HeldServers(servers, model, region.params.outputRingBytes);
+    this.#bell = engineDoorbell(region);
     this.#control = new ControlServer(region);
     Atomics.store(region.i32, ENG_PID >> 2, process.pid);
     this.#publish(0);
@@ -119,7 +140,7 @@ export class CoreLoop {
 
   /** Runs until stop(); resolves when the loop has ended. */
   async run(): Promise<void> {
-    const bell = engineDoorbell(this.#region);
+    const bell = this.#bell;
     while (!this.#stopping) {
       const started = performance.now();
       this.#drainRequests();
@@ -127,10 +148,18 @@ export class CoreLoop {
       // hasWork() is false while paused, except for pending abort and reject outputs, which a
       // paused engine still confirms.
       if (this.#engine.hasWork()) {
-        this.#out.clear();
-        const timing = this.#engine.step(this.#out);
+        const out = this.#out;
+        const room = this.#held.room;
+        this.#writer.measure(room, this);
+        out.clear();
+        const timing = this.#engine.step(out, room);
         // Sub-millisecond wall clock: inter-token latency is measured from these stamps.
-        this.#writer.write(this.#out, this, performance.timeOrigin + performance.now(), timing.ms);
+        this.#writer.write(out, this, performance.timeOrigin + performance.now(), timing.ms);
+        if (this.#held.afterStep(out, timing, this)) {
+          this.#waitForRoom();
+          await yieldToEventLoop();
+          continue;
+        }
         this.#lastStepMs = timing.ms;
         this.#publish(timing.ms);
         this.#rest(started + timing.ms);
@@ -155,7 +184,7 @@ export class CoreLoop {
    * check, so a command stored after the check changes it and the futex returns at once.
    */
   #rest(until: number): void {
-    const bell = engineDoorbell(this.#region);
+    const bell = this.#bell;
     for (;;) {
       const left = until - performance.now();
       if (left < 1) return;
@@ -169,7 +198,7 @@ export class CoreLoop {
 
   stop(): void {
     this.#stopping = true;
-    engineDoorbell(this.#region).wake();
+    this.#bell.wake();
   }
 
   /** The supervisor says API server k died: drop its requests (no outputs) and start its ring afresh. */
@@ -189,13 +218,27 @@ export class CoreLoop {
     return this.#gens[server * MAX_SLOTS_PER_SERVER + slot]!;
   }
 
-  serverFailed(server: number, error: Error): void {
+  /** Drops server k's requests and stops writing to its ring until it sends again (restarted). */
+  serverGone(server: number, error: Error): void {
     this.#engine.abortServer(server);
     this.#producers[server] = null;
-    this.#events.serverFailed?.(server, error);
+    this.#events.serverGone?.(server, error);
   }
 
   // ---- internals -------------------------------------------------------------------------------
+
+  /**
+   * Every API server with work is held: nothing changes until a ring has room. Sleeps on the
+   * doorbell (a request or control command wakes it) for at most HELD_POLL_MS; the heartbeat goes
+   * on, so a long hold does not look like a stalled engine.
+   */
+  #waitForRoom(): void {
+    const bell = this.#bell;
+    const seq = bell.prepareSleep();
+    if (!this.#anyRequestPending() && !this.#control.hasPending()) bell.sleep(seq, HELD_POLL_MS);
+    bell.endSleep();
+    this.#beat();
+  }
 
   #drainRequests(): void {
     for (let k = 0; k < this.#consumers.length; k++) {

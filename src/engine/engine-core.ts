@@ -1,6 +1,7 @@
 import type { ModelCard } from '../wire/model-card.js';
 import type { RejectReason } from '../wire/reject.js';
 import type { EngineRequest, EngineStats, StepTiming } from '../wire/types.js';
+import type { OutputRoom } from './output-room.js';
 import type { StepOutputs } from './step-outputs.js';
 
 /**
@@ -40,8 +41,15 @@ export interface EngineCore {
 
   /** Whether step() has anything to do: running or waiting requests, or pending rows. */
   hasWork(): boolean;
-  /** Runs one step, writing its rows into `out`; the returned object is reused across steps. */
-  step(out: StepOutputs): StepTiming;
+  /**
+   * Runs one step, writing its rows into `out`; the returned object is reused across steps. With
+   * `room`, every row is charged to its API server's room first (OutputRoom.tryCharge, at its worst
+   * case, before the work that produces it): a server whose next row does not fit is held for the
+   * rest of the step. A held server's sequences keep their state (and their KV blocks, unless KV
+   * pressure preempts them), its abort and reject rows wait for a later step, and nothing of it
+   * is emitted; what comes out later is what would have come out anyway. Without `room`: no limit.
+   */
+  step(out: StepOutputs, room?: OutputRoom): StepTiming;
   /** The figures the core loop publishes into the region's stats block. */
   stats(into?: EngineStats): EngineStats;
 }

@@ -4,8 +4,13 @@
  * server's outputs interleaved; this pass counts per server, reserves each record at its final size
  * and gathers the columns straight into ring memory. Nothing is allocated per token: counters live in
  * preallocated typed arrays, and only prefill-sized routing runs are copied with a subarray view.
+ *
+ * The writer never waits for room: before the step, measure() opened each server's OutputRoom from
+ * its ring, and the engine produced only outputs that room had space for. A record that still finds
+ * no room is a bug in that budget and fails loudly (the error leaves the core loop); a ring whose
+ * consumer is gone is reported to the sink.
  */
-import type { RingProducer } from '../shm/ring.js';
+import { type RingProducer, recordBytes } from '../shm/ring.js';
 import {
   RecordType,
   type RegionViews,
@@ -14,6 +19,7 @@ import {
   stepRecordBytes,
   writeStepHeader,
 } from '../wire/messages.js';
+import type { OutputRoom } from './output-room.js';
 import type { StepOutputs } from './step-outputs.js';
 
 /** Routing runs longer than this many ids are copied with one TypedArray.set (a view per run). */
@@ -24,8 +30,8 @@ export interface StepBatchSink {
   producer(server: number): RingProducer | null;
   /** The slot generation the engine recorded when (server, slot) was added. */
   slotGen(server: number, slot: number): number;
-  /** Writing to server k's ring failed (consumer gone, ring full past its bound): drop its requests. */
-  serverFailed(server: number, error: Error): void;
+  /** Server k's ring has lost its consumer (RS_ERR_RING_PEER_GONE): drop its requests. */
+  serverGone(server: number, error: Error): void;
 }
 
 export class StepBatchWriter {
@@ -37,15 +43,8 @@ export class StepBatchWriter {
   readonly #layers: number;
   readonly #topk: number;
   readonly #idBytes: number;
-  readonly #waitMs: number;
 
-  constructor(
-    servers: number,
-    layers: number,
-    topk: number,
-    routingIdBytes: number,
-    waitMs: number,
-  ) {
+  constructor(servers: number, layers: number, topk: number, routingIdBytes: number) {
     this.#servers = servers;
     this.#count = new Int32Array(servers);
     this.#maskIds = new Int32Array(servers);
@@ -53,7 +52,18 @@ export class StepBatchWriter {
     this.#layers = layers;
     this.#topk = topk;
     this.#idBytes = routingIdBytes;
-    this.#waitMs = waitMs;
+  }
+
+  /**
+   * Opens every server's room for the next step from what its ring has free now; a server without a
+   * producer (gone) is not limited, its outputs are dropped anyway.
+   */
+  measure(room: OutputRoom, sink: StepBatchSink): void {
+    for (let k = 0; k < this.#servers; k++) {
+      const producer = sink.producer(k);
+      if (producer === null) room.unlimit(k);
+      else room.open(k, producer.free(), producer.capacity, recordBytes(recordBudget(producer)));
+    }
   }
 
   /**
@@ -73,13 +83,14 @@ export class StepBatchWriter {
       const producer = sink.producer(k);
       if (producer === null) continue;
       try {
-        const budget = producer.maxPayloadBytes >> 2;
+        const budget = recordBudget(producer);
         let from = 0;
         while (from < out.count)
           from = this.#writeChunk(out, k, from, budget, producer, sink, clockMs, stepMs);
         producer.commit();
       } catch (error) {
-        sink.serverFailed(k, error as Error);
+        if ((error as { code?: unknown }).code !== 'RS_ERR_RING_PEER_GONE') throw roomBug(k, error);
+        sink.serverGone(k, error as Error);
       }
     }
   }
@@ -143,7 +154,9 @@ export class StepBatchWriter {
       rowIds,
       this.#idBytes,
     );
-    const at = producer.reserve(RecordType.Step, bytes, this.#waitMs);
+    // A timeout of 0: no waiting. It throws RS_ERR_RING_PEER_GONE if the consumer is gone, else
+    // RS_ERR_RING_FULL (the room was budgeted: a bug).
+    const at = producer.reserve(RecordType.Step, bytes, 0);
     const v: RegionViews = producer;
     writeStepHeader(
       v,
@@ -194,4 +207,19 @@ export class StepBatchWriter {
       n++;
     }
   }
+}
+
+/**
+ * The payload bytes up to which several outputs share one record: a quarter of the ring, so the
+ * consumer can drain one record while the next is written. OutputRoom is opened with the same.
+ */
+function recordBudget(producer: RingProducer): number {
+  return producer.maxPayloadBytes >> 2;
+}
+
+/** The error a write that found no room leaves the core loop with. */
+function roomBug(server: number, error: unknown): Error {
+  const e = error as Error;
+  e.message = `output ring of API server ${server}: ${e.message} (its room was budgeted before the step: a bug in OutputRoom's bound)`;
+  return e;
 }

@@ -7,6 +7,19 @@ import type { TokenCounts } from './token-counts.js';
 export const GREEDY_TEMPERATURE = 1e-5;
 
 /**
+ * The most kept-token ids (the sampling mask) one sampled position of a request can carry, known
+ * before it is sampled: top_k bounds it, else only the vocabulary does (top_p or min_p alone); 1
+ * for greedy; 0 when no mask is asked or nothing truncates (see `keptCount`). The engine charges
+ * each sampling sequence this much of its API server's output ring before the step.
+ */
+export function maxKeptIds(params: SamplingParams, vocabSize: number): number {
+  if (!params.returnSamplingMask) return 0;
+  if (params.temperature < GREEDY_TEMPERATURE) return 1;
+  if (params.topK > 0) return Math.min(params.topK, vocabSize);
+  return params.minP > 0 || params.topP < 1 ? vocabSize : 0;
+}
+
+/**
  * Absolute logit of stream rank 0. Only the repetition penalty sees absolute logits (it divides
  * positive ones and multiplies negative ones, as vLLM does); 20 sits in the range of a real LM
  * head's top logit. Everything else works on logits relative to rank 0.

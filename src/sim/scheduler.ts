@@ -1,4 +1,6 @@
+import type { OutputRoom } from '../engine/output-room.js';
 import type { KvBlockPool } from './kv-block-pool.js';
+import { OutputCharge } from './output-charge.js';
 import { SeqStatus, type Sequence } from './sequence.js';
 import { comesBefore, type SchedulingPolicy, WaitingQueue } from './waiting-queue.js';
 
@@ -8,6 +10,7 @@ export interface SchedulerConfig {
   blockSize: number;
   policy: SchedulingPolicy;
   enablePrefixCaching: boolean;
+  preset: { readonly vocabSize: number };
 }
 
 /** Counters the scheduler feeds (EngineStats reads them). */
@@ -30,6 +33,11 @@ export interface SchedulerCounters {
  *    max_num_seqs and the free blocks allow, their prompts looked up in the prefix cache first
  *    (vLLM caps a hit at num_tokens - 1 so that at least one token is computed), and chunked to
  *    the remaining budget.
+ * With an OutputRoom (the API servers' output rings), each request's output is charged to its API
+ * server before it is scheduled (output-charge.ts); a server whose ring cannot take it is held for
+ * the rest of the step, and its requests are skipped, running or waiting, as vLLM v1 skips
+ * requests it cannot schedule yet (skipped_waiting_requests): they keep their place, and running
+ * ones their KV blocks, unless they are preempted.
  */
 export class Scheduler {
   readonly running: Sequence[] = [];
@@ -41,16 +49,22 @@ export class Scheduler {
   readonly #cfg: SchedulerConfig;
   readonly #pool: KvBlockPool;
   readonly #counters: SchedulerCounters;
+  readonly #output: OutputCharge;
   #hits = new Int32Array(64);
+  /** What the last admission pass could not give requests of servers that are not held. */
+  #blocksWanted = 0;
+  #seatsWanted = 0;
 
   constructor(cfg: SchedulerConfig, pool: KvBlockPool, counters: SchedulerCounters) {
     this.#cfg = cfg;
     this.#pool = pool;
     this.#counters = counters;
+    this.#output = new OutputCharge(cfg.preset.vocabSize, cfg.blockSize);
     this.waiting = new WaitingQueue(cfg.policy);
   }
 
-  schedule(): void {
+  /** Builds this step's batch; with `room`, only what the API servers' output rings can take. */
+  schedule(room: OutputRoom | null = null): void {
     for (let i = 0; i < this.batchSize; i++) (this.batch[i] as Sequence).scheduled = false;
     this.batchSize = 0;
     let budget = this.#cfg.maxNumBatchedTokens;
@@ -58,10 +72,17 @@ export class Scheduler {
     let i = 0;
     while (i < this.running.length && budget > 0) {
       const seq = this.running[i] as Sequence;
-      const numNew = Math.min(seq.numTokens - seq.numComputed, budget);
+      let numNew = Math.min(seq.numTokens - seq.numComputed, budget);
+      if (room !== null) {
+        numNew = this.#output.charge(seq, seq.numComputed, numNew, room);
+        if (numNew === 0) {
+          i++; // held: it stays running, its blocks kept
+          continue;
+        }
+      }
       let ok = true;
       while (!this.#allocate(seq, seq.numComputed + numNew)) {
-        const victim = this.#pickVictim();
+        const victim = this.#pickVictim(room);
         if (victim.scheduled) {
           budget += this.#unschedule(victim);
         }
@@ -78,7 +99,9 @@ export class Scheduler {
       budget -= numNew;
       i++;
     }
-    if (!preempted) this.#admitWaiting(budget);
+    if (preempted) return;
+    this.#admitWaiting(budget, room);
+    if (this.#blocksWanted > 0 || this.#seatsWanted > 0) this.#preemptHeld(room as OutputRoom);
   }
 
   /** Frees a request's blocks and takes it out of the queues (finish, abort). */
@@ -93,20 +116,45 @@ export class Scheduler {
     seq.status = SeqStatus.Finished;
   }
 
-  #admitWaiting(initialBudget: number): void {
+  /**
+   * Admits waiting requests. With a room, notes what requests of servers that are not held could
+   * not get because of held ones: the blocks the first one short of blocks lacked, or the seats
+   * (max_num_seqs) of those left waiting once every seat is taken.
+   */
+  #admitWaiting(initialBudget: number, room: OutputRoom | null): void {
+    this.#blocksWanted = 0;
+    this.#seatsWanted = 0;
     let budget = initialBudget;
     const B = this.#cfg.blockSize;
     const pool = this.#pool;
-    while (budget > 0 && this.waiting.length > 0 && this.running.length < this.#cfg.maxNumSeqs) {
-      const seq = this.waiting.peek() as Sequence;
-      const numHits = this.#lookupPrefix(seq);
+    const waiting = this.waiting;
+    // Requests before `w` belong to held API servers: skipped this step, in place.
+    let w = 0;
+    while (budget > 0 && w < waiting.length && this.running.length < this.#cfg.maxNumSeqs) {
+      const seq = waiting.at(w) as Sequence;
+      if (room?.isHeld(seq.server)) {
+        w++;
+        continue;
+      }
+      let numHits = this.#lookupPrefix(seq);
+      if (room !== null) numHits = this.#output.capHits(seq, numHits, room);
       const computed = numHits * B;
-      const numNew = Math.min(seq.numTokens - computed, budget);
+      let numNew = Math.min(seq.numTokens - computed, budget);
+      if (room !== null) {
+        numNew = this.#output.charge(seq, computed, numNew, room);
+        if (numNew === 0) {
+          w++;
+          continue;
+        }
+      }
       const needed = Math.ceil((computed + numNew) / B) - numHits;
       let freeHits = 0;
       for (let h = 0; h < numHits; h++)
         if (pool.refCount[this.#hits[h] as number] === 0) freeHits++;
-      if (needed > pool.numFree - freeHits) break;
+      if (needed > pool.numFree - freeHits) {
+        if (room !== null) this.#blocksWanted = needed - pool.numFree + freeHits;
+        return;
+      }
       if (seq.numPreemptions === 0) {
         this.#counters.prefixQueries += seq.numTokens;
         this.#counters.prefixHits += computed;
@@ -120,12 +168,15 @@ export class Scheduler {
       seq.numRegisteredBlocks = numHits;
       for (let n = 0; n < needed; n++) seq.pushBlock(pool.allocate());
       seq.numComputed = computed;
-      this.waiting.shift();
+      waiting.removeAt(w);
       seq.status = SeqStatus.Running;
       this.running.push(seq);
       this.#push(seq, numNew);
       budget -= numNew;
     }
+    if (room === null || budget <= 0 || this.running.length < this.#cfg.maxNumSeqs) return;
+    for (; w < waiting.length; w++)
+      if (!room.isHeld((waiting.at(w) as Sequence).server)) this.#seatsWanted++;
   }
 
   /** Cached leading blocks of the sequence's tokens (block ids into #hits); returns how many. */
@@ -154,8 +205,33 @@ export class Scheduler {
     return true;
   }
 
-  #pickVictim(): Sequence {
+  /**
+   * A held server's running requests make no progress but keep their blocks and seats; when
+   * requests of servers that are not held cannot be admitted for want of those, the newest held
+   * ones are preempted until they could be (they are admitted at the next step), so a stopped API
+   * server does not starve the others of KV cache or of seats.
+   */
+  #preemptHeld(room: OutputRoom): void {
+    const target = this.#pool.numFree + this.#blocksWanted;
+    let seats = this.#seatsWanted;
+    for (let j = this.running.length - 1; j >= 0; j--) {
+      if (this.#pool.numFree >= target && seats <= 0) return;
+      const seq = this.running[j] as Sequence;
+      if (!room.isHeld(seq.server)) continue;
+      this.#preempt(seq);
+      seats--;
+    }
+  }
+
+  /** The request to preempt: a held server's first (it makes no progress), then as vLLM picks. */
+  #pickVictim(room: OutputRoom | null): Sequence {
     const running = this.running;
+    if (room !== null) {
+      for (let j = running.length - 1; j >= 0; j--) {
+        const seq = running[j] as Sequence;
+        if (room.isHeld(seq.server)) return seq;
+      }
+    }
     let victim = running[running.length - 1] as Sequence;
     if (this.#cfg.policy === 'priority') {
       // The request that would be scheduled last: max (priority, arrival) as vLLM picks.

@@ -1,4 +1,5 @@
 import type { EngineCore } from '../engine/engine-core.js';
+import type { OutputRoom } from '../engine/output-room.js';
 import { StepOutputs } from '../engine/step-outputs.js';
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
 import { ENGINE_LIMITS } from '../wire/engine-defaults.js';
@@ -223,8 +224,11 @@ export class SimEngine implements EngineCore {
     return !this.#paused && this.#bySlot.size > 0;
   }
 
-  /** Runs one step, appending its outputs to `out` (the caller clears it). */
-  step(out: StepOutputs): StepTiming {
+  /**
+   * Runs one step, appending its outputs to `out` (the caller clears it); with `room`, only the
+   * outputs the API servers' output rings can take (EngineCore.step).
+   */
+  step(out: StepOutputs, room?: OutputRoom): StepTiming {
     const t = this.#timing;
     t.ms = 0;
     t.sampledSeqs = 0;
@@ -234,10 +238,10 @@ export class SimEngine implements EngineCore {
     t.generatedTokens = 0;
     const r = this.#router;
     out.shapeRouting(r.layers, r.topk, r.numExperts);
-    this.#flushPending(out);
+    this.#flushPending(out, room ?? null);
     if (this.#paused || this.#bySlot.size === 0) return t;
     const scheduler = this.#scheduler;
-    scheduler.schedule();
+    scheduler.schedule(room ?? null);
     if (scheduler.batchSize === 0) return t;
     this.#runner.run(scheduler, out, t);
     const runner = this.#runner;
@@ -274,15 +278,25 @@ export class SimEngine implements EngineCore {
     return this.#pool.numFree;
   }
 
-  #flushPending(out: StepOutputs): void {
+  /**
+   * Emits the pending abort and reject rows, oldest first; those of an API server whose output ring
+   * has no room stay pending, in order (at most one per slot of that server).
+   */
+  #flushPending(out: StepOutputs, room: OutputRoom | null): void {
     const version = this.#model.weightVersion;
-    for (let i = 0; i < this.#pending.length; i++) {
-      const p = this.#pending[i] as PendingOutput;
+    const pending = this.#pending;
+    let kept = 0;
+    for (let i = 0; i < pending.length; i++) {
+      const p = pending[i] as PendingOutput;
+      if (room !== null && !room.tryCharge(p.server, 0, 0)) {
+        pending[kept++] = p;
+        continue;
+      }
       const row = out.addRow(p.server, p.slot, version);
       out.finish[row] = p.finish;
       out.rejectReason[row] = p.reason;
     }
-    this.#pending.length = 0;
+    pending.length = kept;
   }
 
   /** A 53-bit seed for a request that has none, from the engine seed and a counter. */

@@ -30,6 +30,16 @@ export class WaitingQueue {
     return this.#items.shift();
   }
 
+  /** The request `i` places from the front (the scheduler skips those of held API servers). */
+  at(i: number): Sequence | undefined {
+    return this.#items[i];
+  }
+
+  /** Takes out the request `i` places from the front. */
+  removeAt(i: number): Sequence | undefined {
+    return i === 0 ? this.#items.shift() : this.#items.splice(i, 1)[0];
+  }
+
   /** A new request. */
   add(seq: Sequence): void {
     if (this.#policy === 'fcfs') this.#items.push(seq);

@@ -249,6 +249,32 @@ export function stepRecordBytes(
   );
 }
 
+/** A ring record's header (payload length, type): RECORD_HEADER_BYTES in src/shm/ring-endpoint.ts. */
+const RING_RECORD_HEADER_BYTES = 8;
+
+/**
+ * What one output adds to a step's records whatever it shares a record with: its 12 column values
+ * with each column's padding (8 bytes a column) and a whole record's fixed part (ring header, STEP
+ * header, the padding of the mask and routing areas). A step has at most one record per output, so
+ * its records never take more than the sum of stepOutputBytesBound over its outputs.
+ */
+const STEP_OUTPUT_FIXED_BYTES =
+  RING_RECORD_HEADER_BYTES + STEP_HEADER_BYTES + STEP_COLUMNS * 8 + 16;
+
+/**
+ * The most ring bytes one output of a step can take: `maskIds` kept-token ids and `routingRows`
+ * routing rows, with its share of headers and padding (see STEP_OUTPUT_FIXED_BYTES). The engine
+ * budgets each API server's output ring with it before a step (src/engine/output-room.ts).
+ */
+export function stepOutputBytesBound(
+  maskIds: number,
+  routingRows: number,
+  routingRowIds: number,
+  routingIdBytes: number,
+): number {
+  return STEP_OUTPUT_FIXED_BYTES + maskIds * 4 + routingRows * routingRowIds * routingIdBytes;
+}
+
 /**
  * Where the columns of one STEP record sit, as element indices into the region views. One reader is
  * kept per consumer and re-attached to each record: reading a step allocates nothing.

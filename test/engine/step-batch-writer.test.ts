@@ -3,28 +3,19 @@
  * output ring, in order and intact, including a step too large for one record (it is split), and
  * outputs of different servers land in their own rings.
  */
-import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { StepBatchWriter } from '../../src/engine/step-batch-writer.js';
 import { StepOutputs } from '../../src/engine/step-outputs.js';
-import {
-  createRegion,
-  outputRingConsumer,
-  outputRingProducer,
-  type Region,
-  unlinkRegion,
-} from '../../src/shm/region.js';
+import { outputRingConsumer, outputRingProducer, type Region } from '../../src/shm/region.js';
 import { StepColumn, StepRecordView } from '../../src/wire/messages.js';
 import { FinishReason } from '../../src/wire/types.js';
+import { testRegion, unlinkTestRegions } from './helpers.js';
 
 const LAYERS = 3;
 const TOPK = 2;
 let region: Region | null = null;
 
-afterEach(() => {
-  if (region) unlinkRegion(region.name);
-  region = null;
-});
+afterEach(unlinkTestRegions);
 
 function outputs(): StepOutputs {
   const out = new StepOutputs(8);
@@ -84,17 +75,13 @@ function drain(k: number) {
 }
 
 function setup(servers: number, outputRingBytes: number) {
-  region = createRegion(`ringserve-test-${process.pid}-${randomBytes(4).toString('hex')}`, {
-    apiServerCount: servers,
-    requestRingBytes: 4096,
-    outputRingBytes,
-  });
+  region = testRegion({ apiServerCount: servers, requestRingBytes: 4096, outputRingBytes });
   const producers = Array.from({ length: servers }, (_, k) => outputRingProducer(region!, k));
   const failures: string[] = [];
   const sink = {
     producer: (k: number) => producers[k] ?? null,
     slotGen: () => 7,
-    serverFailed: (k: number, e: Error) => failures.push(`${k}: ${e.message}`),
+    serverGone: (k: number, e: Error) => failures.push(`${k}: ${e.message}`),
   };
   return { sink, failures };
 }
@@ -102,7 +89,7 @@ function setup(servers: number, outputRingBytes: number) {
 describe('StepBatchWriter', () => {
   it('splits a step larger than a quarter of the ring into several records, losing nothing', () => {
     const { sink, failures } = setup(1, 64 * 1024);
-    const writer = new StepBatchWriter(1, LAYERS, TOPK, 1, 1000);
+    const writer = new StepBatchWriter(1, LAYERS, TOPK, 1);
     // 16 x 500 mask ids x 4 B = 32 KB: half the ring, twice the per-record budget.
     const first = outputs();
     fill(first, 16, 500, 1);
@@ -120,7 +107,7 @@ describe('StepBatchWriter', () => {
     const { sink, failures } = setup(3, 1 << 20);
     const out = outputs();
     fill(out, 30, 3, 3);
-    new StepBatchWriter(3, LAYERS, TOPK, 1, 1000).write(out, sink, 0, 0);
+    new StepBatchWriter(3, LAYERS, TOPK, 1).write(out, sink, 0, 0);
     expect(failures).toEqual([]);
     for (let k = 0; k < 3; k++) {
       const got = drain(k);
@@ -136,7 +123,7 @@ describe('StepBatchWriter', () => {
     consumer.detach();
     const out = outputs();
     fill(out, 64, 100, 1); // far more than the 4 KiB ring holds
-    new StepBatchWriter(1, LAYERS, TOPK, 1, 5_000).write(out, sink, 0, 0);
+    new StepBatchWriter(1, LAYERS, TOPK, 1).write(out, sink, 0, 0);
     expect(failures).toHaveLength(1);
     expect(failures[0]).toMatch(/^0: /);
   });

@@ -1,22 +1,16 @@
 import { describe, expect, it } from 'vitest';
 import { SimEngine } from '../../src/sim/sim-engine.js';
 import type { EngineRequest } from '../../src/wire/types.js';
-import { type Collected, drain, key, prompt, request, runAll, tinyConfig } from './helpers.js';
-
-/** Everything a client could observe about a request, for exact comparison. */
-function observable(c: Collected | undefined) {
-  expect(c).toBeDefined();
-  const x = c as Collected;
-  return {
-    tokens: x.tokens,
-    logprobs: x.logprobs,
-    masks: x.masks,
-    routing: x.routing,
-    routingPositions: x.routingPositions,
-    finish: x.finish,
-    stopTokenId: x.stopTokenId,
-  };
-}
+import {
+  type Collected,
+  drain,
+  key,
+  observable,
+  prompt,
+  request,
+  runAll,
+  tinyConfig,
+} from './helpers.js';
 
 /** A request of interest plus `n` others with different prompts, seeds and parameters. */
 function crowd(n: number): EngineRequest[] {

@@ -86,6 +86,20 @@ export function emptyCollected(): Collected {
 
 export const key = (server: number, slot: number): string => `${server}:${slot}`;
 
+/** Everything a client could observe about a request, for exact comparison. */
+export function observable(c: Collected | undefined) {
+  if (c === undefined) throw new Error('the request has no outputs');
+  return {
+    tokens: c.tokens,
+    logprobs: c.logprobs,
+    masks: c.masks,
+    routing: c.routing,
+    routingPositions: c.routingPositions,
+    finish: c.finish,
+    stopTokenId: c.stopTokenId,
+  };
+}
+
 /** Appends one step's rows to the per-request collections. */
 export function collect(out: StepOutputs, into: Map<string, Collected>, stepIndex: number): void {
   for (let j = 0; j < out.count; j++) {
