@@ -1,9 +1,14 @@
 /**
  * The arms of the before/after benchmark: each a cluster configuration, run under the identical
  * load. "objects" is the per-token-object frontend (`--output-processing inline`: output processing
- * on the main thread, one object per token, responses in the legacy form, as stock vLLM answers);
- * "packed" is ringserve's own path (output worker, packer threads, packed arrays). "mask" turns on
- * sampling masks and routed experts, the per-token payload an RL trainer asks for.
+ * on the main thread holding what vLLM's Python frontend holds, responses in the legacy form built
+ * by one JSON.stringify, as stock vLLM answers); "packed" is ringserve's own path (output worker,
+ * packer threads, packed arrays). "mask" turns on sampling masks and routed experts, the per-token
+ * payload an RL trainer asks for. `summary` says what the API server holds per request.
+ *
+ * There is no arm with routing kept as one JS array per sequence position (what the objects arms
+ * held before issue 11): no frontend keeps routing that way (vLLM's capturer keeps a numpy buffer,
+ * and the legacy form carries routing packed), so it would measure a strawman, not a design.
  *
  * There is no `packed-mask-v8default` arm: it is the counterpart of the reference's "no GC tuning"
  * ablation, and ringserve starts its processes with V8's default flags, so it would equal
@@ -30,35 +35,37 @@ export const ARMS: readonly ArmDef[] = [
     flags: OBJECTS,
     accept: 'json',
     legacy: true,
-    summary: 'per-token objects on the main thread, legacy JSON, logprobs only',
+    summary:
+      'main thread: token ids and weight versions as number[], one {tokenId, logprob} object per token; legacy JSON',
   },
   {
     name: 'packed-nomask',
     flags: [],
     accept: 'json',
     legacy: false,
-    summary: 'ringserve: output worker + packers, packed JSON, logprobs only',
+    summary: 'ringserve: token ids and logprobs in shared-memory arenas, packed JSON by packers',
   },
   {
     name: 'objects-mask',
     flags: [...OBJECTS, ...MASK],
     accept: 'json',
     legacy: true,
-    summary: 'per-token objects, legacy JSON, logprobs + sampling masks + routed experts',
+    summary:
+      'objects-nomask plus a number[] of kept ids per position and routed experts in one growing Uint8Array; legacy JSON',
   },
   {
     name: 'packed-mask',
     flags: MASK,
     accept: 'json',
     legacy: false,
-    summary: 'ringserve, packed JSON, logprobs + sampling masks + routed experts',
+    summary: 'ringserve: tokens, logprobs, mask CSR and routing rows in arenas; packed JSON',
   },
   {
     name: 'packed-mask-msgpack',
     flags: MASK,
     accept: 'msgpack',
     legacy: false,
-    summary: 'ringserve, msgpack with raw binary arrays, logprobs + masks + routed experts',
+    summary: 'packed-mask, answered as msgpack with raw binary arrays',
   },
 ];
 

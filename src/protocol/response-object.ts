@@ -25,7 +25,8 @@ function packed(view: ArrayBufferView, shape: number[], dtype: string): PackedAr
   return { data: bytes.toString('base64'), shape, dtype };
 }
 
-function usageObject(u: UsageFigures): Record<string, unknown> {
+/** `usage`, shared with the inline baseline's legacy objects (server/inline-legacy.ts). */
+export function usageObject(u: UsageFigures): Record<string, unknown> {
   return {
     prompt_tokens: u.promptTokens,
     completion_tokens: u.completionTokens,

@@ -1,11 +1,13 @@
 /**
  * `--output-processing inline`: output processing on the main thread, the way a per-token-object
- * frontend does it (vLLM's Python API server: one object per token with its id, logprob and mask,
- * the response built at the end with JSON.stringify). It exists as the benchmark's baseline arm and
- * is built as a careful engineer would build that design, with no artificial slowness: it drains the
- * same output ring, polled from the event loop every millisecond while requests are in flight.
+ * frontend does it (vLLM's Python API server: an object per token for its logprob, a list per
+ * position for its mask, routed experts in a growing buffer, the legacy response built at the end
+ * with one JSON.stringify). It exists as the benchmark's baseline arm and is built as a careful
+ * engineer would build that design, never weaker nor heavier: it drains the same output ring,
+ * polled from the event loop every millisecond while requests are in flight.
  *
- * Everything but the per-token representation (inline-sequence.ts) is the worker path's: the slot
+ * Everything but the per-token representation (inline-sequence.ts, inline-routing.ts) and the
+ * legacy objects built from it (inline-legacy.ts) is the worker path's: the slot
  * meta row and the stop-string matcher (output/detokenizer.ts, with the output worker's rules), the
  * SSE framing and `[DONE]` (protocol/sse.ts), response ids and encoders (protocol/), and completion
  * of a request's choices by the coordinator's ChoiceGroup.
@@ -22,11 +24,13 @@ import { RecordType, StepColumn, StepRecordView } from '../wire/messages.js';
 import { getModelCard } from '../wire/model-card.js';
 import { rejectReasonMessage } from '../wire/reject.js';
 import { FinishReason } from '../wire/types.js';
+import { legacyStreamEvent, stringifyLegacyResponse } from './inline-legacy.js';
 import {
   choiceColumns,
   type InlineSequence,
   newSequence,
   responseColumns,
+  usageOf,
 } from './inline-sequence.js';
 import { StopStringMatcher, tokenByteSource } from './output/detokenizer.js';
 import { SlotMetaTable } from './output/slot-meta.js';
@@ -76,12 +80,16 @@ export class InlineOutputPath implements OutputPath {
     this.#timer ??= setInterval(() => this.poll(), POLL_MS);
   }
 
-  /** Builds the answer from the per-token objects: columns from objects, then JSON.stringify. */
+  /**
+   * The legacy answer: one JSON.stringify over objects made from what the sequences hold. The
+   * packed forms pack the per-token objects into columns first, as such a frontend would have to.
+   */
   async encode(record: RequestRecord): Promise<Buffer> {
     const sequences = record.group.slots.map((slot) => this.#sequences[slot]!);
+    if (record.form === 'legacy') return Buffer.from(stringifyLegacyResponse(sequences));
     const columns = responseColumns(sequences);
     if (record.form === 'msgpack') return encodeGenerateResponse(columns, 'msgpack');
-    return Buffer.from(stringifyGenerateResponse(columns, record.form === 'legacy'));
+    return Buffer.from(stringifyGenerateResponse(columns, false));
   }
 
   free(slot: number, gen: number): void {
@@ -165,40 +173,26 @@ export class InlineOutputPath implements OutputPath {
       return;
     }
     this.#metrics?.seen(slot, s.gen);
-    this.#keepRouting(c, rec, j, s, routing);
+    const rows = i32[rec.at(StepColumn.RoutingRows, j)]!;
+    if (s.routing !== null && rows > 0) {
+      const ids = rec.routingIdBytes === 1 ? c.bytes : c.u16;
+      const firstPos = i32[rec.at(StepColumn.RoutingFirstPos, j)]!;
+      const promptStart = s.record.request.params.routedExpertsPromptStart;
+      s.routing.append(ids, routing, firstPos, rows, rec.layers, rec.topk, promptStart);
+    }
     const token = i32[rec.at(StepColumn.Token, j)]!;
     if (token >= 0) {
-      s.tokens.push({
-        id: token,
-        logprob: c.f32[rec.at(StepColumn.Logprob, j)]!,
-        mask: s.record.request.params.returnSamplingMask
-          ? Array.from(i32.subarray(mask, mask + i32[rec.at(StepColumn.MaskCount, j)]!))
-          : null,
-        weightVersion: i32[rec.at(StepColumn.WeightVersion, j)]!,
-      });
-      s.numCached = i32[rec.at(StepColumn.NumCached, j)]!;
+      s.tokenIds.push(token);
+      s.weightVersions.push(i32[rec.at(StepColumn.WeightVersion, j)]!);
+      s.logprobs?.push({ tokenId: token, logprob: c.f32[rec.at(StepColumn.Logprob, j)]! });
+      s.masks?.push(keptIds(i32, mask, i32[rec.at(StepColumn.MaskCount, j)]!));
       this.#metrics?.token(slot);
     }
     const stop = token >= 0 ? this.#matchStop(slot, s, token, finish) : -1;
     if (stop >= 0) this.#stopByString(slot, s, stop, finish);
     else if (finish !== FinishReason.None) this.#finish(slot, s, finish, rec, j, i32);
-    else if (s.record.stream && s.tokens.length > s.streamed)
+    else if (s.record.stream && s.tokenIds.length > s.streamed)
       this.#streamDelta(slot, s, null, null);
-  }
-
-  #keepRouting(c: RingConsumer, rec: StepRecordView, j: number, s: InlineSequence, at: number) {
-    const rows = c.i32[rec.at(StepColumn.RoutingRows, j)]!;
-    const rowIds = rec.layers * rec.topk;
-    const ids = rec.routingIdBytes === 1 ? c.bytes : c.u16;
-    for (let row = 0; row < rows; row++) {
-      const start = at + row * rowIds;
-      s.routing.push(Array.from(ids.subarray(start, start + rowIds)));
-    }
-    if (rows > 0 && s.routingStart < 0) {
-      s.routingStart = c.i32[rec.at(StepColumn.RoutingFirstPos, j)]!;
-      s.layers = rec.layers;
-      s.topk = rec.topk;
-    }
   }
 
   /**
@@ -208,14 +202,14 @@ export class InlineOutputPath implements OutputPath {
   #matchStop(slot: number, s: InlineSequence, token: number, finish: number): number {
     const { request } = s.record;
     if (request.stop.length === 0) return -1;
-    const check = finish !== FinishReason.Stop && s.tokens.length > request.params.minTokens;
+    const check = finish !== FinishReason.Stop && s.tokenIds.length > request.params.minTokens;
     return this.#stops.push(slot, token, check);
   }
 
   /** A stop string matched: answer now, and ask the engine to stop generating (its abort confirms). */
   #stopByString(slot: number, s: InlineSequence, stop: number, finish: number): void {
     s.done = true;
-    this.#metrics?.finished(slot, FinishReason.Stop, s.tokens.length);
+    this.#metrics?.finished(slot, FinishReason.Stop, s.tokenIds.length);
     this.#choiceDone(slot, s, 'stop', this.#meta.stopString(slot, stop));
     // The engine finished this very row (a max_tokens finish): nothing is left to abort.
     if (finish !== FinishReason.None) this.#events.released(slot, s.gen);
@@ -231,7 +225,7 @@ export class InlineOutputPath implements OutputPath {
     i32: Int32Array,
   ): void {
     s.done = true;
-    this.#metrics?.finished(slot, finish, s.tokens.length);
+    this.#metrics?.finished(slot, finish, s.tokenIds.length);
     if (finish === FinishReason.Error) {
       const reason = rejectReasonMessage(i32[rec.at(StepColumn.RejectReason, j)]!);
       const requestId = s.record.identity.requestId;
@@ -263,22 +257,26 @@ export class InlineOutputPath implements OutputPath {
     finishReason: ChoiceFinishReason | null,
     stopReason: number | string | null,
   ): void {
-    const tokens = s.tokens.slice(s.streamed);
-    const choice = choiceColumns(s, tokens, s.routing, s.routingStart, finishReason, stopReason);
-    s.routing = [];
-    s.routingStart = -1;
-    s.streamed = s.tokens.length;
+    const from = s.streamed;
+    const fromRow = s.streamedRows;
+    s.streamed = s.tokenIds.length;
+    s.streamedRows = s.routing?.rows ?? 0;
     const { identity, request, form } = s.record;
     const { requestId, model, created } = identity;
-    const usage = {
-      promptTokens: request.promptTokenIds.length,
-      completionTokens: s.tokens.length,
-      cachedTokens: null,
-    };
+    const usage = usageOf([s]);
     const w = this.#sse.reset();
     const chunkUsage = request.continuousUsageStats ? usage : null;
-    const chunk = { requestId, model, created, choices: [choice], usage: chunkUsage };
-    writeStreamChunk(w, chunk, form === 'legacy');
+    if (form === 'legacy') {
+      const event = legacyStreamEvent(s, from, fromRow, finishReason, stopReason, chunkUsage);
+      w.bytes(Buffer.from(event));
+    } else {
+      const choice = choiceColumns(s, from, fromRow, finishReason, stopReason);
+      writeStreamChunk(
+        w,
+        { requestId, model, created, choices: [choice], usage: chunkUsage },
+        false,
+      );
+    }
     const last = finishReason !== null;
     if (last) {
       if (request.includeUsage) writeStreamUsageChunk(w, requestId, model, created, usage);
@@ -286,4 +284,11 @@ export class InlineOutputPath implements OutputPath {
     }
     this.#events.stream(slot, s.gen, w.finish(), last);
   }
+}
+
+/** The `count` kept token ids at element `at` of the step's mask section, as a list. */
+function keptIds(i32: Int32Array, at: number, count: number): number[] {
+  const ids: number[] = [];
+  for (let k = 0; k < count; k++) ids.push(i32[at + k]!);
+  return ids;
 }

@@ -1,6 +1,8 @@
 /**
  * Stop strings end a request at the token that completes them, in both output-processing modes,
- * and the inline per-token-object baseline answers exactly what the worker path answers.
+ * and the inline per-token-object baseline answers exactly what the worker path answers: every
+ * form (packed and legacy JSON, msgpack, streams of both JSON forms), with logprobs, sampling
+ * masks, routed experts (also from routed_experts_prompt_start) and n > 1.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type GenerateResult, generate, generateStream } from '../../src/client/index.js';
@@ -59,6 +61,33 @@ function arrays(r: GenerateResult) {
   };
 }
 
+/** The arrays of every choice, and the usage. */
+function allArrays(r: GenerateResult) {
+  return {
+    choices: r.choices.map((c) => ({ index: c.index, ...arrays({ ...r, choices: [c] }) })),
+    usage: r.usage,
+  };
+}
+
+/** A legacy body as JSON, logprobs read as float32 (the paths print them with different digits). */
+async function legacyJson(cluster: Cluster, b: Record<string, unknown>) {
+  const res = await fetch(`${cluster.url}/inference/v1/generate`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(b),
+  });
+  expect(res.status).toBe(200);
+  const json = (await res.json()) as {
+    created: number;
+    choices: { logprobs: { content: { logprob: number }[] } }[];
+  };
+  json.created = 0;
+  for (const choice of json.choices) {
+    for (const entry of choice.logprobs.content) entry.logprob = Math.fround(entry.logprob);
+  }
+  return json;
+}
+
 let workers: Cluster;
 let inline: Cluster;
 
@@ -74,21 +103,37 @@ afterAll(async () => {
 });
 
 describe('inline baseline and worker path', () => {
-  it('answer the same arrays in every form', async () => {
-    for (const seed of [11, 12]) {
+  it('answer the same arrays in every form, with masks, routing and n > 1', async () => {
+    const cases: [number, Record<string, unknown>][] = [
+      [11, {}],
+      [12, { routed_experts_prompt_start: 3 }],
+      [14, { n: 3 }],
+    ];
+    for (const [seed, params] of cases) {
       const variants: [Record<string, unknown>, 'json' | 'msgpack'][] = [
         [{}, 'json'],
         [{ packed: false }, 'json'],
         [{}, 'msgpack'],
       ];
       for (const [extra, accept] of variants) {
-        const a = arrays(await generate(workers.url, body(seed, extra), { accept }));
-        const b = arrays(await generate(inline.url, body(seed, extra), { accept }));
+        const a = allArrays(await generate(workers.url, body(seed, extra, params), { accept }));
+        const b = allArrays(await generate(inline.url, body(seed, extra, params), { accept }));
         expect(b).toEqual(a);
-        expect(a.weightVersions).toHaveLength(a.tokens.length);
+        for (const c of a.choices) {
+          expect(c.weightVersions).toHaveLength(c.tokens.length);
+          expect(c.routing.length).toBeGreaterThan(0);
+          expect(c.start).toBe(params.routed_experts_prompt_start ?? 0);
+        }
       }
-      const streamed = await generateStream(inline.url, body(seed, { stream: true })).collect();
-      expect(arrays(streamed)).toEqual(arrays(await generate(workers.url, body(seed))));
+      // The legacy body itself, field by field: the same contract from objects as from the writer.
+      const legacy = body(seed, { packed: false, request_id: `legacy-${seed}` }, params);
+      expect(await legacyJson(inline, legacy)).toEqual(await legacyJson(workers, legacy));
+      if (params.n !== undefined) continue; // n > 1 does not stream
+      const whole = arrays(await generate(workers.url, body(seed, {}, params)));
+      for (const packed of [true, false]) {
+        const s = body(seed, { stream: true, packed }, params);
+        expect(arrays(await generateStream(inline.url, s).collect())).toEqual(whole);
+      }
     }
   });
 
