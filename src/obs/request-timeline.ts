@@ -31,7 +31,7 @@ export const TimelineField = {
   TtftMs: 4,
   /** Completion tokens delivered, written when the response completes. */
   Completion: 5,
-  /** The engine's FinishReason code (engine/types.ts) once the response completed, else 0. */
+  /** The engine's FinishReason code (wire/types.ts) once the response completed, else 0. */
   Finish: 6,
   /** Slot generation of the request the worker's words describe. */
   Gen: 7,
@@ -89,7 +89,7 @@ export class RequestTimeline {
 
 export interface RequestOutcome {
   completionTokens: number;
-  /** FinishReason code (engine/types.ts). */
+  /** FinishReason code (wire/types.ts). */
   finish: number;
   ttftMs: number | null;
 }
