@@ -40,7 +40,7 @@ const PROMPT_ID_CEILING_MARGIN = 8;
  * In real time no 4k-token request would finish within an arm, so the engine runs SPEEDUP times
  * faster: every arm is offered the same ~33k tok/s (64 x 4k) or ~40k tok/s (130 x 12.5k). That is
  * more than the per-token-object tier absorbs with masks on this machine (~12-15k tok/s: it falls
- * behind, the engine waits on its full output ring), and less than ringserve's tier absorbs, so
+ * behind, the engine holds its sequences while its output ring is full), and less than ringserve's tier absorbs, so
  * the arms are compared under one identical offered load, as the reference compared frontends in
  * front of one GPU node. The simulated engine sleeps its modelled step times, as a GPU-bound engine
  * leaves the host CPU to the API tier. --max-speed (or a speedup past ~13, where a modelled step
