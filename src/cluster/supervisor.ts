@@ -13,6 +13,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import cluster, { type Worker } from 'node:cluster';
 import { randomBytes } from 'node:crypto';
 import type { RingserveConfig } from '../config.js';
+import { ExitCode } from '../errors.js';
 import { createLogger, type Logger } from '../obs/log.js';
 import { createRegion, type Region, removeStaleRegions, unlinkRegion } from '../shm/region.js';
 import { layoutParamsFor } from './layout-params.js';
@@ -180,7 +181,7 @@ export class Supervisor {
 function exitCause(code: number | null, signal: string | null): string {
   if (signal !== null)
     return signal === 'SIGKILL' ? 'killed (SIGKILL: OOM killer or kill -9)' : `signal ${signal}`;
-  if (code === 70) return 'output worker failed';
+  if (code === ExitCode.OutputWorkerFailed) return 'output worker failed';
   return code === 0 ? 'exited on its own' : `exit code ${code}`;
 }
 

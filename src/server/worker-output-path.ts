@@ -5,6 +5,7 @@
  * needs); per drain pass it receives one message, whatever the number of tokens in it.
  */
 import type { RingserveConfig } from '../config.js';
+import { ExitCode } from '../errors.js';
 import { outputRingOffset } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
 import { getModelCard } from '../wire/model-card.js';
@@ -71,7 +72,7 @@ export class WorkerOutputPath implements OutputPath {
         console.error(`ringserve-api-${server}: output worker: ${error.message}`);
         // Without its output worker this API server can answer nothing: let the supervisor
         // restart it (the engine drops its requests), rather than leave requests hanging.
-        if (fatal) process.exit(70);
+        if (fatal) process.exit(ExitCode.OutputWorkerFailed);
       },
     });
     return path;
