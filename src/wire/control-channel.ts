@@ -14,12 +14,7 @@
  * cannot be taken for the answer to the next caller's command.
  */
 
-import {
-  RS_ERR_CONTROL_BAD_ARGUMENT,
-  RS_ERR_CONTROL_FAILED,
-  RS_ERR_CONTROL_REFUSED,
-  RS_ERR_CONTROL_TIMEOUT,
-} from '../errors.js';
+import { RS_ERR_CONTROL_BAD_ARGUMENT, RS_ERR_CONTROL_TIMEOUT } from '../errors.js';
 import {
   CTL_ACK_SEQ,
   CTL_ARG_COUNT,
@@ -56,17 +51,6 @@ export const ControlResult = {
   /** The caller's deadline had passed when the engine saw the command: it was not run. */
   Expired: 4,
 } as const;
-
-/**
- * @deprecated The control codes are in src/errors.ts like every other: import RS_ERR_CONTROL_TIMEOUT,
- * RS_ERR_CONTROL_REFUSED and RS_ERR_CONTROL_FAILED from there. These names stay only until
- * src/server/http/routes/control.ts does.
- */
-export const ControlTimeoutError = RS_ERR_CONTROL_TIMEOUT;
-/** @deprecated RS_ERR_CONTROL_REFUSED (src/errors.ts). */
-export const ControlRefusedError = RS_ERR_CONTROL_REFUSED;
-/** @deprecated RS_ERR_CONTROL_FAILED (src/errors.ts). */
-export const ControlFailedError = RS_ERR_CONTROL_FAILED;
 
 /** Arguments a command may carry; the last slot holds the caller's deadline. */
 export const CONTROL_ARG_COUNT = CTL_ARG_COUNT - 1;

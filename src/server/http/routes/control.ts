@@ -9,6 +9,9 @@ import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import {
+  RS_ERR_CONTROL_FAILED,
+  RS_ERR_CONTROL_REFUSED,
+  RS_ERR_CONTROL_TIMEOUT,
   RS_ERR_ENGINE_DEAD,
   RS_ERR_ENGINE_UNRESPONSIVE,
   RS_ERR_REQ_INVALID_BODY,
@@ -19,10 +22,7 @@ import { RESPONSE_ID_PREFIX } from '../../../protocol/response-columns.js';
 import {
   type ControlCode,
   ControlCommand,
-  ControlFailedError,
-  ControlRefusedError,
   ControlResult,
-  ControlTimeoutError,
   commandName,
 } from '../../../wire/control-channel.js';
 import type { EngineClient } from '../../engine-client.js';
@@ -97,14 +97,14 @@ async function runCommand(
     case ControlResult.Ok:
       return reply.value;
     case ControlResult.Refused:
-      throw new ControlRefusedError(
+      throw new RS_ERR_CONTROL_REFUSED(
         commandName(code),
         'requests hold KV blocks; retry when none is running',
       );
     case ControlResult.Expired:
-      throw new ControlTimeoutError(commandName(code), CONTROL_TIMEOUT_MS);
+      throw new RS_ERR_CONTROL_TIMEOUT(commandName(code), CONTROL_TIMEOUT_MS);
     default:
-      throw new ControlFailedError(commandName(code), reply.code);
+      throw new RS_ERR_CONTROL_FAILED(commandName(code), reply.code);
   }
 }
 
