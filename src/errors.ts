@@ -173,6 +173,7 @@ export const SHM_ERROR_MESSAGES = {
   RS_ERR_SHM_BAD_NAME: 'bad shared-memory region name %s',
   RS_ERR_SHM_BAD_ARGUMENT: 'bad argument to a shared-memory call: %s',
   RS_ERR_SHM_FUTEX: 'futex call failed: %s',
+  RS_ERR_SHM_PRIORITY: 'cannot set the scheduling priority of a thread: %s',
   RS_ERR_SHM_BAD_MAGIC: 'region %s is not a ringserve region (magic 0x%s)',
   RS_ERR_SHM_LAYOUT_VERSION: 'region %s has layout version %s, this build reads version %s',
   RS_ERR_SHM_BAD_LAYOUT: 'bad region layout: %s',
