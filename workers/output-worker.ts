@@ -4,7 +4,9 @@
 import { workerData } from 'node:worker_threads';
 import type { OutputWorkerData } from '../src/server/output/messages.js';
 import { OutputLoop } from '../src/server/output/output-loop.js';
+import { lowerThisThread, SAME_PRIORITY } from '../src/shm/thread-priority.js';
 
 const data = workerData as OutputWorkerData;
+lowerThisThread(data.priority ?? SAME_PRIORITY);
 new OutputLoop(data).run();
 data.port.close();

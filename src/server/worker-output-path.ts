@@ -65,11 +65,13 @@ export class WorkerOutputPath implements OutputPath {
     const meta = new SlotMetaTable(slots);
     const acc = new AccumulatorTable(slots);
     const arenaSab = createArenaBuffer();
+    const priority = { nice: config.workerNice, policy: config.workerSchedPolicy };
     const packers = new PackerPool({
       metaSab: meta.sab,
       accSab: acc.sab,
       arenaSab,
       threads: config.packerThreads,
+      priority,
     });
     const path = new WorkerOutputPath(meta, acc, packers, events);
     const preset = getModelCard(config.model);
@@ -83,6 +85,7 @@ export class WorkerOutputPath implements OutputPath {
       serverIndex: server,
       preset: preset.name,
       specialTokenIds: preset.eosTokenIds,
+      priority,
       onBatch: (batch) => path.#onBatch(batch),
       onFailure: (error, fatal) => {
         console.error(`ringserve-api-${server}: output worker: ${error.message}`);

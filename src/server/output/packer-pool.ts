@@ -5,6 +5,7 @@
 import { Piscina } from 'piscina';
 import { RingserveError } from '../../errors.js';
 import type { ResponseForm } from '../../protocol/generate-response.js';
+import { SAME_PRIORITY, type ThreadPriority } from '../../shm/thread-priority.js';
 import { RS_ERR_OUTPUT_PACK_TIMEOUT } from './errors.js';
 import { distPath } from './output-worker-handle.js';
 
@@ -34,13 +35,19 @@ export interface PackerWorkerData {
   metaSab: SharedArrayBuffer;
   accSab: SharedArrayBuffer;
   arenaSab: SharedArrayBuffer;
+  priority: ThreadPriority;
 }
 
-export interface PackerPoolOptions extends PackerWorkerData {
+export interface PackerPoolOptions {
+  metaSab: SharedArrayBuffer;
+  accSab: SharedArrayBuffer;
+  arenaSab: SharedArrayBuffer;
   /** Packer threads (default 1: the machine's other core is the output worker's). */
   threads?: number;
   /** Longest a task may take, queueing included (default 30 s). */
   taskTimeoutMs?: number;
+  /** How far the packer threads lower themselves below the main thread (default: not at all). */
+  priority?: ThreadPriority;
 }
 
 export class PackerPool {
@@ -50,12 +57,18 @@ export class PackerPool {
   constructor(opts: PackerPoolOptions) {
     const threads = opts.threads ?? 1;
     this.#timeoutMs = opts.taskTimeoutMs ?? 30_000;
+    const workerData: PackerWorkerData = {
+      metaSab: opts.metaSab,
+      accSab: opts.accSab,
+      arenaSab: opts.arenaSab,
+      priority: opts.priority ?? SAME_PRIORITY,
+    };
     this.#pool = new Piscina({
       filename: distPath('workers/packer.js'),
       minThreads: threads,
       maxThreads: threads,
       idleTimeout: Number.POSITIVE_INFINITY,
-      workerData: { metaSab: opts.metaSab, accSab: opts.accSab, arenaSab: opts.arenaSab },
+      workerData,
       name: 'default',
     });
   }
