@@ -11,7 +11,7 @@ import { outputRingOffset } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
 import { getModelCard } from '../wire/model-card.js';
 import { AccumulatorTable } from './output/accumulators.js';
-import { createArenaBuffer } from './output/block-arena.js';
+import { reserveArenaBuffer } from './output/block-arena.js';
 import type { OutputBatch } from './output/messages.js';
 import { OutputWorker } from './output/output-worker-handle.js';
 import { PackerPool } from './output/packer-pool.js';
@@ -64,7 +64,7 @@ export class WorkerOutputPath implements OutputPath {
     const slots = config.maxQueueLen;
     const meta = new SlotMetaTable(slots);
     const acc = new AccumulatorTable(slots);
-    const arenaSab = createArenaBuffer();
+    const arenaSab = reserveArenaBuffer();
     const priority = { nice: config.workerNice, policy: config.workerSchedPolicy };
     const packers = new PackerPool({
       metaSab: meta.sab,

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { decodeGenerateBody } from '../../../src/client/decode.js';
 import { SseParser, StreamAccumulator } from '../../../src/client/stream.js';
 import { AccumulatorTable, SlotState } from '../../../src/server/output/accumulators.js';
-import { createArenaBuffer } from '../../../src/server/output/block-arena.js';
+import { createArenaBuffer, reserveArenaBuffer } from '../../../src/server/output/block-arena.js';
 import type { OutputBatch } from '../../../src/server/output/messages.js';
 import { OutputWorker } from '../../../src/server/output/output-worker-handle.js';
 import { ResponsePacker } from '../../../src/server/output/pack.js';
@@ -235,8 +235,11 @@ describe('output worker thread fed by a real ring', () => {
     expect(listed(r.batches, 'finished')).not.toContain(2);
   });
 
-  it('runs in a thread below the main thread', async () => {
-    const r = await startRig({ priority: { nice: 3, policy: 'batch' } });
+  it('runs on a reserved arena, in a thread below the main thread', async () => {
+    const r = await startRig({
+      arena: reserveArenaBuffer(64 * 1024 * 1024),
+      priority: { nice: 3, policy: 'batch' },
+    });
     // The kernel's view of this process's threads: (nice, policy) from /proc stat fields 19, 41.
     const view = (tid: string) => {
       const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
