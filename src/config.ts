@@ -36,6 +36,7 @@ export interface RingserveConfig {
   readonly packerThreads: number;
   readonly workerNice: number;
   readonly workerSchedPolicy: 'other' | 'batch' | 'idle';
+  readonly responsePoolMb: number;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -96,6 +97,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'packerThreads', flag: '--packer-threads', kind: 'int', default: null, min: 1, max: 64, derived: 'cores / api-server-count, at least 1', help: 'packer worker threads per API server' },
   { key: 'workerNice', flag: '--worker-nice', kind: 'int', default: 10, min: 0, max: 19, env: 'RINGSERVE_WORKER_NICE', help: 'nice of the output worker and packer threads above the main thread (0 = same priority)' },
   { key: 'workerSchedPolicy', flag: '--worker-sched-policy', kind: 'enum', default: 'other', choices: ['other', 'batch', 'idle'], env: 'RINGSERVE_WORKER_SCHED_POLICY', help: 'Linux scheduling policy of the output worker and packer threads' },
+  { key: 'responsePoolMb', flag: '--response-pool-mb', kind: 'int', default: 256, min: 0, max: 4096, env: 'RINGSERVE_RESPONSE_POOL_MB', help: 'shared memory the packers write answers into, MiB (0 = a new buffer per answer)' },
 ];
 
 const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(

@@ -24,6 +24,7 @@ import { CONTENT_TYPE, type ResponseForm } from '../protocol/generate-response.j
 import { SSE_CONTENT_TYPE } from '../protocol/sse.js';
 import { childSeed } from '../wire/child-seed.js';
 import type { EngineClient } from './engine-client.js';
+import { releaseWhenSent } from './output/sent-answers.js';
 import { checkStopStrings } from './output/slot-meta.js';
 import type { ChoiceGroup, OutputEvents, OutputPath } from './output-path.js';
 import { type InFlight, RequestTable } from './request-table.js';
@@ -236,6 +237,7 @@ export class RequestCoordinator implements OutputEvents {
         else reply.code(body.error.code).send(body);
       } else if (!entry.state.stream) {
         reply.header('content-type', CONTENT_TYPE[entry.state.form]).send(result);
+        releaseWhenSent(reply.raw, result);
       }
       const ok = !(result instanceof Error);
       this.#logFinished(entry, ok ? 200 : toErrorBody(result).error.code, ok ? null : 'error');

@@ -71,6 +71,7 @@ export class WorkerOutputPath implements OutputPath {
       accSab: acc.sab,
       arenaSab,
       threads: config.packerThreads,
+      responsePoolBytes: config.responsePoolMb * 1024 * 1024,
       priority,
     });
     const path = new WorkerOutputPath(meta, acc, packers, events);
