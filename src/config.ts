@@ -43,6 +43,9 @@ export interface RingserveConfig {
   readonly bodyLimitMb: number;
   readonly drainTimeoutS: number;
   readonly packerThreads: number;
+  readonly workerNice: number;
+  readonly workerSchedPolicy: 'other' | 'batch' | 'idle';
+  readonly responsePoolMb: number;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -105,6 +108,9 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'bodyLimitMb', flag: '--body-limit-mb', kind: 'number', default: 32, min: 0, minExclusive: true, max: 1024, help: 'largest request body in MiB (413 above)' },
   { key: 'drainTimeoutS', flag: '--drain-timeout-s', kind: 'number', default: 30, min: 0, max: 3600, help: 'on SIGTERM, wait this long for in-flight requests, then abort them' },
   { key: 'packerThreads', flag: '--packer-threads', kind: 'int', default: null, min: 1, max: 64, derived: 'cores / api-server-count, at least 1', help: 'packer worker threads per API server' },
+  { key: 'workerNice', flag: '--worker-nice', kind: 'int', default: 10, min: 0, max: 19, env: 'RINGSERVE_WORKER_NICE', help: 'nice of the output worker and packer threads above the main thread (0 = same priority)' },
+  { key: 'workerSchedPolicy', flag: '--worker-sched-policy', kind: 'enum', default: 'other', choices: ['other', 'batch', 'idle'], env: 'RINGSERVE_WORKER_SCHED_POLICY', help: 'Linux scheduling policy of the output worker and packer threads' },
+  { key: 'responsePoolMb', flag: '--response-pool-mb', kind: 'int', default: 256, min: 0, max: 4096, env: 'RINGSERVE_RESPONSE_POOL_MB', help: 'shared memory the packers write answers into, MiB (0 = a new buffer per answer)' },
 ];
 
 const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(

@@ -238,6 +238,11 @@ export const RS_ERR_SHM_BAD_ARGUMENT = createError(
   500,
 );
 export const RS_ERR_SHM_FUTEX = createError('RS_ERR_SHM_FUTEX', 'futex call failed: %s', 500);
+export const RS_ERR_SHM_PRIORITY = createError(
+  'RS_ERR_SHM_PRIORITY',
+  'cannot set the scheduling priority of a thread: %s',
+  500,
+);
 export const RS_ERR_SHM_BAD_MAGIC = createError(
   'RS_ERR_SHM_BAD_MAGIC',
   'region %s is not a ringserve region (magic 0x%s)',

@@ -53,6 +53,7 @@ const PINNED: ReadonlyArray<readonly [string, number]> = [
   ['RS_ERR_SHM_BAD_NAME', 500],
   ['RS_ERR_SHM_BAD_ARGUMENT', 500],
   ['RS_ERR_SHM_FUTEX', 500],
+  ['RS_ERR_SHM_PRIORITY', 500],
   ['RS_ERR_SHM_BAD_MAGIC', 500],
   ['RS_ERR_SHM_LAYOUT_VERSION', 500],
   ['RS_ERR_SHM_BAD_LAYOUT', 500],

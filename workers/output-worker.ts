@@ -5,10 +5,12 @@ import { workerData } from 'node:worker_threads';
 import { startThreadHealth } from '../src/obs/thread-health-share.js';
 import type { OutputWorkerData } from '../src/server/output/messages.js';
 import { OutputLoop } from '../src/server/output/output-loop.js';
+import { lowerThisThread, SAME_PRIORITY } from '../src/shm/thread-priority.js';
 
 const data = workerData as OutputWorkerData;
 // Before the loop is built: its request recorder publishes this thread's health once per step.
 const health = startThreadHealth('output');
+lowerThisThread(data.priority ?? SAME_PRIORITY);
 new OutputLoop(data).run();
 health?.stop();
 data.port.close();

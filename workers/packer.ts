@@ -1,23 +1,29 @@
-// A packer thread (piscina): encodes one finished request straight from the accumulators into one
-// Buffer in the requested form and moves (transfers) it to the main thread. The thread keeps its
-// encoder's buffers between tasks, so after warm-up a task allocates only the Buffer it returns.
+// A packer thread (piscina): encodes one finished request straight from the accumulators in the
+// requested form, into a run of the response pool (posted back as its offset, length and owner)
+// or, when the pool has no room, into a Buffer moved (transferred) to the main thread. The thread
+// keeps its encoder's buffers between tasks and runs below the main thread's priority.
 import { move, workerData } from 'piscina';
 import { toRingserveError } from '../src/errors.js';
 import { startThreadHealth } from '../src/obs/thread-health-share.js';
 import { ResponsePacker } from '../src/server/output/pack.js';
 import type { PackerWorkerData, PackFailure, PackTask } from '../src/server/output/packer-pool.js';
+import { ResponsePool } from '../src/server/output/response-pool.js';
+import { lowerThisThread } from '../src/shm/thread-priority.js';
 
 const data = workerData as PackerWorkerData;
+lowerThisThread(data.priority);
 const packer = new ResponsePacker(data.metaSab, data.accSab, data.arenaSab);
 startThreadHealth('packer');
+const pool = data.poolSab === null ? null : new ResponsePool(data.poolSab);
 
 /**
- * The encoded response, moved; or, when the request cannot be packed, its coded error as plain
- * data (an Error thrown here would reach the main thread without its code and status).
+ * The encoded response (a pool run, or a moved Buffer); or, when the request cannot be packed, its
+ * coded error as plain data (an Error thrown here would reach the main thread without its code).
  */
 export default function pack(task: PackTask): unknown {
   try {
-    return move(packer.pack(task));
+    const out = packer.packInto(task, pool);
+    return out instanceof Uint8Array ? move(out) : out;
   } catch (err) {
     const e = toRingserveError(err);
     return { code: e.code, message: e.message, statusCode: e.statusCode } satisfies PackFailure;

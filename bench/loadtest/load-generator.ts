@@ -10,6 +10,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
+import { lowerThisThread } from '../../src/shm/thread-priority.js';
 import { serveChild } from './child.js';
 import { requestBody, requestLength } from './load-plan.js';
 import type { LoadProgress, LoadResult, LoadSpec } from './messages.js';
@@ -21,6 +22,13 @@ const ERROR_BACKOFF_MS = 100;
 const ERROR_SAMPLES = 5;
 /** Bodies are sampled from every SAMPLE_STRIDE-th request, so samples spread over the run. */
 const SAMPLE_STRIDE = 3;
+/**
+ * The generator shares the machine's cores with the cluster it loads, as a trainer's rollout
+ * workers would not: it runs below the API servers' main threads (as their output workers and
+ * packers do) so it does not delay the /health answers the probe times. The probe keeps normal
+ * priority. RINGSERVE_BENCH_LOAD_NICE=0 runs it at the cluster's priority.
+ */
+const LOAD_NICE = Number(process.env.RINGSERVE_BENCH_LOAD_NICE ?? 10);
 
 class LoadGenerator {
   readonly #spec: LoadSpec;
@@ -171,6 +179,7 @@ let generator: LoadGenerator | null = null;
 serveChild<LoadSpec, LoadResult>({
   start(spec, progress) {
     process.title = 'ringserve-bench-load';
+    lowerThisThread({ nice: LOAD_NICE, policy: 'other' });
     generator = new LoadGenerator(spec);
     generator.start(progress);
   },

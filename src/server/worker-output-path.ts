@@ -10,7 +10,7 @@ import { outputRingOffset } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
 import { getModelCard } from '../wire/model-card.js';
 import { AccumulatorTable } from './output/accumulators.js';
-import { createArenaBuffer } from './output/block-arena.js';
+import { reserveArenaBuffer } from './output/block-arena.js';
 import type { OutputBatch } from './output/messages.js';
 import { OutputWorker } from './output/output-worker-handle.js';
 import { PackerPool } from './output/packer-pool.js';
@@ -48,12 +48,15 @@ export class WorkerOutputPath implements OutputPath {
     const slots = config.maxQueueLen;
     const meta = new SlotMetaTable(slots);
     const acc = new AccumulatorTable(slots);
-    const arenaSab = createArenaBuffer();
+    const arenaSab = reserveArenaBuffer();
+    const priority = { nice: config.workerNice, policy: config.workerSchedPolicy };
     const packers = new PackerPool({
       metaSab: meta.sab,
       accSab: acc.sab,
       arenaSab,
       threads: config.packerThreads,
+      responsePoolBytes: config.responsePoolMb * 1024 * 1024,
+      priority,
     });
     const path = new WorkerOutputPath(meta, acc, packers, events);
     const preset = getModelCard(config.model);
@@ -67,6 +70,7 @@ export class WorkerOutputPath implements OutputPath {
       serverIndex: server,
       preset: preset.name,
       specialTokenIds: preset.eosTokenIds,
+      priority,
       onBatch: (batch) => path.#onBatch(batch),
       onFailure: (error, fatal) => {
         console.error(`ringserve-api-${server}: output worker: ${error.message}`);

@@ -13,6 +13,9 @@ export const FUTEX_NOT_EQUAL = 1;
 export const FUTEX_TIMED_OUT = 2;
 export type FutexWaitResult = typeof FUTEX_WOKEN | typeof FUTEX_NOT_EQUAL | typeof FUTEX_TIMED_OUT;
 
+/** Linux time-sharing policies a thread may choose without privileges. */
+export type ThreadSchedPolicy = 'other' | 'batch' | 'idle';
+
 export interface ShmAddon {
   /** New region (O_CREAT|O_EXCL, mode 0600), zero-filled, pages reserved; throws RS_ERR_SHM_EXISTS. */
   create(name: string, bytes: number): SharedArrayBuffer;
@@ -24,6 +27,29 @@ export interface ShmAddon {
   futexWait(array: Int32Array, index: number, expected: number, timeoutMs: number): FutexWaitResult;
   /** Wakes up to `count` waiters on `array[index]` in any process; returns how many woke. */
   futexWake(array: Int32Array, index: number, count: number): number;
+  /** The calling thread's kernel id (gettid). */
+  threadId(): number;
+  /** The calling thread's nice value (Linux: per thread). */
+  threadNice(): number;
+  /** Sets the calling thread's nice, -20..19; raising it needs privileges (RS_ERR_SHM_PRIORITY). */
+  setThreadNice(nice: number): void;
+  /** The calling thread's scheduling policy ('fifo'/'rr' if something privileged set one). */
+  threadSchedPolicy(): ThreadSchedPolicy | 'fifo' | 'rr' | 'unknown';
+  /** Sets the calling thread's scheduling policy (static priority 0). */
+  setThreadSchedPolicy(policy: ThreadSchedPolicy): void;
+  /** Private anonymous memory as a SharedArrayBuffer; pages are committed on first touch. */
+  reserve(bytes: number): SharedArrayBuffer;
+  /**
+   * Gives back the whole pages inside [offset, offset + length) of a reserve()d buffer (they read
+   * as zeros afterwards); returns the bytes given back.
+   */
+  discard(sab: SharedArrayBuffer, offset: number, length: number): number;
+  /**
+   * An ArrayBuffer over the same bytes as `sab` (no copy; keeps them alive), for APIs that send
+   * only ArrayBuffer-backed Buffers as bytes. V8 counts its length as external memory once, when
+   * it is made. Pass it to worker_threads.markAsUntransferable: a transfer would detach it.
+   */
+  arrayBufferOf(sab: SharedArrayBuffer): ArrayBuffer;
 }
 
 const ADDON_RELATIVE_PATH = join('build', 'Release', 'ringserve_shm.node');

@@ -8,6 +8,7 @@ import { toErrorBody } from '../../errors.js';
 import { CONTENT_TYPE, type ResponseForm } from '../../protocol/generate-response.js';
 import { JsonWriter } from '../../protocol/json-writer.js';
 import { SSE_CONTENT_TYPE, writeStreamDone, writeStreamError } from '../../protocol/sse.js';
+import { releaseWhenSent } from '../output/sent-answers.js';
 import type { ReplySink } from '../reply-sink.js';
 
 export class HttpReply implements ReplySink {
@@ -20,6 +21,8 @@ export class HttpReply implements ReplySink {
 
   send(body: Buffer, form: ResponseForm): void {
     this.#reply.header('content-type', CONTENT_TYPE[form]).send(body);
+    // A pool-backed answer goes back to the response pool once the socket has taken it.
+    releaseWhenSent(this.#reply.raw, body);
   }
 
   fail(error: unknown): void {

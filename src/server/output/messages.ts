@@ -1,4 +1,5 @@
 import type { MessagePort } from 'node:worker_threads';
+import type { ThreadPriority } from '../../shm/thread-priority.js';
 
 /**
  * The messages between an API server's main thread and its output worker, and the worker's start
@@ -25,6 +26,8 @@ export interface OutputWorkerData {
   waitMs: number;
   /** Arena growth step, bytes. */
   arenaGrowStepBytes?: number;
+  /** How far the worker lowers itself below the main thread (absent: not at all). */
+  priority?: ThreadPriority;
 }
 
 // ---- main -> worker ----------------------------------------------------------------------------

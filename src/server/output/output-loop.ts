@@ -23,15 +23,23 @@ import { StreamEncoder } from './stream-encoder.js';
 
 /** Records handled per pass at most, so a flooded ring still yields messages and stream events. */
 const MAX_RECORDS_PER_PASS = 256;
+/**
+ * How often, at most, an idle pass asks the arena to give free memory back (block-arena.ts trim()):
+ * rarely enough that a steady load's free blocks stay warm, soon enough that a burst's peak is
+ * returned within a second or two of its end.
+ */
+const TRIM_EVERY_MS = 1_000;
 
 export class OutputLoop {
   readonly scatter: StepScatter;
+  readonly #arena: BlockArena;
   readonly #consumer: RingConsumer;
   readonly #port: MessagePort;
   readonly #streams: StreamEncoder;
   readonly #waitMs: number;
   readonly #lookupHeaders = (): void => this.#readMessages();
   #running = true;
+  #lastTrimMs = 0;
 
   constructor(data: OutputWorkerData) {
     const meta = new SlotMetaTable(data.metaSab);
@@ -40,6 +48,7 @@ export class OutputLoop {
       data.arenaSab,
       data.arenaGrowStepBytes === undefined ? {} : { growStepBytes: data.arenaGrowStepBytes },
     );
+    this.#arena = arena;
     const tokens = tokenByteSource(data.preset, data.specialTokenIds);
     // Request metrics into the region, when the API server shared where (worker-metrics.ts).
     const metrics = recorderFromEnvironment((slot) => meta.promptLen(slot));
@@ -66,7 +75,10 @@ export class OutputLoop {
       while (this.#running) {
         this.#readMessages();
         if (!this.#running) break;
-        if (this.#pass() === 0) this.#consumer.waitForData(this.#waitMs);
+        if (this.#pass() === 0) {
+          this.#trimWhenDue();
+          this.#consumer.waitForData(this.#waitMs);
+        }
       }
       this.#consumer.detach();
       this.#post({ type: 'stopped' });
@@ -124,6 +136,14 @@ export class OutputLoop {
       this.#port.postMessage(batch, streams === null ? [] : [streams.bytes]);
     }
     return records;
+  }
+
+  /** On an idle pass: gives the arena's excess free memory back, at most every TRIM_EVERY_MS. */
+  #trimWhenDue(): void {
+    const now = performance.now();
+    if (now - this.#lastTrimMs < TRIM_EVERY_MS) return;
+    this.#lastTrimMs = now;
+    if (this.#arena.excessBytes > 0) this.#arena.trim();
   }
 
   /** Applies every pending main-thread message. */

@@ -9,6 +9,7 @@ import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 import type { RingserveError } from '../../errors.js';
 import { Doorbell } from '../../shm/doorbell.js';
 import { RING_DOORBELL } from '../../shm/layout.js';
+import type { ThreadPriority } from '../../shm/thread-priority.js';
 import type { AccumulatorTable } from './accumulators.js';
 import { RS_ERR_OUTPUT_WORKER_FAILED, RS_ERR_OUTPUT_WORKER_TIMEOUT } from './errors.js';
 import type {
@@ -36,6 +37,8 @@ export interface OutputWorkerOptions {
   waitMs?: number;
   startTimeoutMs?: number;
   arenaGrowStepBytes?: number;
+  /** How far the worker thread lowers its scheduling priority (default: not at all). */
+  priority?: ThreadPriority;
 }
 
 /** dist/<rel>, found from this module whether it runs from src/ (vitest) or dist/src/. */
@@ -85,6 +88,7 @@ export class OutputWorker {
       ...(opts.arenaGrowStepBytes === undefined
         ? {}
         : { arenaGrowStepBytes: opts.arenaGrowStepBytes }),
+      ...(opts.priority === undefined ? {} : { priority: opts.priority }),
     };
     const worker = new Worker(distPath('workers/output-worker.js'), {
       workerData: data,

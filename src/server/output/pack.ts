@@ -1,17 +1,26 @@
 // Encoding of a finished request from the shared tables: what a packer thread runs per task (and
 // what a test or the inline path can run on any thread). The columns are views into the arena; the
-// encoders write them into the packer's reused writer and copy the result out once.
-import { GenerateResponseEncoder } from '../../protocol/generate-response.js';
+// encoders write them into the packer's reused writer, and the result is copied out once: into a
+// run of the response pool, or into a Buffer of its own when the pool has no room for it.
+import type { ByteWriter } from '../../protocol/byte-writer.js';
+import {
+  writeGenerateResponseJson,
+  writeGenerateResponseMsgpack,
+} from '../../protocol/generate-response.js';
+import { JsonWriter } from '../../protocol/json-writer.js';
+import { MsgpackWriter } from '../../protocol/msgpack-writer.js';
 import type { ChoiceColumns, GenerateResponseColumns } from '../../protocol/response-columns.js';
 import { AccumulatorTable, SlotState } from './accumulators.js';
 import { RS_ERR_OUTPUT_BAD_SLOT, RS_ERR_OUTPUT_NOT_FINISHED } from './errors.js';
 import type { PackTask } from './packer-pool.js';
+import type { PoolRun, ResponsePool } from './response-pool.js';
 import { ResponseView, requestFailure } from './response-view.js';
 import { SlotMetaTable } from './slot-meta.js';
 
 export class ResponsePacker {
   readonly view: ResponseView;
-  readonly #encoder = new GenerateResponseEncoder();
+  readonly #json = new JsonWriter();
+  readonly #msgpack = new MsgpackWriter();
 
   constructor(metaSab: SharedArrayBuffer, accSab: SharedArrayBuffer, arenaSab: SharedArrayBuffer) {
     this.view = new ResponseView(
@@ -42,7 +51,27 @@ export class ResponsePacker {
 
   /** The whole response in `task.form`, in a Buffer with its own ArrayBuffer (transferable). */
   pack(task: PackTask): Buffer {
-    return this.#encoder.encode(this.columns(task), task.form);
+    return this.#encode(task).finish();
+  }
+
+  /** The response copied into a run of `pool`; a Buffer of its own when no run takes it. */
+  packInto(task: PackTask, pool: ResponsePool | null): PoolRun | Buffer {
+    const writer = this.#encode(task);
+    const run = pool?.acquire(writer.length) ?? null;
+    if (run === null) return writer.finish();
+    pool!.bytes.set(writer.view(), run.offset);
+    return run;
+  }
+
+  /** The writer holding the encoded response (until the next encode). */
+  #encode(task: PackTask): ByteWriter {
+    const columns = this.columns(task);
+    if (task.form === 'msgpack') {
+      writeGenerateResponseMsgpack(this.#msgpack.reset(), columns);
+      return this.#msgpack;
+    }
+    writeGenerateResponseJson(this.#json.reset(), columns, task.form === 'legacy');
+    return this.#json;
   }
 
   /** A slot must hold a complete, successful response of the generation the task names. */

@@ -1,12 +1,22 @@
 // The main thread's packer pool: a thin typed class over piscina (the pool keeps its threads, its
-// queue and its load balancing) that runs workers/packer.js and hands back Buffers. The encoded
-// bytes are moved, not copied, from the packer thread; a task that takes longer than its bound is
-// abandoned with RS_ERR_OUTPUT_PACK_TIMEOUT.
+// queue and its load balancing) that runs workers/packer.js and hands back Buffers. A packer writes
+// an answer into the response pool (response-pool.ts) and the main thread gets a view of it, or,
+// when the pool has no room, the packer moves (not copies) a Buffer of its own; a task that takes
+// longer than its bound is abandoned with RS_ERR_OUTPUT_PACK_TIMEOUT.
 import { Piscina } from 'piscina';
 import { RingserveError } from '../../errors.js';
 import type { ResponseForm } from '../../protocol/generate-response.js';
+import { SAME_PRIORITY, type ThreadPriority } from '../../shm/thread-priority.js';
 import { RS_ERR_OUTPUT_PACK_TIMEOUT } from './errors.js';
 import { distPath } from './output-worker-handle.js';
+import { type PoolRun, ResponsePool, type ResponsePoolStats } from './response-pool.js';
+import { pooledAnswer } from './sent-answers.js';
+
+/**
+ * The response pool is trimmed when no answer went into it for this long: after a burst its
+ * pages go back, and a steady load, which places answers every few ms, never trims it.
+ */
+const POOL_IDLE_TRIM_MS = 2_000;
 
 /** One finished request to encode. */
 export interface PackTask {
@@ -34,41 +44,68 @@ export interface PackerWorkerData {
   metaSab: SharedArrayBuffer;
   accSab: SharedArrayBuffer;
   arenaSab: SharedArrayBuffer;
+  /** The response pool's buffer, or null: every answer in a Buffer of its own. */
+  poolSab: SharedArrayBuffer | null;
+  priority: ThreadPriority;
 }
 
-export interface PackerPoolOptions extends PackerWorkerData {
+export interface PackerPoolOptions {
+  metaSab: SharedArrayBuffer;
+  accSab: SharedArrayBuffer;
+  arenaSab: SharedArrayBuffer;
   /** Packer threads (default 1: the machine's other core is the output worker's). */
   threads?: number;
   /** Longest a task may take, queueing included (default 30 s). */
   taskTimeoutMs?: number;
+  /** Size of the response pool (default 0: none). */
+  responsePoolBytes?: number;
+  /** How far the packer threads lower themselves below the main thread (default: not at all). */
+  priority?: ThreadPriority;
 }
 
 export class PackerPool {
-  readonly #pool: Piscina<PackTask, Uint8Array | PackFailure>;
+  readonly #pool: Piscina<PackTask, Uint8Array | PoolRun | PackFailure>;
   readonly #timeoutMs: number;
+  readonly #answers: ResponsePool | null;
+  readonly #trimTimer: NodeJS.Timeout | null;
+  #pooledAtLastTick = -1;
 
   constructor(opts: PackerPoolOptions) {
     const threads = opts.threads ?? 1;
     this.#timeoutMs = opts.taskTimeoutMs ?? 30_000;
+    const poolBytes = opts.responsePoolBytes ?? 0;
+    this.#answers = poolBytes > 0 ? ResponsePool.create(poolBytes) : null;
+    const workerData: PackerWorkerData = {
+      metaSab: opts.metaSab,
+      accSab: opts.accSab,
+      arenaSab: opts.arenaSab,
+      poolSab: this.#answers?.sab ?? null,
+      priority: opts.priority ?? SAME_PRIORITY,
+    };
     this.#pool = new Piscina({
       filename: distPath('workers/packer.js'),
       minThreads: threads,
       maxThreads: threads,
       idleTimeout: Number.POSITIVE_INFINITY,
-      workerData: { metaSab: opts.metaSab, accSab: opts.accSab, arenaSab: opts.arenaSab },
+      workerData,
       name: 'default',
     });
+    this.#trimTimer =
+      this.#answers === null ? null : setInterval(() => this.#trimIfIdle(), POOL_IDLE_TRIM_MS);
+    this.#trimTimer?.unref();
   }
 
-  /** Encodes a finished request; the Buffer's memory was transferred from the packer thread. */
+  /**
+   * Encodes a finished request: a view of the response pool (send it, then releaseWhenSent), or a
+   * Buffer whose memory was transferred from the packer thread.
+   */
   async pack(task: PackTask): Promise<Buffer> {
     const signal = AbortSignal.timeout(this.#timeoutMs);
     try {
       const out = await this.#pool.run(task, { signal });
-      if (!(out instanceof Uint8Array)) {
-        throw new RingserveError(out.code, out.message, out.statusCode, null);
-      }
-      return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
+      if (out instanceof Uint8Array) return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
+      if ('code' in out) throw new RingserveError(out.code, out.message, out.statusCode, null);
+      return pooledAnswer(this.#answers!, out);
     } catch (err) {
       if (signal.aborted && !(err instanceof RingserveError))
         throw new RS_ERR_OUTPUT_PACK_TIMEOUT(task.requestId, this.#timeoutMs);
@@ -81,8 +118,20 @@ export class PackerPool {
     return this.#pool.queueSize;
   }
 
+  /** How answers were placed (null without a response pool). */
+  poolStats(): ResponsePoolStats | null {
+    return this.#answers?.stats() ?? null;
+  }
+
   /** Finishes queued tasks, then stops the threads. */
   async close(): Promise<void> {
+    if (this.#trimTimer !== null) clearInterval(this.#trimTimer);
     await this.#pool.close();
+  }
+
+  #trimIfIdle(): void {
+    const pooled = this.#answers!.stats().pooled;
+    if (pooled === this.#pooledAtLastTick) this.#answers!.trim();
+    this.#pooledAtLastTick = pooled;
   }
 }

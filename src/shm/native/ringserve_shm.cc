@@ -380,11 +380,252 @@ bool Export(Local<Context> context, Local<Object> exports, const char* name,
 
 }  // namespace ringserve_shm
 
+// ---- Thread scheduling and releasable memory --------------------------------------------------
+// A self-contained block: what the API server's helper threads need from the kernel beyond the
+// region. On Linux, nice and the scheduling policy are per thread (a thread id is a valid
+// PRIO_PROCESS target), so a worker thread can lower its own priority without touching the main
+// thread's. Reserved memory is private anonymous memory handed out as a SharedArrayBuffer (threads
+// of one process share it; MAP_PRIVATE only matters across fork): pages are committed on first
+// touch, and discard() gives the pages of a range back to the kernel (MADV_DONTNEED; they read as
+// zeros afterwards), which a buffer from `new SharedArrayBuffer` cannot do. arrayBufferOf() lets
+// the main thread hand such memory to APIs that only take ArrayBuffer-backed Buffers.
+
+#include <sched.h>
+#include <sys/resource.h>
+
+#include <map>
+#include <mutex>
+
+namespace ringserve_shm {
+namespace thread_and_memory {
+
+pid_t ThisThreadId() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+// threadId() -> the calling thread's kernel id (gettid).
+void ThreadId(const FunctionCallbackInfo<Value>& info) {
+  info.GetReturnValue().Set(static_cast<int32_t>(ThisThreadId()));
+}
+
+// threadNice() -> the calling thread's nice value.
+void ThreadNice(const FunctionCallbackInfo<Value>& info) {
+  errno = 0;
+  int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(ThisThreadId()));
+  if (nice == -1 && errno != 0) {
+    ThrowCoded(info.GetIsolate(), "RS_ERR_SHM_PRIORITY", "getpriority of this thread failed", errno);
+    return;
+  }
+  info.GetReturnValue().Set(nice);
+}
+
+// setThreadNice(nice): the calling thread's nice value, -20..19. Lowering the priority (a larger
+// nice) needs no privilege; raising it past RLIMIT_NICE is EACCES.
+void SetThreadNice(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  double nice = info.Length() > 0 && info[0]->IsNumber() ? info[0].As<Number>()->Value() : NAN;
+  if (!(nice >= -20 && nice <= 19) || std::floor(nice) != nice) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "nice must be an integer in [-20, 19]", 0);
+    return;
+  }
+  pid_t tid = ThisThreadId();
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(tid), static_cast<int>(nice)) != 0) {
+    ThrowCoded(isolate, "RS_ERR_SHM_PRIORITY",
+               "setpriority(thread " + std::to_string(tid) + ", nice " +
+                   std::to_string(static_cast<int>(nice)) + ") failed",
+               errno);
+  }
+}
+
+struct PolicyName {
+  const char* name;
+  int policy;
+};
+constexpr PolicyName kPolicies[] = {
+    {"other", SCHED_OTHER}, {"batch", SCHED_BATCH}, {"idle", SCHED_IDLE},
+    {"fifo", SCHED_FIFO},   {"rr", SCHED_RR},
+};
+
+// threadSchedPolicy() -> 'other' | 'batch' | 'idle' | 'fifo' | 'rr' for the calling thread.
+void ThreadSchedPolicy(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  int policy = sched_getscheduler(ThisThreadId());
+  if (policy < 0) {
+    ThrowCoded(isolate, "RS_ERR_SHM_PRIORITY", "sched_getscheduler of this thread failed", errno);
+    return;
+  }
+  policy &= ~SCHED_RESET_ON_FORK;
+  for (const PolicyName& p : kPolicies) {
+    if (p.policy == policy) {
+      info.GetReturnValue().Set(String::NewFromUtf8(isolate, p.name).ToLocalChecked());
+      return;
+    }
+  }
+  info.GetReturnValue().Set(String::NewFromUtf8(isolate, "unknown").ToLocalChecked());
+}
+
+// setThreadSchedPolicy('other' | 'batch' | 'idle'): the calling thread's time-sharing policy
+// (the real-time ones need privileges and are not offered). SCHED_BATCH keeps the nice weight but
+// never preempts on wake-up; SCHED_IDLE runs only on a core nothing else wants.
+void SetThreadSchedPolicy(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  std::string name;
+  if (info.Length() > 0 && info[0]->IsString()) {
+    String::Utf8Value utf8(isolate, info[0]);
+    name.assign(*utf8, utf8.length());
+  }
+  int policy = name == "other" ? SCHED_OTHER
+               : name == "batch" ? SCHED_BATCH
+               : name == "idle"  ? SCHED_IDLE
+                                 : -1;
+  if (policy < 0) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "policy must be 'other', 'batch' or 'idle'", 0);
+    return;
+  }
+  sched_param param{};
+  param.sched_priority = 0;
+  pid_t tid = ThisThreadId();
+  if (sched_setscheduler(tid, policy, &param) != 0) {
+    ThrowCoded(isolate, "RS_ERR_SHM_PRIORITY",
+               "sched_setscheduler(thread " + std::to_string(tid) + ", " + name + ") failed", errno);
+  }
+}
+
+// Reserved mappings by start address -> length, so discard() only ever touches memory reserve()
+// made (any thread may free a buffer: V8 runs the deleter where the last reference died).
+std::mutex reserved_mutex;
+std::map<uintptr_t, size_t>& Reserved() {
+  static std::map<uintptr_t, size_t> reserved;
+  return reserved;
+}
+
+void UnmapReserved(void* data, size_t length, void* /*deleter_data*/) {
+  {
+    std::lock_guard<std::mutex> lock(reserved_mutex);
+    Reserved().erase(reinterpret_cast<uintptr_t>(data));
+  }
+  munmap(data, length);
+}
+
+// reserve(bytes) -> a SharedArrayBuffer of `bytes` whose pages are committed on first touch
+// (MAP_NORESERVE: a large reservation costs address space, not memory).
+void Reserve(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  double requested = info.Length() > 0 && info[0]->IsNumber() ? info[0].As<Number>()->Value() : -1;
+  if (!(requested >= 1 && requested <= 9007199254740991.0) || std::floor(requested) != requested) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "reservation size must be a positive integer number of bytes", 0);
+    return;
+  }
+  size_t bytes = static_cast<size_t>(requested);
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (data == MAP_FAILED) {
+    ThrowCoded(isolate, "RS_ERR_SHM_MMAP",
+               "reserving " + std::to_string(bytes) + " bytes of anonymous memory failed", errno);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(reserved_mutex);
+    Reserved()[reinterpret_cast<uintptr_t>(data)] = bytes;
+  }
+  std::unique_ptr<v8::BackingStore> store =
+      SharedArrayBuffer::NewBackingStore(data, bytes, UnmapReserved, nullptr);
+  info.GetReturnValue().Set(SharedArrayBuffer::New(isolate, std::move(store)));
+}
+
+// discard(sab, offset, length) -> bytes given back: the whole pages inside [offset, offset +
+// length) of a reserve()d buffer. Their contents read as zeros afterwards.
+void Discard(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  if (info.Length() < 3 || !info[0]->IsSharedArrayBuffer() || !info[1]->IsNumber() ||
+      !info[2]->IsNumber()) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "expected (SharedArrayBuffer, offset, length)", 0);
+    return;
+  }
+  std::shared_ptr<v8::BackingStore> store = info[0].As<SharedArrayBuffer>()->GetBackingStore();
+  uintptr_t base = reinterpret_cast<uintptr_t>(store->Data());
+  bool reserved = false;
+  {
+    std::lock_guard<std::mutex> lock(reserved_mutex);
+    auto it = Reserved().find(base);
+    reserved = it != Reserved().end() && it->second == store->ByteLength();
+  }
+  if (!reserved) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "discard() needs a buffer made by reserve()", 0);
+    return;
+  }
+  double offset = info[1].As<Number>()->Value();
+  double length = info[2].As<Number>()->Value();
+  double size = static_cast<double>(store->ByteLength());
+  if (!(offset >= 0 && length >= 0 && offset + length <= size) || std::floor(offset) != offset ||
+      std::floor(length) != length) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "discard range outside the buffer", 0);
+    return;
+  }
+  uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uintptr_t from = (base + static_cast<uintptr_t>(offset) + page - 1) & ~(page - 1);
+  uintptr_t to = (base + static_cast<uintptr_t>(offset + length)) & ~(page - 1);
+  if (to <= from) {
+    info.GetReturnValue().Set(0);
+    return;
+  }
+  if (madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED) != 0) {
+    ThrowCoded(isolate, "RS_ERR_SHM_MMAP", "madvise(MADV_DONTNEED) failed", errno);
+    return;
+  }
+  info.GetReturnValue().Set(static_cast<double>(to - from));
+}
+
+// An ArrayBuffer that aliases a SharedArrayBuffer's memory keeps that memory alive (the deleter
+// drops a reference to the SAB's backing store, on whatever thread V8 frees it).
+struct AliasedStore {
+  std::shared_ptr<v8::BackingStore> store;
+};
+
+void DropAliasedStore(void* /*data*/, size_t /*length*/, void* holder) {
+  delete static_cast<AliasedStore*>(holder);
+}
+
+// arrayBufferOf(sab) -> an ArrayBuffer over the same bytes as `sab` (no copy), for APIs that take
+// only ArrayBuffer-backed views (fastify sends a Buffer raw only if its .buffer is an ArrayBuffer).
+// V8 counts its length as external memory once, when it is made. (Mark it untransferable from JS:
+// a transfer would detach it under every other view; a V8 detach key makes Node 20 abort instead.)
+void ArrayBufferOf(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  if (info.Length() < 1 || !info[0]->IsSharedArrayBuffer()) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "expected a SharedArrayBuffer", 0);
+    return;
+  }
+  std::shared_ptr<v8::BackingStore> shared = info[0].As<SharedArrayBuffer>()->GetBackingStore();
+  void* data = shared->Data();
+  size_t length = shared->ByteLength();
+  auto* holder = new AliasedStore{std::move(shared)};
+  std::unique_ptr<v8::BackingStore> alias =
+      v8::ArrayBuffer::NewBackingStore(data, length, DropAliasedStore, holder);
+  info.GetReturnValue().Set(v8::ArrayBuffer::New(isolate, std::move(alias)));
+}
+
+void Register(Local<Context> context, Local<Object> exports) {
+  Export(context, exports, "threadId", ThreadId);
+  Export(context, exports, "threadNice", ThreadNice);
+  Export(context, exports, "setThreadNice", SetThreadNice);
+  Export(context, exports, "threadSchedPolicy", ThreadSchedPolicy);
+  Export(context, exports, "setThreadSchedPolicy", SetThreadSchedPolicy);
+  Export(context, exports, "reserve", Reserve);
+  Export(context, exports, "discard", Discard);
+  Export(context, exports, "arrayBufferOf", ArrayBufferOf);
+}
+
+}  // namespace thread_and_memory
+// ---- end of thread scheduling and releasable memory ---------------------------------------------
+
+}  // namespace ringserve_shm
+
 // Context-aware: every Node environment (main thread, each worker thread) gets its own exports.
 NODE_MODULE_INIT(/* exports, module, context */) {
-  static_cast<void>(ringserve_shm::Export(context, exports, "create", ringserve_shm::Create) &&
-                    ringserve_shm::Export(context, exports, "open", ringserve_shm::Open) &&
-                    ringserve_shm::Export(context, exports, "unlink", ringserve_shm::Unlink) &&
-                    ringserve_shm::Export(context, exports, "futexWait", ringserve_shm::FutexWait) &&
-                    ringserve_shm::Export(context, exports, "futexWake", ringserve_shm::FutexWake));
+  if (ringserve_shm::Export(context, exports, "create", ringserve_shm::Create) &&
+      ringserve_shm::Export(context, exports, "open", ringserve_shm::Open) &&
+      ringserve_shm::Export(context, exports, "unlink", ringserve_shm::Unlink) &&
+      ringserve_shm::Export(context, exports, "futexWait", ringserve_shm::FutexWait) &&
+      ringserve_shm::Export(context, exports, "futexWake", ringserve_shm::FutexWake)) {
+    ringserve_shm::thread_and_memory::Register(context, exports);
+  }
 }

@@ -1,8 +1,9 @@
+import { readdirSync, readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeGenerateBody } from '../../../src/client/decode.js';
 import { SseParser, StreamAccumulator } from '../../../src/client/stream.js';
 import { AccumulatorTable, SlotState } from '../../../src/server/output/accumulators.js';
-import { createArenaBuffer } from '../../../src/server/output/block-arena.js';
+import { createArenaBuffer, reserveArenaBuffer } from '../../../src/server/output/block-arena.js';
 import type { OutputBatch } from '../../../src/server/output/messages.js';
 import { OutputWorker } from '../../../src/server/output/output-worker-handle.js';
 import { ResponsePacker } from '../../../src/server/output/pack.js';
@@ -15,6 +16,7 @@ import {
   unlinkRegion,
 } from '../../../src/shm/region.js';
 import type { RingProducer } from '../../../src/shm/ring.js';
+import type { ThreadPriority } from '../../../src/shm/thread-priority.js';
 import { RecordType } from '../../../src/wire/messages.js';
 import { uniqueRegionName, until } from '../../shm/helpers.js';
 import { metaFields } from './harness.js';
@@ -41,7 +43,9 @@ afterEach(async () => {
   for (const name of regions.splice(0)) unlinkRegion(name);
 });
 
-async function startRig(): Promise<Rig> {
+async function startRig(
+  opts: { arena?: SharedArrayBuffer; priority?: ThreadPriority } = {},
+): Promise<Rig> {
   const name = uniqueRegionName('output');
   regions.push(name);
   // A 16 KiB output ring: the tests' records wrap it many times.
@@ -49,7 +53,7 @@ async function startRig(): Promise<Rig> {
   const producer = outputRingProducer(region, 0);
   const meta = new SlotMetaTable(16);
   const acc = new AccumulatorTable(16);
-  const arena = createArenaBuffer(64 * 1024, 64 * 1024 * 1024);
+  const arena = opts.arena ?? createArenaBuffer(64 * 1024, 64 * 1024 * 1024);
   const batches: OutputBatch[] = [];
   const failures: string[] = [];
   const worker = await OutputWorker.start({
@@ -65,6 +69,7 @@ async function startRig(): Promise<Rig> {
     onBatch: (b) => batches.push(b),
     onFailure: (e) => failures.push(e.message),
     waitMs: 20,
+    ...(opts.priority === undefined ? {} : { priority: opts.priority }),
   });
   const send = (rows: StepRow[]): void => {
     const at = producer.reserve(RecordType.Step, stepBytes(rows, TINY_GEOMETRY), 5_000);
@@ -228,6 +233,39 @@ describe('output worker thread fed by a real ring', () => {
     );
     expect(r.acc.completionTokens(4)).toBe(2);
     expect(listed(r.batches, 'finished')).not.toContain(2);
+  });
+
+  it('runs on a reserved arena, in a thread below the main thread', async () => {
+    const r = await startRig({
+      arena: reserveArenaBuffer(64 * 1024 * 1024),
+      priority: { nice: 3, policy: 'batch' },
+    });
+    // The kernel's view of this process's threads: (nice, policy) from /proc stat fields 19, 41.
+    const view = (tid: string) => {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      return { nice: Number(fields[19 - 3]), policy: Number(fields[41 - 3]) };
+    };
+    const main = view(String(process.pid));
+    const threads = readdirSync('/proc/self/task').map(view);
+    expect(threads.filter((t) => t.policy === 3)).toEqual([
+      { nice: Math.min(19, main.nice + 3), policy: 3 },
+    ]);
+    r.meta.write(1, 7, metaFields({ promptLen: 1, routedExperts: false }));
+    for (let i = 0; i < 300; i++) {
+      r.send([{ slot: 1, gen: 7, token: i, logprob: -1, maskIds: [i], finish: i === 299 ? 2 : 0 }]);
+    }
+    await until(() => listed(r.batches, 'finished').includes(1), 10_000, 'the finished batch');
+    const body = new ResponsePacker(r.meta.sab, r.acc.sab, r.arena).pack({
+      slots: [1],
+      form: 'msgpack',
+      requestId: 'r',
+      model: 'sim-tiny',
+      created: 1,
+    });
+    const choice = decodeGenerateBody(body, 'application/msgpack').choices[0]!;
+    expect(Array.from(choice.tokenIds)).toEqual(Array.from({ length: 300 }, (_, i) => i));
+    expect(r.failures).toEqual([]);
   });
 
   it('stops within its bound and detaches from the ring', async () => {

@@ -1,9 +1,16 @@
+import { EventEmitter } from 'node:events';
+import { readdirSync, readFileSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { decodeGenerateBody, type GenerateResult } from '../../../src/client/decode.js';
 import { checkInvariants } from '../../../src/client/invariants.js';
 import { CONTENT_TYPE, type ResponseForm } from '../../../src/protocol/generate-response.js';
 import { ResponsePacker } from '../../../src/server/output/pack.js';
-import { PackerPool } from '../../../src/server/output/packer-pool.js';
+import {
+  PackerPool,
+  type PackerPoolOptions,
+  type PackTask,
+} from '../../../src/server/output/packer-pool.js';
+import { releaseWhenSent } from '../../../src/server/output/sent-answers.js';
 import { events, type Harness, makeHarness, metaFields } from './harness.js';
 
 const FORMS: readonly ResponseForm[] = ['packed', 'legacy', 'msgpack'];
@@ -74,6 +81,18 @@ function finishedRequests(): {
   return { h, tokens, logprobs, masks, routing };
 }
 
+/** Slot 2's request (see finishedRequests) in one form. */
+function taskFor(form: ResponseForm): PackTask {
+  return {
+    slots: [2],
+    generations: [8],
+    form,
+    requestId: 'req-1',
+    model: 'sim-tiny',
+    created: 1_764_400_000,
+  };
+}
+
 function expectDecoded(r: GenerateResult, want: ReturnType<typeof finishedRequests>): void {
   checkInvariants(r, PROMPT);
   const c = r.choices[0]!;
@@ -103,14 +122,7 @@ describe('ResponsePacker (in this thread)', () => {
     const want = finishedRequests();
     const packer = new ResponsePacker(want.h.meta.sab, want.h.acc.sab, want.h.arena.sab);
     for (const form of FORMS) {
-      const body = packer.pack({
-        slots: [2],
-        generations: [8],
-        form,
-        requestId: 'req-1',
-        model: 'sim-tiny',
-        created: 1_764_400_000,
-      });
+      const body = packer.pack(taskFor(form));
       expect(body.buffer.byteLength).toBe(body.length);
       expectDecoded(decodeGenerateBody(body, CONTENT_TYPE[form]), want);
     }
@@ -151,32 +163,42 @@ describe('ResponsePacker (in this thread)', () => {
   });
 });
 
+const SCHED_BATCH = 3;
+
+/** Threads of this process whose scheduling policy is `policy`. */
+function tasksWithPolicy(policy: number): number {
+  return readdirSync('/proc/self/task').filter((tid) => {
+    const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[41 - 3]) === policy;
+  }).length;
+}
+
 describe('PackerPool (piscina threads running dist/workers/packer.js)', () => {
-  let pool: PackerPool | undefined;
+  const pools: PackerPool[] = [];
   afterAll(async () => {
-    await pool?.close();
+    await Promise.all(pools.map((p) => p.close()));
   });
+
+  function startPool(
+    want: ReturnType<typeof finishedRequests>,
+    extra: Partial<PackerPoolOptions> = {},
+  ): PackerPool {
+    const h = want.h;
+    const pool = new PackerPool({
+      metaSab: h.meta.sab,
+      accSab: h.acc.sab,
+      arenaSab: h.arena.sab,
+      threads: 2,
+      ...extra,
+    });
+    pools.push(pool);
+    return pool;
+  }
 
   it('returns transferred Buffers that decode to the accumulated arrays, in every form', async () => {
     const want = finishedRequests();
-    pool = new PackerPool({
-      metaSab: want.h.meta.sab,
-      accSab: want.h.acc.sab,
-      arenaSab: want.h.arena.sab,
-      threads: 2,
-    });
-    const bodies = await Promise.all(
-      FORMS.map((form) =>
-        pool!.pack({
-          slots: [2],
-          generations: [8],
-          form,
-          requestId: 'req-1',
-          model: 'sim-tiny',
-          created: 1_764_400_000,
-        }),
-      ),
-    );
+    const pool = startPool(want);
+    const bodies = await Promise.all(FORMS.map((form) => pool.pack(taskFor(form))));
     FORMS.forEach((form, i) => {
       const body = bodies[i]!;
       expect(Buffer.isBuffer(body)).toBe(true);
@@ -189,5 +211,39 @@ describe('PackerPool (piscina threads running dist/workers/packer.js)', () => {
       code: 'RS_ERR_OUTPUT_NOT_FINISHED',
       statusCode: 500,
     });
+  });
+
+  it('answers many requests at once, in the pool while it has room, intact until released', async () => {
+    const want = finishedRequests();
+    // 4 chunks of 64 KiB: four answers fit at a time, the others get buffers of their own.
+    const pool = startPool(want, {
+      responsePoolBytes: 256 * 1024,
+      priority: { nice: 1, policy: 'batch' },
+    });
+    const task = (i: number): PackTask => taskFor(FORMS[i % FORMS.length]!);
+    const reference = new ResponsePacker(want.h.meta.sab, want.h.acc.sab, want.h.arena.sab);
+    const count = 24;
+    const bodies = await Promise.all(Array.from({ length: count }, (_, i) => pool.pack(task(i))));
+    // The two packer threads lowered themselves (kernel's view: policy is stat field 41).
+    expect(tasksWithPolicy(SCHED_BATCH)).toBe(2);
+    const stats = pool.poolStats()!;
+    expect(stats.pooled).toBe(4);
+    expect(stats.full).toBe(count - 4);
+    // Every answer, pooled or not, holds its own bytes: no later answer wrote over an earlier one.
+    bodies.forEach((body, i) => {
+      expect(body.buffer).toBeInstanceOf(ArrayBuffer);
+      expect(body.equals(reference.pack(task(i)))).toBe(true);
+      expectDecoded(decodeGenerateBody(body, CONTENT_TYPE[task(i).form]), want);
+    });
+    // Sent: the runs go back, and the next answers are pooled again.
+    for (const body of bodies) {
+      const res = new EventEmitter();
+      releaseWhenSent(res, body);
+      res.emit('finish');
+    }
+    expect(pool.poolStats()!.inUseChunks).toBe(0);
+    const next = await pool.pack(task(0));
+    expect(pool.poolStats()!.pooled).toBe(5);
+    expect(next.equals(reference.pack(task(0)))).toBe(true);
   });
 });
