@@ -16,6 +16,7 @@ import { fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
+import { ExitCode } from '../src/errors.js';
 import { AccumulatorTable } from '../src/server/output/accumulators.js';
 import { createArenaBuffer, reserveArenaBuffer } from '../src/server/output/block-arena.js';
 import { OutputWorker } from '../src/server/output/output-worker-handle.js';
@@ -115,7 +116,7 @@ async function runChild(kind: ArenaKind, burst: Burst): Promise<ArenaReport> {
       },
       onFailure: (error) => {
         console.error(`output worker: ${error.message}`);
-        process.exit(1);
+        process.exit(ExitCode.Failure);
       },
     });
     for (let s = 0; s < burst.requests; s++) meta.write(s, 1, requestMeta(burst.tokens));
@@ -194,7 +195,7 @@ async function main(): Promise<void> {
   const child = process.argv.indexOf('--child');
   if (child >= 0) {
     const report = await runChild(process.argv[child + 1] as ArenaKind, burst);
-    process.send?.(report, () => process.exit(0));
+    process.send?.(report, () => process.exit(ExitCode.Ok));
     return;
   }
   const reports = [await runInChild('reserved', burst), await runInChild('growable', burst)];
@@ -223,5 +224,5 @@ async function main(): Promise<void> {
 
 main().catch((err) => {
   console.error(err);
-  process.exit(1);
+  process.exit(ExitCode.Failure);
 });
