@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { formatHelp, isHelpRequested, parseArgs } from '../src/cli-args.js';
 import { buildConfig, CONFIG_FIELDS, configField, type RingserveConfig } from '../src/config.js';
-import { MAX_SLOTS_PER_SERVER as ENGINE_SLOT_TABLE } from '../src/engine/core-loop.js';
 import { RingserveError } from '../src/errors.js';
 import { resolveEngineConfig } from '../src/sim/engine-config.js';
 import { getPreset, PRESET_NAMES } from '../src/sim/presets.js';
@@ -275,8 +274,6 @@ describe('one source for the engine defaults and ranges', () => {
       }
     }
     expect(configField('maxQueueLen').max).toBe(MAX_SLOTS_PER_SERVER);
-    // The core loop's own copy, until it imports src/wire/engine-defaults.ts's.
-    expect(ENGINE_SLOT_TABLE).toBe(MAX_SLOTS_PER_SERVER);
   });
 });
 

@@ -16,7 +16,7 @@ const ALLOWED: Readonly<Record<string, readonly string[] | 'any'>> = {
   wire: ['shm', 'errors'],
   config: ['wire', 'errors'],
   obs: ['shm', 'wire', 'config', 'errors'],
-  engine: ['wire', 'shm', 'obs', 'errors'],
+  engine: ['wire', 'shm', 'errors'],
   sim: ['wire', 'engine', 'errors'],
   protocol: ['wire', 'errors'],
   server: ['wire', 'shm', 'protocol', 'obs', 'config', 'errors'],

@@ -49,6 +49,7 @@ import type { Region } from '../shm/region.js';
 import { engineDoorbell, outputRingProducer, requestRingConsumer } from '../shm/region.js';
 import type { RingConsumer, RingProducer } from '../shm/ring.js';
 import { ControlCommand, ControlResult, ControlServer } from '../wire/control-channel.js';
+import { MAX_SLOTS_PER_SERVER } from '../wire/engine-defaults.js';
 import {
   RecordType,
   readAbortSlot,
@@ -75,8 +76,6 @@ const IDLE_WAIT_MS = 50;
  * within a fraction of a step; the cost is 500 short wake-ups a second, only while all is held.
  */
 const HELD_POLL_MS = 2;
-/** Request slots per API server the engine tracks generations for (>= the server's slot table). */
-export const MAX_SLOTS_PER_SERVER = 65_536;
 /** #execute's answers that are not a weight version. */
 const REFUSED = -1;
 const UNKNOWN = -2;

@@ -1,3 +1,4 @@
+import { idBytesForExperts } from '../wire/model-card.js';
 import { FinishReason } from '../wire/types.js';
 
 /**
@@ -73,7 +74,7 @@ export class StepOutputs {
    * unchanged, so the engine calls it every step; a change drops the routing area's contents.
    */
   shapeRouting(layers: number, topk: number, numExperts: number): void {
-    const wide = numExperts > 256;
+    const wide = idBytesForExperts(numExperts) === 2;
     if (layers === this.routingLayers && topk === this.routingTopk && wide === this.routingWide) {
       return;
     }

@@ -109,8 +109,13 @@ export function getModelCard(name: string): ModelCard {
 }
 
 /** Bytes per expert id in a routing row: uint8 up to 256 experts, uint16 above. */
+export function idBytesForExperts(numExperts: number): 1 | 2 {
+  return numExperts > 256 ? 2 : 1;
+}
+
+/** Bytes per expert id in this model's routing rows. */
 export function expertIdBytes(card: ModelCard): 1 | 2 {
-  return card.numExperts > 256 ? 2 : 1;
+  return idBytesForExperts(card.numExperts);
 }
 
 /**
