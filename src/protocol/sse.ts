@@ -34,6 +34,14 @@ function writeEventHead(w: JsonWriter, requestId: string, model: string, created
   w.raw(',"created":').int(created);
 }
 
+/**
+ * One event around JSON text made elsewhere (the inline baseline builds its legacy events with
+ * JSON.stringify, as a per-token-object frontend does); the framing stays this module's.
+ */
+export function writeStreamEventText(w: JsonWriter, json: string): void {
+  w.raw('data: ').bytes(Buffer.from(json)).raw('\n\n');
+}
+
 /** One delta event. Throws RS_ERR_PROTOCOL_BAD_COLUMNS for an event that would say nothing. */
 export function writeStreamChunk(w: JsonWriter, chunk: StreamChunkColumns, legacy: boolean): void {
   if (chunk.choices.length === 0) {

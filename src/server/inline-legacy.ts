@@ -94,7 +94,7 @@ export function stringifyLegacyResponse(sequences: readonly InlineSequence[]): s
   });
 }
 
-/** One legacy stream event (`data: {...}\n\n`) with the choice's new part. */
+/** One legacy stream event's JSON text (sse.ts frames it) with the choice's new part. */
 export function legacyStreamEvent(
   s: InlineSequence,
   from: number,
@@ -111,5 +111,5 @@ export function legacyStreamEvent(
     choices: [legacyChoice(s, from, fromRow, finishReason, stopReason)],
     usage: usage === null ? null : usageObject(usage),
   };
-  return `data: ${JSON.stringify(event)}\n\n`;
+  return JSON.stringify(event);
 }

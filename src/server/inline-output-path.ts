@@ -18,7 +18,12 @@ import { encodeGenerateResponse } from '../protocol/generate-response.js';
 import { JsonWriter } from '../protocol/json-writer.js';
 import { type ChoiceFinishReason, choiceFinishReason } from '../protocol/response-columns.js';
 import { stringifyGenerateResponse } from '../protocol/response-object.js';
-import { writeStreamChunk, writeStreamDone, writeStreamUsageChunk } from '../protocol/sse.js';
+import {
+  writeStreamChunk,
+  writeStreamDone,
+  writeStreamEventText,
+  writeStreamUsageChunk,
+} from '../protocol/sse.js';
 import type { RingConsumer } from '../shm/ring.js';
 import { RecordType, StepColumn, StepRecordView } from '../wire/messages.js';
 import { getModelCard } from '../wire/model-card.js';
@@ -267,8 +272,10 @@ export class InlineOutputPath implements OutputPath {
     const w = this.#sse.reset();
     const chunkUsage = request.continuousUsageStats ? usage : null;
     if (form === 'legacy') {
-      const event = legacyStreamEvent(s, from, fromRow, finishReason, stopReason, chunkUsage);
-      w.bytes(Buffer.from(event));
+      writeStreamEventText(
+        w,
+        legacyStreamEvent(s, from, fromRow, finishReason, stopReason, chunkUsage),
+      );
     } else {
       const choice = choiceColumns(s, from, fromRow, finishReason, stopReason);
       writeStreamChunk(
