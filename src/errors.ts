@@ -319,6 +319,12 @@ export const RS_ERR_CLIENT_TIMEOUT = createError(
   504,
 );
 
+export const RS_ERR_SERVER_INTERNAL = createError(
+  'RS_ERR_SERVER_INTERNAL',
+  'internal error: %s',
+  500,
+);
+
 // Failures injected on purpose for clients' own tests (--failure-rate, x-ringserve-fail):
 // src/server/http/failure-injection.ts. Each answers as the real failure it imitates would.
 export const RS_ERR_INJECTED_RATE_LIMIT = createError(
@@ -336,12 +342,6 @@ export const RS_ERR_INJECTED_CONTEXT_LENGTH = createError(
   "injected failure (context_length): this model's maximum context length is %s tokens",
   400,
   { param: 'token_ids' },
-);
-
-export const RS_ERR_SERVER_INTERNAL = createError(
-  'RS_ERR_SERVER_INTERNAL',
-  'internal error: %s',
-  500,
 );
 
 /**
