@@ -16,6 +16,8 @@ import { buildApp } from '../server/http/app.js';
 import type { OutputPath } from '../server/output-path.js';
 import { RequestCoordinator } from '../server/request-coordinator.js';
 import {
+  ENG_STATE,
+  ENGINE_STATE_PAUSED,
   healthIndex,
   outputRingOffset,
   RING_HEAD,
@@ -86,7 +88,8 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
     if (closing) return;
     closing = true;
     clearInterval(beat);
-    await coordinator.drain(timeoutMs);
+    // Requests on a paused engine can never finish: waiting for them would only delay the exit.
+    await coordinator.drain(timeoutMs, () => enginePaused(region));
     await app.close();
     await output.close();
     health.stop();
@@ -106,6 +109,10 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
   const port = typeof address === 'object' && address !== null ? address.port : config.port;
   log.info({ port, output_processing: config.outputProcessing }, 'API server listening');
   sendToParent({ type: 'ready', role: 'api', server, port });
+}
+
+function enginePaused(region: Region): boolean {
+  return Atomics.load(region.i32, ENG_STATE >> 2) === ENGINE_STATE_PAUSED;
 }
 
 /**

@@ -15,13 +15,28 @@ import { randomBytes } from 'node:crypto';
 import type { RingserveConfig } from '../config.js';
 import { ExitCode } from '../errors.js';
 import { createLogger, type Logger } from '../obs/log.js';
+import {
+  ENGINE_STATS,
+  STAT_PAUSED,
+  STAT_WEIGHT_VERSION,
+  SUP_API_BACKOFF_S,
+  SUP_API_RESTARTS,
+  SUP_ENGINE_BACKOFF_S,
+  SUP_ENGINE_RESTARTS,
+} from '../shm/layout.js';
 import { createRegion, type Region, removeStaleRegions, unlinkRegion } from '../shm/region.js';
 import { layoutParamsFor } from './layout-params.js';
-import { type ChildMessage, childEnv, entryPoint, type SupervisorMessage } from './roles.js';
+import { RestartBackoff } from './restart-backoff.js';
+import {
+  type ChildMessage,
+  childEnv,
+  ENV_ENGINE_RESTORE,
+  type EngineRestore,
+  entryPoint,
+  type SupervisorMessage,
+} from './roles.js';
 import { stopChild } from './stop-child.js';
 
-/** A crash loop is not restarted faster than this. */
-const RESTART_DELAY_MS = 200;
 /** How long the engine may take to stop once asked before it is killed. */
 const ENGINE_STOP_MS = 5_000;
 
@@ -42,6 +57,10 @@ export class Supervisor {
   #port = 0;
   readonly #log: Logger;
   #engineReady: Promise<void> = Promise.resolve();
+  readonly #engineBackoff = new RestartBackoff(performance.now());
+  readonly #serverBackoff = new Map<number, RestartBackoff>();
+  /** What a restarted engine takes over from the one that died (pause state, weight version). */
+  #engineRestore: EngineRestore | null = null;
 
   constructor(config: RingserveConfig, options: SupervisorOptions = {}) {
     this.config = config;
@@ -84,8 +103,12 @@ export class Supervisor {
   }
 
   #startEngine(): Promise<void> {
+    const restore =
+      this.#engineRestore === null
+        ? {}
+        : { [ENV_ENGINE_RESTORE]: JSON.stringify(this.#engineRestore) };
     const child = fork(entryPoint('engine'), [], {
-      env: childEnv('engine', this.regionName, this.config),
+      env: { ...childEnv('engine', this.regionName, this.config), ...restore },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     this.#engine = child;
@@ -109,14 +132,27 @@ export class Supervisor {
 
   #onEngineExit(child: ChildProcess, code: number | null, signal: string | null): void {
     if (this.#stopping || child !== this.#engine) return;
+    this.#engineRestore = this.#lastEngineState();
+    const backoffMs = this.#engineBackoff.nextDelay(performance.now());
+    this.#publishRestart(SUP_ENGINE_RESTARTS, SUP_ENGINE_BACKOFF_S, backoffMs);
     this.#log.error(
-      { role: 'engine', code, signal, cause: exitCause(code, signal) },
+      {
+        role: 'engine',
+        code,
+        signal,
+        cause: exitCause(code, signal),
+        backoff_ms: backoffMs,
+        restarts: this.#engineBackoff.restarts,
+        paused: this.#engineRestore.paused,
+        weight_version: this.#engineRestore.weightVersion,
+      },
       'engine core exited; restarting it',
     );
     this.#broadcast({ type: 'engine-down' });
     setTimeout(() => {
       if (this.#stopping) return;
       const started = performance.now();
+      this.#engineBackoff.started(started);
       this.#startEngine().then(
         () => {
           this.#log.info(
@@ -127,7 +163,27 @@ export class Supervisor {
         },
         (error: Error) => this.#log.error({ role: 'engine', err: error }, 'engine restart failed'),
       );
-    }, RESTART_DELAY_MS);
+    }, backoffMs);
+  }
+
+  /**
+   * The pause state and weight version the dead engine last published (it publishes them before it
+   * acknowledges a pause or a weight update, so an acknowledged command is always in there).
+   */
+  #lastEngineState(): EngineRestore {
+    const f64 = this.#region!.f64;
+    const base = ENGINE_STATS >> 3;
+    return {
+      paused: f64[base + STAT_PAUSED] === 1,
+      weightVersion: f64[base + STAT_WEIGHT_VERSION]!,
+    };
+  }
+
+  /** Counts a restart of a role and publishes its delay, for /metrics. */
+  #publishRestart(counterAt: number, backoffAt: number, backoffMs: number): void {
+    const { i32, f64 } = this.#region!;
+    Atomics.add(i32, counterAt >> 2, 1);
+    f64[backoffAt >> 3] = backoffMs / 1000;
   }
 
   #startServer(server: number): Promise<number> {
@@ -157,8 +213,16 @@ export class Supervisor {
 
   #restartServer(server: number): void {
     if (this.#stopping || this.#servers.has(server)) return;
+    const backoff = this.#backoffOf(server);
+    const backoffMs = backoff.nextDelay(performance.now());
+    this.#publishRestart(SUP_API_RESTARTS, SUP_API_BACKOFF_S, backoffMs);
+    this.#log.warn(
+      { role: 'api', api_server: server, backoff_ms: backoffMs, restarts: backoff.restarts },
+      'restarting API server',
+    );
     setTimeout(() => {
       if (this.#stopping) return;
+      backoff.started(performance.now());
       this.#startServer(server).then(
         () => this.#log.info({ role: 'api', api_server: server }, 'API server restarted'),
         (error: Error) =>
@@ -167,7 +231,16 @@ export class Supervisor {
             'API server restart failed',
           ),
       );
-    }, RESTART_DELAY_MS);
+    }, backoffMs);
+  }
+
+  #backoffOf(server: number): RestartBackoff {
+    let backoff = this.#serverBackoff.get(server);
+    if (backoff === undefined) {
+      backoff = new RestartBackoff(performance.now());
+      this.#serverBackoff.set(server, backoff);
+    }
+    return backoff;
   }
 
   #broadcast(message: SupervisorMessage, except = -1): void {
