@@ -39,14 +39,18 @@ export type SupervisorMessage =
   | { type: 'engine-up' }
   | { type: 'server-down'; server: number }
   | { type: 'abort-ids'; ids: string[]; from: number }
-  | { type: 'drain'; timeoutMs: number };
+  | { type: 'drain'; timeoutMs: number }
+  /** A client connection handed over with this message (connection-distributor.ts). */
+  | { type: 'conn' };
 
 export type ChildMessage =
   | { type: 'ready'; role: Role; server?: number; port?: number }
   | { type: 'server-reset'; server: number }
   | { type: 'server-failed'; server: number }
   | { type: 'abort-ids'; ids: string[]; from: number }
-  | { type: 'drained'; server: number };
+  | { type: 'drained'; server: number }
+  /** The connection of the last 'conn' is this server's now. */
+  | { type: 'conn-ack' };
 
 export interface ChildEnv {
   region: string;

@@ -1,7 +1,8 @@
 /**
  * The primary process: creates the cluster's shared region (removing stale ones from crashed runs),
- * forks the engine core and the API servers (node:cluster, one shared port), restarts whichever
- * child crashes, drains on SIGTERM and unlinks the region on the way out.
+ * forks the engine core and the API servers (node:cluster workers), listens on the one port and
+ * hands each connection to a live API server (connection-distributor.ts), restarts whichever child
+ * crashes (restart-backoff.ts), drains on SIGTERM and unlinks the region on the way out.
  *
  * Restart rules (DESIGN.md, Processes):
  * - an API server dies: the engine drops that server's requests and frees their blocks (server-down),
@@ -25,6 +26,7 @@ import {
   SUP_ENGINE_RESTARTS,
 } from '../shm/layout.js';
 import { createRegion, type Region, removeStaleRegions, unlinkRegion } from '../shm/region.js';
+import { ConnectionDistributor } from './connection-distributor.js';
 import { layoutParamsFor } from './layout-params.js';
 import { RestartBackoff } from './restart-backoff.js';
 import {
@@ -57,6 +59,7 @@ export class Supervisor {
   #port = 0;
   readonly #log: Logger;
   #engineReady: Promise<void> = Promise.resolve();
+  readonly #connections = new ConnectionDistributor();
   readonly #engineBackoff = new RestartBackoff(performance.now());
   readonly #serverBackoff = new Map<number, RestartBackoff>();
   /** What a restarted engine takes over from the one that died (pause state, weight version). */
@@ -83,10 +86,11 @@ export class Supervisor {
     await this.#startEngine();
     cluster.setupPrimary({ exec: entryPoint('api'), silent: false });
     cluster.on('exit', (worker, code, signal) => this.#onServerExit(worker, code, signal));
-    const ports = [];
-    for (let k = 0; k < this.config.apiServerCount; k++) ports.push(this.#startServer(k));
-    const listening = await Promise.all(ports);
-    this.#port = listening[0] ?? 0;
+    // The primary listens and hands each connection to a live API server (connection-distributor.ts).
+    this.#port = await this.#connections.listen(this.config.host, this.config.port);
+    const servers = [];
+    for (let k = 0; k < this.config.apiServerCount; k++) servers.push(this.#startServer(k));
+    await Promise.all(servers);
     return this.#port;
   }
 
@@ -94,6 +98,7 @@ export class Supervisor {
   async stop(): Promise<void> {
     if (this.#stopping) return;
     this.#stopping = true;
+    this.#connections.close();
     const drainMs = this.config.drainTimeoutS * 1000;
     await Promise.all(
       [...this.#servers.values()].map((worker) => stopChild(worker.process, drainMs + 2_000)),
@@ -191,14 +196,20 @@ export class Supervisor {
     this.#servers.set(server, worker);
     return new Promise((resolve, reject) => {
       worker.on('message', (message: ChildMessage) => {
-        if (message.type === 'ready' && message.role === 'api') resolve(message.port ?? 0);
-        else if (message.type === 'abort-ids') this.#broadcast(message, message.from);
+        if (message.type === 'conn-ack') this.#connections.acknowledged(worker);
+        else if (message.type === 'ready' && message.role === 'api') {
+          this.#connections.add(worker);
+          resolve(this.#port);
+        } else if (message.type === 'abort-ids') this.#broadcast(message, message.from);
       });
+      // Out of the rotation at the first sign of its death, before 'exit' is even reaped.
+      worker.once('disconnect', () => this.#connections.remove(worker));
       worker.once('exit', (code) => reject(new Error(`API server ${server} exited with ${code}`)));
     });
   }
 
   #onServerExit(worker: Worker, code: number, signal: string): void {
+    this.#connections.remove(worker);
     const server = indexOf(this.#servers, worker);
     if (server < 0) return;
     this.#servers.delete(server);
