@@ -43,7 +43,10 @@ import { stopChild } from './stop-child.js';
 const ENGINE_STOP_MS = 5_000;
 
 export interface SupervisorOptions {
-  /** Region name; default `ringserve-<pid>-<random>`. */
+  /**
+   * Region name; default `ringserve-<pid>-<128 random bits>`, so that no other process can guess it
+   * (the addon creates it with mode 0600 too, so only this user's processes could open it anyway).
+   */
   regionName?: string;
   /** Default: a pino logger at the config's --log-level. */
   logger?: Logger;
@@ -68,7 +71,7 @@ export class Supervisor {
   constructor(config: RingserveConfig, options: SupervisorOptions = {}) {
     this.config = config;
     this.regionName =
-      options.regionName ?? `ringserve-${process.pid}-${randomBytes(4).toString('hex')}`;
+      options.regionName ?? `ringserve-${process.pid}-${randomBytes(16).toString('hex')}`;
     this.#log = options.logger ?? createLogger(config.logLevel, { name: 'ringserve' });
   }
 
