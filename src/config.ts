@@ -91,7 +91,7 @@ export type FailureKind = (typeof FAILURE_KINDS)[number];
 
 // biome-ignore format: one row per field reads as the table it is
 export const CONFIG_FIELDS: readonly ConfigField[] = [
-  { key: 'host', flag: '--host', kind: 'string', default: '127.0.0.1', help: 'address to listen on (a non-loopback one needs --api-key or --allow-unauthenticated)' },
+  { key: 'host', flag: '--host', kind: 'string', default: '127.0.0.1', help: 'address to listen on; to serve on a network: --host 0.0.0.0 --api-key <key> (or --allow-unauthenticated)' },
   { key: 'port', flag: '--port', kind: 'int', default: 8000, min: 0, max: 65535, help: 'TCP port (0 = any free port)' },
   { key: 'apiServerCount', flag: '--api-server-count', kind: 'int', default: 1, min: 1, max: 32, help: 'API-server processes sharing the port' },
   { key: 'model', flag: '--model', kind: 'enum', default: 'qwen3-30b-a3b', choices: MODEL_NAMES, help: 'model preset the simulated engine imitates' },
