@@ -118,7 +118,7 @@ export class ConnectionDistributor {
     const message: SupervisorMessage = { type: 'conn' };
     // keepOpen: the primary's copy stays open until the server acknowledges (see above).
     member.worker.send(message, socket, { keepOpen: true }, (error) => {
-      if (error === null || member.pending !== socket) return;
+      if (!error || member.pending !== socket) return;
       // The channel is gone: the server is dying. Out of the rotation, connection to another.
       this.remove(member.worker);
     });
