@@ -1,3 +1,4 @@
+import { isIPv4 } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { RS_ERR_CONFIG_INVALID } from './errors.js';
 import {
@@ -46,6 +47,10 @@ export interface RingserveConfig {
   readonly workerNice: number;
   readonly workerSchedPolicy: 'other' | 'batch' | 'idle';
   readonly responsePoolMb: number;
+  readonly allowUnauthenticated: boolean;
+  readonly failureRate: number;
+  readonly failureKinds: string;
+  readonly allowFailureHeader: boolean;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -80,9 +85,13 @@ const MAX_MODEL_LEN_CAP = 262_144;
 const D = ENGINE_DEFAULTS;
 const L = ENGINE_LIMITS;
 
+/** The failures --failure-kinds may name (src/server/http/failure-injection.ts injects them). */
+export const FAILURE_KINDS = ['rate_limit', 'unavailable', 'context_length', 'abort'] as const;
+export type FailureKind = (typeof FAILURE_KINDS)[number];
+
 // biome-ignore format: one row per field reads as the table it is
 export const CONFIG_FIELDS: readonly ConfigField[] = [
-  { key: 'host', flag: '--host', kind: 'string', default: '0.0.0.0', help: 'address to listen on' },
+  { key: 'host', flag: '--host', kind: 'string', default: '127.0.0.1', help: 'address to listen on; to serve on a network: --host 0.0.0.0 --api-key <key> (or --allow-unauthenticated)' },
   { key: 'port', flag: '--port', kind: 'int', default: 8000, min: 0, max: 65535, help: 'TCP port (0 = any free port)' },
   { key: 'apiServerCount', flag: '--api-server-count', kind: 'int', default: 1, min: 1, max: 32, help: 'API-server processes sharing the port' },
   { key: 'model', flag: '--model', kind: 'enum', default: 'qwen3-30b-a3b', choices: MODEL_NAMES, help: 'model preset the simulated engine imitates' },
@@ -111,6 +120,10 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'workerNice', flag: '--worker-nice', kind: 'int', default: 10, min: 0, max: 19, env: 'RINGSERVE_WORKER_NICE', help: 'nice of the output worker and packer threads above the main thread (0 = same priority)' },
   { key: 'workerSchedPolicy', flag: '--worker-sched-policy', kind: 'enum', default: 'other', choices: ['other', 'batch', 'idle'], env: 'RINGSERVE_WORKER_SCHED_POLICY', help: 'Linux scheduling policy of the output worker and packer threads' },
   { key: 'responsePoolMb', flag: '--response-pool-mb', kind: 'int', default: 256, min: 0, max: 4096, env: 'RINGSERVE_RESPONSE_POOL_MB', help: 'shared memory the packers write answers into, MiB (0 = a new buffer per answer)' },
+  { key: 'allowUnauthenticated', flag: '--allow-unauthenticated', kind: 'bool', default: false, help: 'allow a non-loopback --host without --api-key (anyone who reaches the port may generate)' },
+  { key: 'failureRate', flag: '--failure-rate', kind: 'number', default: 0, min: 0, max: 1, help: 'fraction of inference requests answered with an injected failure (for clients\' own tests)' },
+  { key: 'failureKinds', flag: '--failure-kinds', kind: 'string', default: FAILURE_KINDS.join(','), help: 'comma list of injected failures: rate_limit (429), unavailable (503), context_length (400), abort (connection cut mid-answer)' },
+  { key: 'allowFailureHeader', flag: '--allow-failure-header', kind: 'bool', default: false, help: 'honour a request header "x-ringserve-fail: <kind>" that forces one injected failure' },
 ];
 
 const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(
@@ -214,6 +227,8 @@ function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): v
 }
 
 function checkCrossFields(c: RingserveConfig): void {
+  checkExposure(c);
+  parseFailureKinds(c.failureKinds);
   // vLLM refuses these combinations at startup for the same reasons: a step must be able to
   // hold one token per running sequence, and one full-length sequence must fit in the KV cache.
   if (c.maxNumBatchedTokens < c.maxNumSeqs) {
@@ -228,4 +243,42 @@ function checkCrossFields(c: RingserveConfig): void {
       `${c.numGpuBlocks} blocks of ${c.blockSize} tokens cannot hold one sequence of --max-model-len ${c.maxModelLen}`,
     );
   }
+}
+
+/**
+ * A server on a non-loopback address without a key would let anyone who reaches the port generate,
+ * pause the engine or swap its weights: refused unless the operator says so.
+ */
+function checkExposure(c: RingserveConfig): void {
+  if (c.apiKey !== null || c.allowUnauthenticated || isLoopbackHost(c.host)) return;
+  throw new RS_ERR_CONFIG_INVALID(
+    '--host',
+    `${c.host} is not a loopback address: serving on a network needs --api-key (or --allow-unauthenticated to serve without one)`,
+  );
+}
+
+/** 127.0.0.0/8, ::1 (also IPv4-mapped) and `localhost`. */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.toLowerCase();
+  if (h === 'localhost' || h === '::1' || h === '0:0:0:0:0:0:0:1') return true;
+  const v4 = h.startsWith('::ffff:') ? h.slice(7) : h;
+  return isIPv4(v4) && v4.startsWith('127.');
+}
+
+export function isFailureKind(text: string): text is FailureKind {
+  return (FAILURE_KINDS as readonly string[]).includes(text);
+}
+
+/** `rate_limit,abort` as its kinds; RS_ERR_CONFIG_INVALID naming --failure-kinds for anything else. */
+export function parseFailureKinds(text: string): FailureKind[] {
+  const kinds = text.split(',').map((k) => k.trim());
+  for (const kind of kinds) {
+    if (!isFailureKind(kind)) {
+      throw new RS_ERR_CONFIG_INVALID(
+        '--failure-kinds',
+        `"${kind}" is not one of ${FAILURE_KINDS.join(', ')}`,
+      );
+    }
+  }
+  return [...new Set(kinds as FailureKind[])];
 }

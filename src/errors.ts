@@ -325,6 +325,25 @@ export const RS_ERR_SERVER_INTERNAL = createError(
   500,
 );
 
+// Failures injected on purpose for clients' own tests (--failure-rate, x-ringserve-fail):
+// src/server/http/failure-injection.ts. Each answers as the real failure it imitates would.
+export const RS_ERR_INJECTED_RATE_LIMIT = createError(
+  'RS_ERR_INJECTED_RATE_LIMIT',
+  'injected failure (rate_limit): the server is rate limiting requests; retry later',
+  429,
+);
+export const RS_ERR_INJECTED_UNAVAILABLE = createError(
+  'RS_ERR_INJECTED_UNAVAILABLE',
+  'injected failure (unavailable): the engine is not available',
+  503,
+);
+export const RS_ERR_INJECTED_CONTEXT_LENGTH = createError(
+  'RS_ERR_INJECTED_CONTEXT_LENGTH',
+  "injected failure (context_length): this model's maximum context length is %s tokens",
+  400,
+  { param: 'token_ids' },
+);
+
 /**
  * How a ringserve process ends, for whoever started it: the CLI and `ringserve-bench` for a shell
  * or a script, the supervisor's children for the supervisor (which restarts them and logs why).

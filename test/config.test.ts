@@ -26,7 +26,7 @@ describe('config defaults', () => {
     const c = parseArgs([], NO_ENV);
     const qwen = getPreset('qwen3-30b-a3b');
     expect(c).toMatchObject({
-      host: '0.0.0.0',
+      host: '127.0.0.1',
       port: 8000,
       apiServerCount: 1,
       model: 'qwen3-30b-a3b',
@@ -291,5 +291,49 @@ describe('formatHelp', () => {
     expect(help).toContain('default: sim-<model>');
     expect(help).toContain('env RINGSERVE_ADMIN_API_KEY');
     expect(help).toContain('--help, -h');
+  });
+});
+
+describe('safe defaults: binding a network address', () => {
+  it('listens on loopback by default', () => {
+    expect(parseArgs([], NO_ENV).host).toBe('127.0.0.1');
+  });
+
+  it('refuses a non-loopback --host without --api-key, naming --host', () => {
+    for (const host of ['0.0.0.0', '::', '10.1.2.3', 'example.com']) {
+      const e = configError(['--host', host]);
+      expect(e.param).toBe('--host');
+      expect(e.message).toContain('--api-key');
+      expect(e.message).toContain('--allow-unauthenticated');
+    }
+  });
+
+  it('accepts a non-loopback --host with a key (flag or env) or with --allow-unauthenticated', () => {
+    expect(parseArgs(['--host', '0.0.0.0', '--api-key', 'k'], NO_ENV).host).toBe('0.0.0.0');
+    expect(parseArgs(['--host', '0.0.0.0'], { VLLM_API_KEY: 'k' }).host).toBe('0.0.0.0');
+    expect(parseArgs(['--host', '::', '--allow-unauthenticated'], NO_ENV).host).toBe('::');
+  });
+
+  it('takes every loopback spelling as loopback', () => {
+    for (const host of ['127.0.0.1', '127.1.2.3', 'localhost', '::1', '::ffff:127.0.0.1']) {
+      expect(parseArgs(['--host', host], NO_ENV).host).toBe(host);
+    }
+  });
+});
+
+describe('failure injection flags', () => {
+  it('defaults to no injection, every kind listed, the header off', () => {
+    const c = parseArgs([], NO_ENV);
+    expect(c.failureRate).toBe(0);
+    expect(c.failureKinds).toBe('rate_limit,unavailable,context_length,abort');
+    expect(c.allowFailureHeader).toBe(false);
+  });
+
+  it('rejects a rate outside [0, 1] and an unknown kind, naming the flag', () => {
+    expect(configError(['--failure-rate', '1.5']).param).toBe('--failure-rate');
+    expect(configError(['--failure-rate', '-0.1']).param).toBe('--failure-rate');
+    const e = configError(['--failure-kinds', 'rate_limit,teapot']);
+    expect(e.param).toBe('--failure-kinds');
+    expect(e.message).toContain('teapot');
   });
 });

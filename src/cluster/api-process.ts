@@ -1,9 +1,11 @@
 /**
  * Entry point of API server k (a node:cluster worker): maps the region, starts the output side
- * (output worker + packer pool, or the inline baseline), builds the fastify app and listens on the
- * shared port. Supervisor messages switch it between engine-up and engine-down, and drain it.
+ * (output worker + packer pool, or the inline baseline), builds the fastify app and serves the
+ * connections the primary hands it. Supervisor messages switch it between engine-up and engine-down, and drain it.
  */
 
+import type { Server } from 'node:http';
+import type { Socket } from 'node:net';
 import { ExitCode } from '../errors.js';
 import { createLogger, type Logger, rateLimit } from '../obs/log.js';
 import { ProcessHealth } from '../obs/process-health.js';
@@ -16,6 +18,8 @@ import { buildApp } from '../server/http/app.js';
 import type { OutputPath } from '../server/output-path.js';
 import { RequestCoordinator } from '../server/request-coordinator.js';
 import {
+  ENG_STATE,
+  ENGINE_STATE_PAUSED,
   healthIndex,
   outputRingOffset,
   RING_HEAD,
@@ -86,14 +90,16 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
     if (closing) return;
     closing = true;
     clearInterval(beat);
-    await coordinator.drain(timeoutMs);
+    // Requests on a paused engine can never finish: waiting for them would only delay the exit.
+    await coordinator.drain(timeoutMs, () => enginePaused(region));
     await app.close();
     await output.close();
     health.stop();
     process.exit(ExitCode.Ok);
   };
-  process.on('message', (message: SupervisorMessage) => {
-    if (message.type === 'engine-down') coordinator.engineDown();
+  process.on('message', (message: SupervisorMessage, handle: unknown) => {
+    if (message.type === 'conn') takeConnection(app.server, handle as Socket);
+    else if (message.type === 'engine-down') coordinator.engineDown();
     else if (message.type === 'engine-up') coordinator.engineUp();
     else if (message.type === 'abort-ids') for (const id of message.ids) coordinator.abortById(id);
     else if (message.type === 'drain') void shutdown(message.timeoutMs);
@@ -101,11 +107,25 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
   process.on('SIGTERM', () => void shutdown(config.drainTimeoutS * 1000));
   process.on('SIGINT', () => void shutdown(config.drainTimeoutS * 1000));
 
-  await app.listen({ host: config.host, port: config.port });
-  const address = app.server.address();
-  const port = typeof address === 'object' && address !== null ? address.port : config.port;
-  log.info({ port, output_processing: config.outputProcessing }, 'API server listening');
-  sendToParent({ type: 'ready', role: 'api', server, port });
+  // The primary listens and hands connections over ('conn' messages): connection-distributor.ts.
+  await app.ready();
+  log.info({ output_processing: config.outputProcessing }, 'API server ready');
+  sendToParent({ type: 'ready', role: 'api', server });
+}
+
+/**
+ * A connection from the primary: acknowledged before a byte is read (until then the primary may
+ * still give it to another server), then served as if this server had accepted it.
+ */
+function takeConnection(http: Server, socket: Socket | undefined): void {
+  if (socket === undefined) return;
+  sendToParent({ type: 'conn-ack' });
+  http.emit('connection', socket);
+  socket.resume();
+}
+
+function enginePaused(region: Region): boolean {
+  return Atomics.load(region.i32, ENG_STATE >> 2) === ENGINE_STATE_PAUSED;
 }
 
 /**

@@ -14,7 +14,7 @@ import { healthIndex } from '../shm/layout.js';
 import { openRegion } from '../shm/region.js';
 import type { EngineConfig } from '../sim/engine-config.js';
 import { SimEngine } from '../sim/sim-engine.js';
-import { readChildEnv, type SupervisorMessage, sendToParent } from './roles.js';
+import { readChildEnv, readEngineRestore, type SupervisorMessage, sendToParent } from './roles.js';
 
 /** A loop turn (one engine step, or one bounded idle wait) longer than this is logged as slow. */
 const SLOW_TURN_MS = 1_000;
@@ -40,7 +40,14 @@ function main(): void {
   const { region: name, config } = readChildEnv();
   const log = createLogger(config.logLevel, { name: 'ringserve-engine' });
   const region = openRegion(name);
-  const engine = new SimEngine(engineConfigFrom(config));
+  // A restarted engine comes back as its predecessor was: paused if the trainer had paused it (a
+  // trainer mid weight-swap must not see generation resume behind its back), same weights.
+  const restore = readEngineRestore();
+  const engine = new SimEngine({
+    ...engineConfigFrom(config),
+    ...(restore === null ? {} : { weightVersion: restore.weightVersion }),
+  });
+  if (restore?.paused === true) engine.pause();
   // Before the loop publishes its first (zero) counters over a predecessor's final ones.
   carryEngineCounters(region);
   const loop = new CoreLoop(region, engine, {
@@ -83,6 +90,8 @@ function main(): void {
       num_gpu_blocks: config.numGpuBlocks,
       block_size: config.blockSize,
       max_speed: config.maxSpeed,
+      paused: engine.paused,
+      weight_version: engine.weightVersion,
     },
     'engine core running',
   );

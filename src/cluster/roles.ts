@@ -11,6 +11,23 @@ export const ENV_ROLE = 'RINGSERVE_ROLE';
 export const ENV_REGION = 'RINGSERVE_REGION';
 export const ENV_CONFIG = 'RINGSERVE_CONFIG';
 export const ENV_SERVER_INDEX = 'RINGSERVE_SERVER_INDEX';
+/** Set on a restarted engine only: the EngineRestore of the engine that died, as JSON. */
+export const ENV_ENGINE_RESTORE = 'RINGSERVE_ENGINE_RESTORE';
+
+/** What a restarted engine takes over: paused if the trainer had paused it, the same weights. */
+export interface EngineRestore {
+  paused: boolean;
+  weightVersion: number;
+}
+
+/** The restore state in the environment, or null for a first engine (or a malformed value). */
+export function readEngineRestore(env: NodeJS.ProcessEnv = process.env): EngineRestore | null {
+  const text = env[ENV_ENGINE_RESTORE];
+  if (!text) return null;
+  const value = JSON.parse(text) as Partial<EngineRestore>;
+  if (typeof value.paused !== 'boolean' || !Number.isInteger(value.weightVersion)) return null;
+  return { paused: value.paused, weightVersion: value.weightVersion as number };
+}
 
 export type Role = 'engine' | 'api';
 
@@ -22,14 +39,18 @@ export type SupervisorMessage =
   | { type: 'engine-up' }
   | { type: 'server-down'; server: number }
   | { type: 'abort-ids'; ids: string[]; from: number }
-  | { type: 'drain'; timeoutMs: number };
+  | { type: 'drain'; timeoutMs: number }
+  /** A client connection handed over with this message (connection-distributor.ts). */
+  | { type: 'conn' };
 
 export type ChildMessage =
   | { type: 'ready'; role: Role; server?: number; port?: number }
   | { type: 'server-reset'; server: number }
   | { type: 'server-failed'; server: number }
   | { type: 'abort-ids'; ids: string[]; from: number }
-  | { type: 'drained'; server: number };
+  | { type: 'drained'; server: number }
+  /** The connection of the last 'conn' is this server's now. */
+  | { type: 'conn-ack' };
 
 export interface ChildEnv {
   region: string;

@@ -1,7 +1,8 @@
 /**
  * The primary process: creates the cluster's shared region (removing stale ones from crashed runs),
- * forks the engine core and the API servers (node:cluster, one shared port), restarts whichever
- * child crashes, drains on SIGTERM and unlinks the region on the way out.
+ * forks the engine core and the API servers (node:cluster workers), listens on the one port and
+ * hands each connection to a live API server (connection-distributor.ts), restarts whichever child
+ * crashes (restart-backoff.ts), drains on SIGTERM and unlinks the region on the way out.
  *
  * Restart rules (DESIGN.md, Processes):
  * - an API server dies: the engine drops that server's requests and frees their blocks (server-down),
@@ -15,18 +16,37 @@ import { randomBytes } from 'node:crypto';
 import type { RingserveConfig } from '../config.js';
 import { ExitCode } from '../errors.js';
 import { createLogger, type Logger } from '../obs/log.js';
+import {
+  ENGINE_STATS,
+  STAT_PAUSED,
+  STAT_WEIGHT_VERSION,
+  SUP_API_BACKOFF_S,
+  SUP_API_RESTARTS,
+  SUP_ENGINE_BACKOFF_S,
+  SUP_ENGINE_RESTARTS,
+} from '../shm/layout.js';
 import { createRegion, type Region, removeStaleRegions, unlinkRegion } from '../shm/region.js';
+import { ConnectionDistributor } from './connection-distributor.js';
 import { layoutParamsFor } from './layout-params.js';
-import { type ChildMessage, childEnv, entryPoint, type SupervisorMessage } from './roles.js';
+import { RestartBackoff } from './restart-backoff.js';
+import {
+  type ChildMessage,
+  childEnv,
+  ENV_ENGINE_RESTORE,
+  type EngineRestore,
+  entryPoint,
+  type SupervisorMessage,
+} from './roles.js';
 import { stopChild } from './stop-child.js';
 
-/** A crash loop is not restarted faster than this. */
-const RESTART_DELAY_MS = 200;
 /** How long the engine may take to stop once asked before it is killed. */
 const ENGINE_STOP_MS = 5_000;
 
 export interface SupervisorOptions {
-  /** Region name; default `ringserve-<pid>-<random>`. */
+  /**
+   * Region name; default `ringserve-<pid>-<128 random bits>`, so that no other process can guess it
+   * (the addon creates it with mode 0600 too, so only this user's processes could open it anyway).
+   */
   regionName?: string;
   /** Default: a pino logger at the config's --log-level. */
   logger?: Logger;
@@ -42,11 +62,16 @@ export class Supervisor {
   #port = 0;
   readonly #log: Logger;
   #engineReady: Promise<void> = Promise.resolve();
+  readonly #connections = new ConnectionDistributor();
+  readonly #engineBackoff = new RestartBackoff(performance.now());
+  readonly #serverBackoff = new Map<number, RestartBackoff>();
+  /** What a restarted engine takes over from the one that died (pause state, weight version). */
+  #engineRestore: EngineRestore | null = null;
 
   constructor(config: RingserveConfig, options: SupervisorOptions = {}) {
     this.config = config;
     this.regionName =
-      options.regionName ?? `ringserve-${process.pid}-${randomBytes(4).toString('hex')}`;
+      options.regionName ?? `ringserve-${process.pid}-${randomBytes(16).toString('hex')}`;
     this.#log = options.logger ?? createLogger(config.logLevel, { name: 'ringserve' });
   }
 
@@ -64,10 +89,11 @@ export class Supervisor {
     await this.#startEngine();
     cluster.setupPrimary({ exec: entryPoint('api'), silent: false });
     cluster.on('exit', (worker, code, signal) => this.#onServerExit(worker, code, signal));
-    const ports = [];
-    for (let k = 0; k < this.config.apiServerCount; k++) ports.push(this.#startServer(k));
-    const listening = await Promise.all(ports);
-    this.#port = listening[0] ?? 0;
+    // The primary listens and hands each connection to a live API server (connection-distributor.ts).
+    this.#port = await this.#connections.listen(this.config.host, this.config.port);
+    const servers = [];
+    for (let k = 0; k < this.config.apiServerCount; k++) servers.push(this.#startServer(k));
+    await Promise.all(servers);
     return this.#port;
   }
 
@@ -75,6 +101,7 @@ export class Supervisor {
   async stop(): Promise<void> {
     if (this.#stopping) return;
     this.#stopping = true;
+    this.#connections.close();
     const drainMs = this.config.drainTimeoutS * 1000;
     await Promise.all(
       [...this.#servers.values()].map((worker) => stopChild(worker.process, drainMs + 2_000)),
@@ -84,8 +111,12 @@ export class Supervisor {
   }
 
   #startEngine(): Promise<void> {
+    const restore =
+      this.#engineRestore === null
+        ? {}
+        : { [ENV_ENGINE_RESTORE]: JSON.stringify(this.#engineRestore) };
     const child = fork(entryPoint('engine'), [], {
-      env: childEnv('engine', this.regionName, this.config),
+      env: { ...childEnv('engine', this.regionName, this.config), ...restore },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     this.#engine = child;
@@ -109,14 +140,27 @@ export class Supervisor {
 
   #onEngineExit(child: ChildProcess, code: number | null, signal: string | null): void {
     if (this.#stopping || child !== this.#engine) return;
+    this.#engineRestore = this.#lastEngineState();
+    const backoffMs = this.#engineBackoff.nextDelay(performance.now());
+    this.#publishRestart(SUP_ENGINE_RESTARTS, SUP_ENGINE_BACKOFF_S, backoffMs);
     this.#log.error(
-      { role: 'engine', code, signal, cause: exitCause(code, signal) },
+      {
+        role: 'engine',
+        code,
+        signal,
+        cause: exitCause(code, signal),
+        backoff_ms: backoffMs,
+        restarts: this.#engineBackoff.restarts,
+        paused: this.#engineRestore.paused,
+        weight_version: this.#engineRestore.weightVersion,
+      },
       'engine core exited; restarting it',
     );
     this.#broadcast({ type: 'engine-down' });
     setTimeout(() => {
       if (this.#stopping) return;
       const started = performance.now();
+      this.#engineBackoff.started(started);
       this.#startEngine().then(
         () => {
           this.#log.info(
@@ -127,7 +171,27 @@ export class Supervisor {
         },
         (error: Error) => this.#log.error({ role: 'engine', err: error }, 'engine restart failed'),
       );
-    }, RESTART_DELAY_MS);
+    }, backoffMs);
+  }
+
+  /**
+   * The pause state and weight version the dead engine last published (it publishes them before it
+   * acknowledges a pause or a weight update, so an acknowledged command is always in there).
+   */
+  #lastEngineState(): EngineRestore {
+    const f64 = this.#region!.f64;
+    const base = ENGINE_STATS >> 3;
+    return {
+      paused: f64[base + STAT_PAUSED] === 1,
+      weightVersion: f64[base + STAT_WEIGHT_VERSION]!,
+    };
+  }
+
+  /** Counts a restart of a role and publishes its delay, for /metrics. */
+  #publishRestart(counterAt: number, backoffAt: number, backoffMs: number): void {
+    const { i32, f64 } = this.#region!;
+    Atomics.add(i32, counterAt >> 2, 1);
+    f64[backoffAt >> 3] = backoffMs / 1000;
   }
 
   #startServer(server: number): Promise<number> {
@@ -135,14 +199,20 @@ export class Supervisor {
     this.#servers.set(server, worker);
     return new Promise((resolve, reject) => {
       worker.on('message', (message: ChildMessage) => {
-        if (message.type === 'ready' && message.role === 'api') resolve(message.port ?? 0);
-        else if (message.type === 'abort-ids') this.#broadcast(message, message.from);
+        if (message.type === 'conn-ack') this.#connections.acknowledged(worker);
+        else if (message.type === 'ready' && message.role === 'api') {
+          this.#connections.add(worker);
+          resolve(this.#port);
+        } else if (message.type === 'abort-ids') this.#broadcast(message, message.from);
       });
+      // Out of the rotation at the first sign of its death, before 'exit' is even reaped.
+      worker.once('disconnect', () => this.#connections.remove(worker));
       worker.once('exit', (code) => reject(new Error(`API server ${server} exited with ${code}`)));
     });
   }
 
   #onServerExit(worker: Worker, code: number, signal: string): void {
+    this.#connections.remove(worker);
     const server = indexOf(this.#servers, worker);
     if (server < 0) return;
     this.#servers.delete(server);
@@ -157,8 +227,16 @@ export class Supervisor {
 
   #restartServer(server: number): void {
     if (this.#stopping || this.#servers.has(server)) return;
+    const backoff = this.#backoffOf(server);
+    const backoffMs = backoff.nextDelay(performance.now());
+    this.#publishRestart(SUP_API_RESTARTS, SUP_API_BACKOFF_S, backoffMs);
+    this.#log.warn(
+      { role: 'api', api_server: server, backoff_ms: backoffMs, restarts: backoff.restarts },
+      'restarting API server',
+    );
     setTimeout(() => {
       if (this.#stopping) return;
+      backoff.started(performance.now());
       this.#startServer(server).then(
         () => this.#log.info({ role: 'api', api_server: server }, 'API server restarted'),
         (error: Error) =>
@@ -167,7 +245,16 @@ export class Supervisor {
             'API server restart failed',
           ),
       );
-    }, RESTART_DELAY_MS);
+    }, backoffMs);
+  }
+
+  #backoffOf(server: number): RestartBackoff {
+    let backoff = this.#serverBackoff.get(server);
+    if (backoff === undefined) {
+      backoff = new RestartBackoff(performance.now());
+      this.#serverBackoff.set(server, backoff);
+    }
+    return backoff;
   }
 
   #broadcast(message: SupervisorMessage, except = -1): void {

@@ -51,6 +51,7 @@ import {
   OUTPUT_RING_USED,
   REQUEST_COUNTERS,
   REQUEST_SUCCESS,
+  RESTART_FAMILIES,
   type RequestHistogram,
   requestHistograms,
   THREAD_FAMILIES,
@@ -127,7 +128,7 @@ export class ClusterMetrics {
 
   /** The whole exposition, at this instant. */
   render(): string {
-    return this.#engineText() + this.#requestText() + this.#healthText();
+    return this.#engineText() + this.#requestText() + this.#healthText() + this.#restartText();
   }
 
   #engineText(): string {
@@ -220,6 +221,20 @@ export class ClusterMetrics {
           if (f64[entry + TH_PUBLISHED_AT_MS]! === 0) continue;
           text += sampleLine(family.name, p.threadLabels[t]!, f64[entry + family.slot]!);
         }
+      }
+    }
+    return text;
+  }
+
+  /** The supervisor's restart counters and backoff, by role. */
+  #restartText(): string {
+    const { i32, f64 } = this.#region;
+    let text = '';
+    for (const family of RESTART_FAMILIES) {
+      text += familyHeader(family.name, family.help, family.type);
+      for (const [role, at] of Object.entries(family.slots)) {
+        const value = family.width === 'i32' ? Atomics.load(i32, at >> 2) : f64[at >> 3]!;
+        text += sampleLine(family.name, `role="${role}"`, value);
       }
     }
     return text;

@@ -34,6 +34,10 @@ import {
   STAT_PREFIX_QUERIES,
   STAT_RUNNING,
   STAT_WAITING,
+  SUP_API_BACKOFF_S,
+  SUP_API_RESTARTS,
+  SUP_ENGINE_BACKOFF_S,
+  SUP_ENGINE_RESTARTS,
   TH_GC_COUNT,
   TH_GC_MAX,
   TH_GC_SECONDS,
@@ -308,3 +312,21 @@ export const THREAD_FAMILIES: readonly ThreadFamily[] = [
     slot: TH_HEAP_USED,
   },
 ];
+
+/** The supervisor's restarts by role (`engine`, `api`); layout.ts SUP_*. */
+export const RESTART_FAMILIES = [
+  {
+    name: 'ringserve_restarts_total',
+    help: 'Child processes restarted by the supervisor after they died, by role.',
+    type: 'counter',
+    slots: { engine: SUP_ENGINE_RESTARTS, api: SUP_API_RESTARTS },
+    width: 'i32',
+  },
+  {
+    name: 'ringserve_restart_backoff_seconds',
+    help: 'Delay before the latest restart of a role: 0.2 s, doubling in a crash loop up to 30 s.',
+    type: 'gauge',
+    slots: { engine: SUP_ENGINE_BACKOFF_S, api: SUP_API_BACKOFF_S },
+    width: 'f64',
+  },
+] as const;

@@ -162,11 +162,14 @@ export class RequestCoordinator implements OutputEvents {
     this.#engine.setUp(true);
   }
 
-  /** Stops accepting; resolves once nothing is in flight or `timeoutMs` passed (then aborts the rest). */
-  async drain(timeoutMs: number): Promise<void> {
+  /**
+   * Stops accepting; resolves once nothing is in flight, or `timeoutMs` passed, or `stuck()` says the
+   * requests in flight cannot finish (a paused engine), and then aborts the rest.
+   */
+  async drain(timeoutMs: number, stuck: () => boolean = () => false): Promise<void> {
     this.#draining = true;
     const deadline = performance.now() + timeoutMs;
-    while (this.table.active > 0 && performance.now() < deadline) await sleep(20);
+    while (this.table.active > 0 && performance.now() < deadline && !stuck()) await sleep(20);
     for (const record of this.table.slots.records()) {
       if (record.settled) continue;
       this.#fail(record, new RS_ERR_SERVER_DRAINING());

@@ -41,6 +41,13 @@ export const HDR_REQUEST_RING_BYTES = 16; // i32
 export const HDR_OUTPUT_RING_BYTES = 20; // i32
 export const HDR_TOTAL_BYTES = 24; // f64
 export const HDR_CREATED_AT_MS = 32; // f64, Date.now() at creation
+// The supervisor's restart figures (the supervisor, which created the region, writes them whenever
+// it schedules a restart; /metrics reads them): restarts per role since the cluster started, and
+// the delay, in seconds, before the latest restart of that role (src/cluster/restart-backoff.ts).
+export const SUP_ENGINE_RESTARTS = 40; // i32 counter
+export const SUP_API_RESTARTS = 44; // i32 counter, every API server
+export const SUP_ENGINE_BACKOFF_S = 48; // f64
+export const SUP_API_BACKOFF_S = 56; // f64
 export const HEADER_BYTES = 64;
 
 // ---- Engine block (engine writes every word).

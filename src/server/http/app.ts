@@ -10,6 +10,7 @@ import { RS_ERR_HTTP_ROUTE_NOT_FOUND, RS_ERR_REQ_INVALID_BODY, toErrorBody } fro
 import { ClusterMetrics } from '../../obs/exposition.js';
 import type { GenerateRequestOptions } from '../../protocol/generate-request.js';
 import type { RequestCoordinator } from '../request-coordinator.js';
+import { FailureInjector } from './failure-injection.js';
 import { registerAuth } from './routes/auth.js';
 import { type ControlDeps, registerControlRoutes } from './routes/control.js';
 import { registerGenerateRoute } from './routes/generate.js';
@@ -64,7 +65,10 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   });
   registerAuth(app, deps.config);
   registerHealthRoutes(app, deps);
-  registerGenerateRoute(app, deps);
+  registerGenerateRoute(app, {
+    ...deps,
+    failures: new FailureInjector(deps.config, deps.engine.server),
+  });
   registerControlRoutes(app, deps);
   const { engine, config } = deps;
   registerMetricsRoute(

@@ -11,6 +11,7 @@ import {
   parseGenerateRequest,
 } from '../../../protocol/generate-request.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
+import { AbortingReply, type FailureInjector } from '../failure-injection.js';
 import { HttpReply } from '../http-reply.js';
 import { responseForm } from '../negotiate.js';
 
@@ -18,6 +19,8 @@ export interface GenerateDeps {
   config: RingserveConfig;
   coordinator: RequestCoordinator;
   requestOptions: GenerateRequestOptions;
+  /** Injected failures for clients' tests (failure-injection.ts); absent: none. */
+  failures?: FailureInjector;
 }
 
 export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps): void {
@@ -35,10 +38,13 @@ export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps):
     ) {
       throw new RS_ERR_MODEL_NOT_FOUND(parsed.model);
     }
+    const injected = deps.failures?.active ? deps.failures.check(request, reply) : null;
     const form = responseForm(request.headers.accept, parsed.packed, config.generateFormat);
     const header = request.headers['x-request-id'];
     const headerId = typeof header === 'string' && header !== '' ? header : undefined;
-    coordinator.submit(parsed, new HttpReply(reply), form, headerId);
+    const sink = new HttpReply(reply);
+    const answer = injected === 'abort' ? new AbortingReply(sink, reply) : sink;
+    coordinator.submit(parsed, answer, form, headerId);
     return reply;
   });
 }
