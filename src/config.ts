@@ -46,6 +46,11 @@ export interface RingserveConfig {
   readonly workerNice: number;
   readonly workerSchedPolicy: 'other' | 'batch' | 'idle';
   readonly responsePoolMb: number;
+  readonly role: 'both' | 'prefill' | 'decode';
+  readonly kvTransferTimeoutS: number;
+  readonly kvLoadFailureRate: number;
+  readonly kvTransferBandwidthGbs: number;
+  readonly kvOffloadGib: number;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -111,6 +116,11 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'workerNice', flag: '--worker-nice', kind: 'int', default: 10, min: 0, max: 19, env: 'RINGSERVE_WORKER_NICE', help: 'nice of the output worker and packer threads above the main thread (0 = same priority)' },
   { key: 'workerSchedPolicy', flag: '--worker-sched-policy', kind: 'enum', default: 'other', choices: ['other', 'batch', 'idle'], env: 'RINGSERVE_WORKER_SCHED_POLICY', help: 'Linux scheduling policy of the output worker and packer threads' },
   { key: 'responsePoolMb', flag: '--response-pool-mb', kind: 'int', default: 256, min: 0, max: 4096, env: 'RINGSERVE_RESPONSE_POOL_MB', help: 'shared memory the packers write answers into, MiB (0 = a new buffer per answer)' },
+  { key: 'role', flag: '--role', kind: 'enum', default: 'both', choices: ['both', 'prefill', 'decode'], help: 'prefill: every request keeps its KV for a decode instance and answers kv_transfer_params; decode/both: import it when given' },
+  { key: 'kvTransferTimeoutS', flag: '--kv-transfer-timeout-s', kind: 'number', default: D.kvTransferTimeoutS, min: L.kvTransferTimeoutS.min, max: L.kvTransferTimeoutS.max, help: 'how long a prefill instance keeps a prompt\'s KV pinned for a decode instance' },
+  { key: 'kvLoadFailureRate', flag: '--kv-load-failure-rate', kind: 'number', default: D.kvLoadFailureRate, min: L.kvLoadFailureRate.min, max: L.kvLoadFailureRate.max, help: 'fraction of KV imports that fail (decided by request seed) and are recomputed' },
+  { key: 'kvTransferBandwidthGbs', flag: '--kv-transfer-bandwidth-gbs', kind: 'number', default: D.kvTransferBandwidthGbs, min: L.kvTransferBandwidthGbs.min, max: L.kvTransferBandwidthGbs.max, help: 'GB/s of a modelled KV import and of CPU-tier reloads' },
+  { key: 'kvOffloadGib', flag: '--kv-offload-gib', kind: 'number', default: D.kvOffloadGib, min: L.kvOffloadGib.min, max: L.kvOffloadGib.max, help: 'CPU tier evicted prefix blocks spill to and reload from, GiB (0 = none)' },
 ];
 
 const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(
