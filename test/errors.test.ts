@@ -69,6 +69,9 @@ const PINNED: ReadonlyArray<readonly [string, number]> = [
   ['RS_ERR_CLIENT_DECODE', 502],
   ['RS_ERR_CLIENT_INVARIANT', 502],
   ['RS_ERR_CLIENT_TIMEOUT', 504],
+  ['RS_ERR_ROUTER_SHORT_ROWS', 502],
+  ['RS_ERR_ROUTER_UPSTREAM', 502],
+  ['RS_ERR_ROUTER_NO_INSTANCE', 503],
   ['RS_ERR_SERVER_INTERNAL', 500],
 ];
 

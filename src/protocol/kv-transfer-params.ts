@@ -49,7 +49,9 @@ export function readKvImport(
 ): KvImportHandle | null {
   if (params === null || params.do_remote_prefill !== true) return null;
   const int = (key: string, min: number): number => {
-    const v = params[key];
+    const given = params[key];
+    // msgpack carries integers past 2^32 (a unix-ms expiry) as uint64, which msgpackr reads as bigint.
+    const v = typeof given === 'bigint' ? Number(given) : given;
     if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min) {
       fail(`${FIELD}.${key}`, `must be an integer >= ${min}`);
     }
