@@ -27,41 +27,41 @@ export class RouterMetrics {
 
   text(pools: readonly UpstreamPool[]): string {
     let out = familyHeader(
-      'ringserve_router:requests_total',
+      'ringserve_router_requests_total',
       'Requests answered, by HTTP status.',
       'counter',
     );
     for (const [code, n] of [...this.#byCode].sort((a, b) => a[0] - b[0])) {
-      out += `ringserve_router:requests_total{${labelText([['code', String(code)]])}} ${n}\n`;
+      out += `ringserve_router_requests_total{${labelText([['code', String(code)]])}} ${n}\n`;
     }
     out += familyHeader(
-      'ringserve_router:kv_imports_total',
+      'ringserve_router_kv_imports_total',
       'Decode answers, by whether the prompt KV was imported or recomputed.',
       'counter',
     );
-    out += `ringserve_router:kv_imports_total{outcome="imported"} ${this.imported}\n`;
-    out += `ringserve_router:kv_imports_total{outcome="recomputed"} ${this.recomputed}\n`;
+    out += `ringserve_router_kv_imports_total{outcome="imported"} ${this.imported}\n`;
+    out += `ringserve_router_kv_imports_total{outcome="recomputed"} ${this.recomputed}\n`;
     out += familyHeader(
-      'ringserve_router:upstream_outstanding',
+      'ringserve_router_upstream_outstanding',
       'Requests in flight per instance.',
       'gauge',
     );
     for (const pool of pools) {
       for (const u of pool.instances) {
-        out += `ringserve_router:upstream_outstanding{${labelText([
+        out += `ringserve_router_upstream_outstanding{${labelText([
           ['role', pool.role],
           ['url', u.url],
         ])}} ${sampleValue(u.outstanding)}\n`;
       }
     }
     out += familyHeader(
-      'ringserve_router:upstream_healthy',
+      'ringserve_router_upstream_healthy',
       '1 while the instance passes its /health check.',
       'gauge',
     );
     for (const pool of pools) {
       for (const u of pool.instances) {
-        out += `ringserve_router:upstream_healthy{${labelText([
+        out += `ringserve_router_upstream_healthy{${labelText([
           ['role', pool.role],
           ['url', u.url],
         ])}} ${u.healthy ? 1 : 0}\n`;

@@ -18,6 +18,8 @@ export class OffloadTier {
   #head = -1;
   #tail = -1;
   size = 0;
+  /** Blocks stored since start (a counter: a block spilled twice counts twice). */
+  numStored = 0;
 
   constructor(capacityBlocks: number) {
     this.capacity = capacityBlocks;
@@ -30,6 +32,7 @@ export class OffloadTier {
 
   /** Keeps a block evicted from the GPU pool (the least recently used one goes when full). */
   store(hi: number, lo: number): void {
+    this.numStored++;
     const at = this.#table.get(hi, lo);
     if (at >= 0) {
       this.#moveToTail(at);

@@ -296,6 +296,10 @@ export class SimEngine implements EngineCore {
     s.numGpuBlocks = this.#pool.numBlocks;
     s.blockSize = this.config.blockSize;
     s.steps = this.#steps;
+    s.externalHitTokens = c.kvImportedTokens + c.offloadLoadedBlocks * this.config.blockSize;
+    s.kvLoadFailures = c.kvImportFailures;
+    s.offloadStoredBlocks = this.#external.tier?.numStored ?? 0;
+    s.offloadLoadedBlocks = c.offloadLoadedBlocks;
     return s;
   }
 

@@ -93,6 +93,11 @@ export interface EngineStats {
   numGpuBlocks: number;
   blockSize: number;
   steps: number;
+  /** Prompt tokens whose KV came from outside the pool: P/D imports and CPU-tier reloads. */
+  externalHitTokens?: number;
+  kvLoadFailures?: number;
+  offloadStoredBlocks?: number;
+  offloadLoadedBlocks?: number;
 }
 
 /**

@@ -76,6 +76,9 @@ describe('ringserve router, 1 prefill + 1 decode instance vs colocated', () => {
       `P/D identity, concurrency 1: ${identical}/10 identical, ${rows} routing rows checked`,
     );
     expect(failures).toEqual([]);
+    // The decode instance imported the prompts' KV instead of computing it.
+    const decodeMetrics = await (await fetch(`${decode.url}/metrics`)).text();
+    expect(counterValue(decodeMetrics, 'vllm:external_prefix_cache_hits_total')).toBeGreaterThan(0);
   });
 
   it('is identical at concurrency 10 (20 prompts) with the decode instance preempting', async () => {
@@ -160,8 +163,10 @@ describe('ringserve router with a decode instance whose every KV load fails', ()
       expect(differences(firstChoice(routed), firstChoice(colo), prompt.length)).toEqual([]);
     }
     const metrics = await (await fetch(`${router.url}/metrics`)).text();
-    expect(counterValue(metrics, 'ringserve_router:kv_imports_total{outcome="recomputed"}')).toBe(
+    expect(counterValue(metrics, 'ringserve_router_kv_imports_total{outcome="recomputed"}')).toBe(
       3,
     );
+    const decodeMetrics = await (await fetch(`${failing.url}/metrics`)).text();
+    expect(counterValue(decodeMetrics, 'vllm:nixl_num_failed_transfers_total')).toBe(3);
   });
 });
