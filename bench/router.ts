@@ -93,31 +93,40 @@ async function addedLatency(router: string, prefill: string, decode: string, a: 
 const PROBE = `
 const { parentPort, workerData } = require('node:worker_threads');
 const { Pool } = require(workerData.undici);
-const pool = new Pool(workerData.url, { connections: 4 });
-const lat = []; let stop = false; let due = performance.now();
+const pools = workerData.urls.map((url) => new Pool(url, { connections: 4 }));
+const lat = workerData.urls.map(() => []);
+let stop = false; let due = performance.now();
 parentPort.on('message', () => { stop = true; });
 parentPort.postMessage('ready');
 (async () => {
   const inflight = new Set();
   while (!stop) {
     const at = due;
-    const p = pool.request({ path: '/health', method: 'GET' }).then(async (r) => { await r.body.dump(); lat.push(performance.now() - at); });
-    inflight.add(p); p.finally(() => inflight.delete(p));
+    pools.forEach((pool, k) => {
+      const p = pool.request({ path: '/health', method: 'GET', headersTimeout: 10000 })
+        .then(async (r) => { await r.body.dump(); lat[k].push(r.statusCode === 200 ? performance.now() - at : -1); })
+        .catch(() => lat[k].push(-1));
+      inflight.add(p); p.finally(() => inflight.delete(p));
+    });
     due += 10;
     await new Promise((r) => setTimeout(r, Math.max(0, due - performance.now())));
   }
   await Promise.allSettled([...inflight]);
-  await pool.close();
+  await Promise.all(pools.map((p) => p.close()));
   parentPort.postMessage(lat);
 })();`;
 
-async function healthUnderLoad(router: string, a: Args) {
+/** /health latencies of the router and, as the reference, of the decode instance behind it. */
+async function healthUnderLoad(router: string, decode: string, a: Args) {
   const worker = new Worker(PROBE, {
     eval: true,
-    workerData: { url: router, undici: createRequire(import.meta.url).resolve('undici') },
+    workerData: {
+      urls: [router, decode],
+      undici: createRequire(import.meta.url).resolve('undici'),
+    },
   });
   await new Promise((resolve) => worker.once('message', resolve));
-  const done = new Promise<number[]>((resolve) => worker.once('message', resolve));
+  const done = new Promise<number[][]>((resolve) => worker.once('message', resolve));
   let next = 0;
   let tokens = 0;
   const started = performance.now();
@@ -130,9 +139,9 @@ async function healthUnderLoad(router: string, a: Args) {
   await Promise.all(Array.from({ length: a.concurrency }, loop));
   const seconds = (performance.now() - started) / 1000;
   worker.postMessage('stop');
-  const lat = await done;
+  const [lat = [], reference = []] = await done;
   await worker.terminate();
-  return { lat, tokens, seconds };
+  return { lat, reference, tokens, seconds };
 }
 
 const ms = (v: number | null): string => (v === null ? '-' : v.toFixed(2));
@@ -156,7 +165,17 @@ async function main(): Promise<ExitCode> {
     const router = await startRouter([prefill.url], [decode.url]);
     started.push(router);
     const { added, direct } = await addedLatency(router.url, prefill.url, decode.url, a);
-    const { lat, tokens, seconds } = await healthUnderLoad(router.url, a);
+    const {
+      lat: answered,
+      reference,
+      tokens,
+      seconds,
+    } = await healthUnderLoad(router.url, decode.url, a);
+    const ref = reference.filter((v) => v >= 0);
+    const failed = answered.filter((v) => v < 0).length;
+    const lat = answered.filter((v) => v >= 0);
+    if (failed > 0)
+      console.error(`${failed} /health probes failed; router log:\n${router.log().slice(-4000)}`);
     const result = {
       requests: a.requests,
       added_ms: { p50: percentile(added, 50), p99: percentile(added, 99) },
@@ -168,6 +187,11 @@ async function main(): Promise<ExitCode> {
         p50: percentile(lat, 50),
         p99: percentile(lat, 99),
         max: percentile(lat, 100),
+      },
+      decode_health: {
+        p50: percentile(ref, 50),
+        p99: percentile(ref, 99),
+        max: percentile(ref, 100),
       },
       load: { tokens, seconds, tok_s: tokens / seconds },
     };
@@ -181,6 +205,10 @@ async function main(): Promise<ExitCode> {
     );
     console.log(
       `  (${tokens} tokens in ${seconds.toFixed(1)} s through the router, ${lat.length} probes)`,
+    );
+    const d = result.decode_health;
+    console.log(
+      `  decode instance /health, same load ${ms(d.p50).padStart(9)} ${ms(d.p99).padStart(9)} ${ms(d.max).padStart(9)}`,
     );
     if (a.json) console.log(JSON.stringify(result));
     return ExitCode.Ok;
