@@ -6,7 +6,8 @@
  *    prefill and decode instances; the difference is the router's hop, decode and merge.
  * 2. /health under load: `--concurrency` long requests at once through the router (closed loop),
  *    and GET /health every 10 ms from a worker thread (its own event loop, open loop: latency from
- *    when the probe was due), p50 / p99 / max.
+ *    when the probe was due, 64 connections so probes do not queue in the prober), p50 / p99 / max,
+ *    the router's and the decode instance's (the reference: the same load, no merge).
  * Prints a table and, with --json, one JSON line.
  *
  *   npm run bench:router -- [--json] [--requests 50] [--concurrency 128] [--max-tokens 4000]
@@ -93,7 +94,7 @@ async function addedLatency(router: string, prefill: string, decode: string, a: 
 const PROBE = `
 const { parentPort, workerData } = require('node:worker_threads');
 const { Pool } = require(workerData.undici);
-const pools = workerData.urls.map((url) => new Pool(url, { connections: 4 }));
+const pools = workerData.urls.map((url) => new Pool(url, { connections: 64 }));
 const lat = workerData.urls.map(() => []);
 let stop = false; let due = performance.now();
 parentPort.on('message', () => { stop = true; });
@@ -148,7 +149,7 @@ const ms = (v: number | null): string => (v === null ? '-' : v.toFixed(2));
 
 async function main(): Promise<ExitCode> {
   const a = parse(process.argv.slice(2));
-  const common = ['--model', 'tiny', '--speedup', '4'];
+  const common = ['--model', 'tiny', '--speedup', '4', '--max-model-len', '8192'];
   const started: BenchCluster[] = [];
   try {
     // Pools big enough for every request's prompt pinned at once (P) and running at once (D).

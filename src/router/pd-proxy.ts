@@ -68,9 +68,18 @@ export function prefillBody(body: Body, requestId: string): Body {
   };
 }
 
-/** The decode request: the client's, with the prefill answer's handle. */
+/**
+ * The decode request: the client's, with the prefill answer's handle. A stream is asked for in the
+ * packed form whatever the client wants (the router writes the client's form from typed arrays).
+ */
 export function decodeBody(body: Body, requestId: string, handle: unknown, stream: boolean): Body {
-  return { ...body, request_id: requestId, stream, kv_transfer_params: handle ?? null };
+  return {
+    ...body,
+    request_id: requestId,
+    stream,
+    packed: true,
+    kv_transfer_params: handle ?? null,
+  };
 }
 
 /** POSTs a generate body to an instance of `pool` (least outstanding) for msgpack or SSE. */

@@ -98,14 +98,19 @@ describe('ringserve router, 1 prefill + 1 decode instance vs colocated', () => {
     expect(preemptions).toBeGreaterThan(0);
   });
 
-  it('answers the colocated contract in every form: legacy, msgpack, streaming', async () => {
+  it('answers the colocated contract in every form: legacy, msgpack, streaming (packed and legacy)', async () => {
     const prompt = promptOf(700, 99);
     const b = body(prompt, 7, randomUUID());
     const colo = firstChoice(await generate(colocated.url, b));
     const legacy = await generate(routerUrl, { ...b, packed: false });
     const msgpack = await generate(routerUrl, b, { accept: 'msgpack', bodyEncoding: 'msgpack' });
     const streamed = await generateStream(routerUrl, { ...b, stream: true }).collect();
-    for (const r of [legacy, msgpack, streamed]) {
+    const streamedLegacy = await generateStream(routerUrl, {
+      ...b,
+      stream: true,
+      packed: false,
+    }).collect();
+    for (const r of [legacy, msgpack, streamed, streamedLegacy]) {
       expect(differences(firstChoice(r), colo, prompt.length)).toEqual([]);
       expect(r.kvTransferParams).toBeNull();
     }
