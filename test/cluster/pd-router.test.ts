@@ -1,9 +1,9 @@
 /**
  * 1P1D through `ringserve router` against a colocated instance with the same seeds: identical token
  * ids, logprobs, masks and routing (rows = P + C - 1, merged start 0) at concurrency 1 (10 prompts
- * of 64..6,000 tokens) and 10 (20 prompts, the decode instance short of KV blocks so it preempts),
- * every answer form, a decode instance whose every KV load fails, and a negative control: the
- * merge without the position cut is caught as different.
+ * of 64..6,000 tokens) and 10 (20 prompts), under forced decode preemption (a decode instance of
+ * 400 KV blocks, ten long completions at once), every answer form, a decode instance whose every
+ * KV load fails, and a negative control: the merge without the position cut is caught as different.
  */
 import { randomUUID } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -33,14 +33,12 @@ beforeAll(async () => {
     // Pins outlive their import here (nothing tells the prefill instance it was imported): a
     // short timeout keeps 20 long prompts from filling its pool.
     startCluster([...COMMON, '--role', 'prefill', '--kv-transfer-timeout-s', '3']),
-    // 512 blocks of 16 = one 8,192-token sequence, and modelled step times (not --max-speed), so
-    // that requests overlap on the decode instance and ten at once must preempt.
+    // 400 blocks of 16 = one 6,400-token sequence (the longest here: 6,000 + 256), and modelled
+    // step times (not --max-speed), so that requests overlap on the decode instance and ten at
+    // once must preempt.
     startCluster([
-      ...COMMON.filter((f) => f !== '--max-speed'),
-      '--role',
-      'decode',
-      '--num-gpu-blocks',
-      '512',
+      ...['--model', 'tiny', '--max-model-len', '6400', '--num-gpu-blocks', '400'],
+      ...['--role', 'decode'],
     ]),
   ]);
   routerUrl = (await startRouter([prefill.url], [decode.url])).url;
@@ -81,7 +79,7 @@ describe('ringserve router, 1 prefill + 1 decode instance vs colocated', () => {
     expect(counterValue(decodeMetrics, 'vllm:external_prefix_cache_hits_total')).toBeGreaterThan(0);
   });
 
-  it('is identical at concurrency 10 (20 prompts) with the decode instance preempting', async () => {
+  it('is identical at concurrency 10 (20 prompts)', async () => {
     const before = decode.engineStat(STAT_NUM_PREEMPTIONS);
     // 256 tokens each: running requests cross block boundaries while the pool is full.
     const { failures, identical, rows } = await compareAll(
@@ -93,6 +91,18 @@ describe('ringserve router, 1 prefill + 1 decode instance vs colocated', () => {
     const preemptions = decode.engineStat(STAT_NUM_PREEMPTIONS) - before;
     console.log(
       `P/D identity, concurrency 10: ${identical}/20 identical, ${preemptions} decode preemptions, ${rows} routing rows checked`,
+    );
+    expect(failures).toEqual([]);
+  });
+
+  it('is identical under forced decode preemption: 10 short prompts, 1,000-token completions', async () => {
+    // Each admitted with a few blocks, then growing to ~75: ten at once outgrow the 400 blocks.
+    const before = decode.engineStat(STAT_NUM_PREEMPTIONS);
+    const lengths = Array.from({ length: 10 }, (_, i) => 100 + 20 * i);
+    const { failures, identical, rows } = await compareAll(lengths, 10, randomUUID(), 1000);
+    const preemptions = decode.engineStat(STAT_NUM_PREEMPTIONS) - before;
+    console.log(
+      `P/D identity, forced preemption: ${identical}/10 identical, ${preemptions} decode preemptions, ${rows} routing rows checked`,
     );
     expect(failures).toEqual([]);
     expect(preemptions).toBeGreaterThan(0);
