@@ -8,11 +8,14 @@ import { Supervisor } from './cluster/supervisor.js';
 import type { RingserveConfig } from './config.js';
 import { ExitCode, exitCodeFor, isRingserveError } from './errors.js';
 import { createLogger } from './obs/log.js';
+import { Router } from './router/router.js';
+import { parseRouterArgs, routerHelp } from './router/router-config.js';
 
 const USAGE = `usage: ringserve <command> [flags]
 
 commands:
   serve   run the API servers and the engine core (default)
+  router  a prefill/decode proxy in front of --role prefill and --role decode instances
   soak    not built yet: the long-running soak test
 
 'ringserve serve --help' lists the server's flags; the before/after benchmark is\n'ringserve-bench' (npm run bench).`;
@@ -54,6 +57,30 @@ async function serve(argv: readonly string[]): Promise<ExitCode | null> {
   return null;
 }
 
+/** `ringserve router`: resolves with the exit code, or null once it serves (until a signal). */
+async function router(argv: readonly string[]): Promise<ExitCode | null> {
+  if (isHelpRequested(argv)) {
+    process.stdout.write(`${routerHelp()}\n`);
+    return ExitCode.Ok;
+  }
+  const config = parseRouterArgs(argv);
+  const proxy = new Router(config);
+  const stop = (): void => {
+    proxy.close().then(
+      () => process.exit(ExitCode.Ok),
+      () => process.exit(ExitCode.Failure),
+    );
+  };
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+  const port = await proxy.start();
+  // Scripts and tests wait for this line on stderr, as for serve's.
+  console.error(
+    `ringserve: routing on http://${config.host}:${port} to ${config.prefill.length} prefill and ${config.decode.length} decode instance(s)`,
+  );
+  return null;
+}
+
 /** The configuration as logged at startup: keys are never written out, only whether one is set. */
 function loggableConfig(config: RingserveConfig): Record<string, unknown> {
   return {
@@ -67,6 +94,7 @@ async function main(argv: readonly string[]): Promise<ExitCode | null> {
   const [command, ...rest] = argv;
   if (command === undefined || command.startsWith('--')) return serve(argv);
   if (command === 'serve') return serve(rest);
+  if (command === 'router') return router(rest);
   if (command === 'help' || command === '-h') {
     process.stdout.write(`${USAGE}\n`);
     return ExitCode.Ok;

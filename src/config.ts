@@ -51,6 +51,11 @@ export interface RingserveConfig {
   readonly failureRate: number;
   readonly failureKinds: string;
   readonly allowFailureHeader: boolean;
+  readonly role: 'both' | 'prefill' | 'decode';
+  readonly kvTransferTimeoutS: number;
+  readonly kvLoadFailureRate: number;
+  readonly kvTransferBandwidthGbs: number;
+  readonly kvOffloadGib: number;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -124,6 +129,11 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'failureRate', flag: '--failure-rate', kind: 'number', default: 0, min: 0, max: 1, help: 'fraction of inference requests answered with an injected failure (for clients\' own tests)' },
   { key: 'failureKinds', flag: '--failure-kinds', kind: 'string', default: FAILURE_KINDS.join(','), help: 'comma list of injected failures: rate_limit (429), unavailable (503), context_length (400), abort (connection cut mid-answer)' },
   { key: 'allowFailureHeader', flag: '--allow-failure-header', kind: 'bool', default: false, help: 'honour a request header "x-ringserve-fail: <kind>" that forces one injected failure' },
+  { key: 'role', flag: '--role', kind: 'enum', default: 'both', choices: ['both', 'prefill', 'decode'], help: 'prefill: every request keeps its KV for a decode instance and answers kv_transfer_params; decode/both: import it when given' },
+  { key: 'kvTransferTimeoutS', flag: '--kv-transfer-timeout-s', kind: 'number', default: D.kvTransferTimeoutS, min: L.kvTransferTimeoutS.min, max: L.kvTransferTimeoutS.max, help: 'how long a prefill instance keeps a prompt\'s KV pinned for a decode instance' },
+  { key: 'kvLoadFailureRate', flag: '--kv-load-failure-rate', kind: 'number', default: D.kvLoadFailureRate, min: L.kvLoadFailureRate.min, max: L.kvLoadFailureRate.max, help: 'fraction of KV imports that fail (decided by request seed) and are recomputed' },
+  { key: 'kvTransferBandwidthGbs', flag: '--kv-transfer-bandwidth-gbs', kind: 'number', default: D.kvTransferBandwidthGbs, min: L.kvTransferBandwidthGbs.min, max: L.kvTransferBandwidthGbs.max, help: 'GB/s of a modelled KV import and of CPU-tier reloads' },
+  { key: 'kvOffloadGib', flag: '--kv-offload-gib', kind: 'number', default: D.kvOffloadGib, min: L.kvOffloadGib.min, max: L.kvOffloadGib.max, help: 'CPU tier evicted prefix blocks spill to and reload from, GiB (0 = none)' },
 ];
 
 const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(

@@ -319,6 +319,23 @@ export const RS_ERR_CLIENT_TIMEOUT = createError(
   504,
 );
 
+// The P/D router (src/router/): what an upstream instance answered that it cannot merge.
+export const RS_ERR_ROUTER_SHORT_ROWS = createError(
+  'RS_ERR_ROUTER_SHORT_ROWS',
+  'decode answer for choice %s lacks routing rows: %s',
+  502,
+);
+export const RS_ERR_ROUTER_UPSTREAM = createError(
+  'RS_ERR_ROUTER_UPSTREAM',
+  '%s instance %s failed: %s',
+  502,
+);
+export const RS_ERR_ROUTER_NO_INSTANCE = createError(
+  'RS_ERR_ROUTER_NO_INSTANCE',
+  'no healthy %s instance',
+  503,
+);
+
 export const RS_ERR_SERVER_INTERNAL = createError(
   'RS_ERR_SERVER_INTERNAL',
   'internal error: %s',

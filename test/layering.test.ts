@@ -21,6 +21,7 @@ const ALLOWED: Readonly<Record<string, readonly string[] | 'any'>> = {
   protocol: ['wire', 'errors'],
   server: ['wire', 'shm', 'protocol', 'obs', 'config', 'errors'],
   client: ['protocol', 'errors'],
+  router: ['protocol', 'client', 'obs', 'errors'],
   cluster: 'any',
   cli: 'any',
 };

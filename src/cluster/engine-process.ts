@@ -32,6 +32,10 @@ function engineConfigFrom(config: RingserveConfig): EngineConfig {
     lengthProfile: config.lengthProfile,
     speedup: config.speedup,
     maxSpeed: config.maxSpeed,
+    kvTransferTimeoutS: config.kvTransferTimeoutS,
+    kvLoadFailureRate: config.kvLoadFailureRate,
+    kvTransferBandwidthGbs: config.kvTransferBandwidthGbs,
+    kvOffloadGib: config.kvOffloadGib,
   };
 }
 

@@ -31,11 +31,15 @@ import {
   ENGINE_STATE_STOPPING,
   ENGINE_STATS,
   STAT_BLOCK_SIZE,
+  STAT_EXTERNAL_HIT_TOKENS,
   STAT_GENERATION_TOKENS,
+  STAT_KV_LOAD_FAILURES,
   STAT_KV_USAGE,
   STAT_LAST_STEP_MS,
   STAT_NUM_GPU_BLOCKS,
   STAT_NUM_PREEMPTIONS,
+  STAT_OFFLOAD_LOADED_BLOCKS,
+  STAT_OFFLOAD_STORED_BLOCKS,
   STAT_PAUSED,
   STAT_PREFIX_HITS,
   STAT_PREFIX_QUERIES,
@@ -338,6 +342,10 @@ export class CoreLoop {
     f64[base + STAT_BLOCK_SIZE] = s.blockSize;
     f64[base + STAT_LAST_STEP_MS] = lastStepMs;
     f64[base + STAT_PAUSED] = this.#engine.paused ? 1 : 0;
+    f64[base + STAT_EXTERNAL_HIT_TOKENS] = s.externalHitTokens ?? 0;
+    f64[base + STAT_KV_LOAD_FAILURES] = s.kvLoadFailures ?? 0;
+    f64[base + STAT_OFFLOAD_STORED_BLOCKS] = s.offloadStoredBlocks ?? 0;
+    f64[base + STAT_OFFLOAD_LOADED_BLOCKS] = s.offloadLoadedBlocks ?? 0;
     Atomics.add(i32, ENG_STATS_SEQ >> 2, 1);
     this.#beat();
     Atomics.store(

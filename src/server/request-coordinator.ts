@@ -16,6 +16,7 @@ import type { ResponseForm } from '../protocol/generate-response.js';
 import { childSeed } from '../wire/child-seed.js';
 import { admit, requestIdOf } from './admission.js';
 import type { EnginePort } from './engine-port.js';
+import { type KvTransferFields, kvTransferFields } from './kv-transfer.js';
 import type { OutputEvents, OutputPath } from './output-path.js';
 import type { ReplySink } from './reply-sink.js';
 import { logFinished } from './request-log.js';
@@ -72,6 +73,7 @@ export class RequestCoordinator implements OutputEvents {
    */
   submit(request: GenerateRequest, reply: ReplySink, form: ResponseForm, headerId?: string): void {
     const requestId = requestIdOf(headerId, request.requestId);
+    const kv = kvTransferFields(request, requestId, this.#config);
     admit(
       { draining: this.#draining, engine: this.#engine, table: this.table },
       requestId,
@@ -81,7 +83,7 @@ export class RequestCoordinator implements OutputEvents {
     const record = newRequestRecord(requestId, model, request, form, reply);
     this.table.add(record);
     try {
-      this.#send(record);
+      this.#send(record, kv);
     } catch (error) {
       this.#unwind(record, error);
       throw error;
@@ -181,7 +183,7 @@ export class RequestCoordinator implements OutputEvents {
   // ---- internals ---------------------------------------------------------------------------------
 
   /** Opens each choice on the output side and writes its ADD (vLLM v1's parallel sampling: choice i seeded seed + i). */
-  #send(record: RequestRecord): void {
+  #send(record: RequestRecord, kv: KvTransferFields): void {
     const { request, group } = record;
     const output = this.#output!;
     const cacheSalt = request.cacheSalt === null ? null : Buffer.from(request.cacheSalt, 'utf8');
@@ -199,6 +201,8 @@ export class RequestCoordinator implements OutputEvents {
         priority: request.priority,
         cacheSalt,
         arrivalTimeMs: record.timings.arrivalMs,
+        pinKv: kv.pinKv,
+        importKvTokens: kv.importKvTokens,
       });
       this.table.slots.sent(slot, gen);
     }

@@ -91,6 +91,15 @@ export const STAT_PAUSED = 13; // gauge: 1 while paused
 export const STAT_CARRY_PREEMPTIONS = 16;
 export const STAT_CARRY_PREFIX_QUERIES = 17;
 export const STAT_CARRY_PREFIX_HITS = 18;
+// P/D and the CPU offload tier (src/sim/external-kv.ts): counters, and their carries.
+export const STAT_EXTERNAL_HIT_TOKENS = 48; // counter: prompt tokens loaded (P/D import, CPU tier)
+export const STAT_KV_LOAD_FAILURES = 49; // counter: P/D imports that failed (then recomputed)
+export const STAT_OFFLOAD_STORED_BLOCKS = 50; // counter: blocks spilled to the CPU tier
+export const STAT_OFFLOAD_LOADED_BLOCKS = 51; // counter: blocks reloaded from the CPU tier
+export const STAT_CARRY_EXTERNAL_HIT_TOKENS = 56;
+export const STAT_CARRY_KV_LOAD_FAILURES = 57;
+export const STAT_CARRY_OFFLOAD_STORED_BLOCKS = 58;
+export const STAT_CARRY_OFFLOAD_LOADED_BLOCKS = 59;
 
 // ---- Control block: one command at a time from any API server to the engine.
 // Request lines: written by the holder of CTL_LOCK only. Ack line: written by the engine only.

@@ -41,6 +41,14 @@ export interface EngineConfig {
   enablePrefixCaching?: boolean;
   /** Weight version at start. */
   weightVersion?: number;
+  /** --kv-transfer-timeout-s: how long a prefill instance keeps a prompt's KV for a decode one. */
+  kvTransferTimeoutS?: number;
+  /** --kv-load-failure-rate: fraction of P/D imports that fail (then recomputed). */
+  kvLoadFailureRate?: number;
+  /** --kv-transfer-bandwidth-gbs: bandwidth of a P/D import and of CPU-tier reloads. */
+  kvTransferBandwidthGbs?: number;
+  /** --kv-offload-gib: size of the CPU tier evicted prefix blocks spill to (0 = none). */
+  kvOffloadGib?: number;
 }
 
 export interface ResolvedEngineConfig {
@@ -57,6 +65,10 @@ export interface ResolvedEngineConfig {
   maxSpeed: boolean;
   enablePrefixCaching: boolean;
   weightVersion: number;
+  kvTransferTimeoutS: number;
+  kvLoadFailureRate: number;
+  kvTransferBandwidthGbs: number;
+  kvOffloadGib: number;
 }
 
 function intIn(flag: string, value: number, range: IntRange): number {
@@ -116,5 +128,35 @@ export function resolveEngineConfig(c: EngineConfig): ResolvedEngineConfig {
       c.weightVersion ?? d.weightVersion,
       limits.weightVersion,
     ),
+    kvTransferTimeoutS: numberIn(
+      '--kv-transfer-timeout-s',
+      c.kvTransferTimeoutS ?? d.kvTransferTimeoutS,
+      limits.kvTransferTimeoutS,
+    ),
+    kvLoadFailureRate: numberIn(
+      '--kv-load-failure-rate',
+      c.kvLoadFailureRate ?? d.kvLoadFailureRate,
+      limits.kvLoadFailureRate,
+    ),
+    kvTransferBandwidthGbs: numberIn(
+      '--kv-transfer-bandwidth-gbs',
+      c.kvTransferBandwidthGbs ?? d.kvTransferBandwidthGbs,
+      limits.kvTransferBandwidthGbs,
+    ),
+    kvOffloadGib: numberIn(
+      '--kv-offload-gib',
+      c.kvOffloadGib ?? d.kvOffloadGib,
+      limits.kvOffloadGib,
+    ),
   };
+}
+
+function numberIn(flag: string, value: number, range: IntRange): number {
+  if (!(Number.isFinite(value) && value >= range.min && value <= range.max)) {
+    throw new RS_ERR_CONFIG_INVALID(
+      flag,
+      `must be a number in [${range.min}, ${range.max}], got ${value}`,
+    );
+  }
+  return value;
 }

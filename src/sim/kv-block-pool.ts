@@ -1,11 +1,14 @@
 import { BlockHashTable } from './block-hash-table.js';
+import type { OffloadTier } from './offload-tier.js';
 
 /**
  * The KV cache as vLLM v1's BlockPool: num_gpu_blocks blocks with reference counts, a free queue
  * in LRU order (doubly linked in typed arrays: allocation pops the head, a freed block goes to
  * the tail, a cache hit takes a block out of the middle in O(1)), and the prefix cache: a full
  * block keeps its hash while free, so a later request with the same prefix can take it back until
- * the block is reallocated (evicted).
+ * the block is reallocated (evicted). An evicted cached block spills to the CPU tier when there is
+ * one (offload-tier.ts). A block whose KV came from outside (a P/D import, the CPU tier) is
+ * rowless: this instance never computed its routing rows (external-kv.ts).
  *
  *   free queue:  head -> [least recently freed] <-> ... <-> [most recently freed] <- tail
  */
@@ -15,12 +18,15 @@ export class KvBlockPool {
   readonly #hashHi: Int32Array;
   readonly #hashLo: Int32Array;
   readonly #hashed: Uint8Array;
+  readonly #rowless: Uint8Array;
   readonly #prev: Int32Array;
   readonly #next: Int32Array;
   #head = -1;
   #tail = -1;
   numFree = 0;
   readonly #table: BlockHashTable;
+  /** Where evicted cached blocks go (--kv-offload-gib), or null. */
+  spill: OffloadTier | null = null;
 
   constructor(numBlocks: number) {
     this.numBlocks = numBlocks;
@@ -28,6 +34,7 @@ export class KvBlockPool {
     this.#hashHi = new Int32Array(numBlocks);
     this.#hashLo = new Int32Array(numBlocks);
     this.#hashed = new Uint8Array(numBlocks);
+    this.#rowless = new Uint8Array(numBlocks);
     this.#prev = new Int32Array(numBlocks);
     this.#next = new Int32Array(numBlocks);
     this.#table = new BlockHashTable(numBlocks);
@@ -48,9 +55,13 @@ export class KvBlockPool {
     const b = this.#head;
     this.#unlink(b);
     if (this.#hashed[b] === 1) {
-      this.#table.delete(this.#hashHi[b] as number, this.#hashLo[b] as number, b);
+      const hi = this.#hashHi[b] as number;
+      const lo = this.#hashLo[b] as number;
+      this.#table.delete(hi, lo, b);
       this.#hashed[b] = 0;
+      this.spill?.store(hi, lo);
     }
+    this.#rowless[b] = 0;
     this.refCount[b] = 1;
     return b;
   }
@@ -66,6 +77,15 @@ export class KvBlockPool {
     const n = (this.refCount[b] as number) - 1;
     this.refCount[b] = n;
     if (n === 0) this.#pushTail(b);
+  }
+
+  /** Its KV came from outside: this instance has no routing rows for its positions. */
+  markRowless(b: number): void {
+    this.#rowless[b] = 1;
+  }
+
+  isRowless(b: number): boolean {
+    return this.#rowless[b] === 1;
   }
 
   /** The block cached under this hash, or -1. */

@@ -19,6 +19,8 @@ export interface StepTimeModel {
   perPrefillTokenMs: number;
   /** Per token of context attended over: reading its KV cache. */
   perContextTokenMs: number;
+  /** KV bytes of one token on one GPU: what a P/D import or a CPU-tier reload moves per token. */
+  kvBytesPerToken: number;
 }
 
 /** A simulated model: its card (the figures the API tier sees) and how fast it runs. */
@@ -39,6 +41,7 @@ const QWEN3_30B_A3B: StepTimeModel = {
   perDecodeSeqMs: 0.02,
   perPrefillTokenMs: 0.0083,
   perContextTokenMs: 2.9e-5,
+  kvBytesPerToken: 49_152,
 };
 
 /**
@@ -59,6 +62,7 @@ const GLM_45_AIR: StepTimeModel = {
   perDecodeSeqMs: 0.02,
   perPrefillTokenMs: 0.0076,
   perContextTokenMs: 1.415e-5,
+  kvBytesPerToken: 23_552,
 };
 
 /** The tests' model: fast steps, so every code path runs quickly in real time too. */
@@ -67,12 +71,15 @@ const TINY: StepTimeModel = {
   perDecodeSeqMs: 0.005,
   perPrefillTokenMs: 0.001,
   perContextTokenMs: 1e-6,
+  /** 2 * 2 kv heads * 128 * 4 layers * 2 B, rounded up: transfers that take visible time. */
+  kvBytesPerToken: 16_384,
 };
 
 const STEP_TIMES: Readonly<Record<string, StepTimeModel>> = {
   'qwen3-30b-a3b': QWEN3_30B_A3B,
   'glm-4.5-air': GLM_45_AIR,
   tiny: TINY,
+  'tiny-wide': TINY,
 };
 
 const PRESETS: readonly ModelPreset[] = MODEL_NAMES.map((name) => ({

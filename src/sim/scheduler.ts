@@ -1,4 +1,5 @@
 import type { OutputRoom } from '../engine/output-room.js';
+import { type ExternalKv, rowsFrom } from './external-kv.js';
 import type { KvBlockPool } from './kv-block-pool.js';
 import { OutputCharge } from './output-charge.js';
 import { SeqStatus, type Sequence } from './sequence.js';
@@ -33,6 +34,10 @@ export interface SchedulerCounters {
  *    max_num_seqs and the free blocks allow, their prompts looked up in the prefix cache first
  *    (vLLM caps a hit at num_tokens - 1 so that at least one token is computed), and chunked to
  *    the remaining budget.
+ * KV from outside the pool (a P/D import, the CPU tier: external-kv.ts) is planned after the
+ * prefix-cache lookup; a request whose KV is still loading holds its blocks and is skipped until
+ * `readyAtMs`. A prefill instance's finished request that a decode instance will import keeps its
+ * blocks pinned until its transfer timeout.
  * With an OutputRoom (the API servers' output rings), each request's output is charged to its API
  * server before it is scheduled (output-charge.ts); a server whose ring cannot take it is held for
  * the rest of the step, and its requests are skipped, running or waiting, as vLLM v1 skips
@@ -46,6 +51,13 @@ export class Scheduler {
   readonly batch: Sequence[] = [];
   batchTokens = new Int32Array(64);
   batchSize = 0;
+  /** Engine time (ms) of this step; set by the engine before schedule(). */
+  nowMs = 0;
+  /** Earliest readyAtMs among requests this step skipped while their KV loads (Infinity: none). */
+  nextReadyMs = Number.POSITIVE_INFINITY;
+  /** Finished requests whose blocks stay pinned for a decode instance, oldest first. */
+  readonly pinned: Sequence[] = [];
+  readonly #external: ExternalKv;
   readonly #cfg: SchedulerConfig;
   readonly #pool: KvBlockPool;
   readonly #counters: SchedulerCounters;
@@ -55,8 +67,14 @@ export class Scheduler {
   #blocksWanted = 0;
   #seatsWanted = 0;
 
-  constructor(cfg: SchedulerConfig, pool: KvBlockPool, counters: SchedulerCounters) {
+  constructor(
+    cfg: SchedulerConfig,
+    pool: KvBlockPool,
+    counters: SchedulerCounters,
+    external: ExternalKv,
+  ) {
     this.#cfg = cfg;
+    this.#external = external;
     this.#pool = pool;
     this.#counters = counters;
     this.#output = new OutputCharge(cfg.preset.vocabSize, cfg.blockSize);
@@ -69,9 +87,15 @@ export class Scheduler {
     this.batchSize = 0;
     let budget = this.#cfg.maxNumBatchedTokens;
     let preempted = false;
+    this.nextReadyMs = Number.POSITIVE_INFINITY;
     let i = 0;
     while (i < this.running.length && budget > 0) {
       const seq = this.running[i] as Sequence;
+      if (seq.readyAtMs > this.nowMs) {
+        if (seq.readyAtMs < this.nextReadyMs) this.nextReadyMs = seq.readyAtMs;
+        i++; // its KV is still loading
+        continue;
+      }
       let numNew = Math.min(seq.numTokens - seq.numComputed, budget);
       if (room !== null) {
         numNew = this.#output.charge(seq, seq.numComputed, numNew, room);
@@ -104,9 +128,26 @@ export class Scheduler {
     if (this.#blocksWanted > 0 || this.#seatsWanted > 0) this.#preemptHeld(room as OutputRoom);
   }
 
+  /** A finished request whose KV a decode instance will import: its blocks stay until `untilMs`. */
+  pin(seq: Sequence, untilMs: number): void {
+    this.remove(seq, false);
+    seq.pinnedUntilMs = untilMs;
+    this.pinned.push(seq);
+  }
+
+  /** Frees the blocks of pins whose transfer timeout passed. */
+  releaseExpiredPins(nowMs: number): void {
+    let kept = 0;
+    for (const seq of this.pinned) {
+      if (seq.pinnedUntilMs > nowMs) this.pinned[kept++] = seq;
+      else this.#freeBlocks(seq);
+    }
+    this.pinned.length = kept;
+  }
+
   /** Frees a request's blocks and takes it out of the queues (finish, abort). */
-  remove(seq: Sequence): void {
-    this.#freeBlocks(seq);
+  remove(seq: Sequence, free = true): void {
+    if (free) this.#freeBlocks(seq);
     if (seq.status === SeqStatus.Running) {
       const i = this.running.indexOf(seq);
       if (i >= 0) this.running.splice(i, 1);
@@ -138,7 +179,8 @@ export class Scheduler {
       }
       let numHits = this.#lookupPrefix(seq);
       if (room !== null) numHits = this.#output.capHits(seq, numHits, room);
-      const computed = numHits * B;
+      const loaded = this.#external.plan(seq, numHits);
+      const computed = numHits * B + loaded;
       let numNew = Math.min(seq.numTokens - computed, budget);
       if (room !== null) {
         numNew = this.#output.charge(seq, computed, numNew, room);
@@ -168,9 +210,14 @@ export class Scheduler {
       seq.numRegisteredBlocks = numHits;
       for (let n = 0; n < needed; n++) seq.pushBlock(pool.allocate());
       seq.numComputed = computed;
+      this.#external.commit(seq, numHits, loaded, pool, this.nowMs);
       waiting.removeAt(w);
       seq.status = SeqStatus.Running;
       this.running.push(seq);
+      if (seq.readyAtMs > this.nowMs) {
+        if (seq.readyAtMs < this.nextReadyMs) this.nextReadyMs = seq.readyAtMs;
+        continue; // scheduled once its KV has arrived
+      }
       this.#push(seq, numNew);
       budget -= numNew;
     }
@@ -179,7 +226,10 @@ export class Scheduler {
       if (!room.isHeld((waiting.at(w) as Sequence).server)) this.#seatsWanted++;
   }
 
-  /** Cached leading blocks of the sequence's tokens (block ids into #hits); returns how many. */
+  /**
+   * Cached leading blocks of the sequence's tokens (block ids into #hits); returns how many. A
+   * request that needs routing rows stops at a rowless block holding a position it needs rows of.
+   */
   #lookupPrefix(seq: Sequence): number {
     if (!this.#cfg.enablePrefixCaching) return 0;
     const B = this.#cfg.blockSize;
@@ -187,10 +237,12 @@ export class Scheduler {
     if (maxBlocks === 0) return 0;
     seq.hashBlocksUpTo(maxBlocks, B);
     if (this.#hits.length < maxBlocks) this.#hits = new Int32Array(maxBlocks * 2);
+    const rowsNeededFrom = seq.params.returnRoutedExperts ? rowsFrom(seq) : Infinity;
     let n = 0;
     while (n < maxBlocks) {
       const b = this.#pool.lookup(seq.blockHashHi[n] as number, seq.blockHashLo[n] as number);
       if (b < 0) break;
+      if ((n + 1) * B > rowsNeededFrom && this.#pool.isRowless(b)) break;
       this.#hits[n++] = b;
     }
     return n;
@@ -245,6 +297,7 @@ export class Scheduler {
     const i = this.running.indexOf(seq);
     if (i >= 0) this.running.splice(i, 1);
     seq.numComputed = 0;
+    seq.readyAtMs = 0;
     seq.numPreemptions++;
     seq.status = SeqStatus.Waiting;
     this.#counters.numPreemptions++;

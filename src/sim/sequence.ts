@@ -48,6 +48,13 @@ export class Sequence {
   prefillDone = false;
   /** Set while it is in the current step's batch. */
   scheduled = false;
+  /** P/D: keep its blocks for a decode instance when it finishes, until pinnedUntilMs. */
+  readonly pinKv: boolean;
+  pinnedUntilMs = 0;
+  /** P/D: leading prompt tokens to import from a prefill instance at admission (0 once tried). */
+  importKvTokens: number;
+  /** Not scheduled before this engine time: its KV is still being loaded (external-kv.ts). */
+  readyAtMs = 0;
   readonly counts: TokenCounts | null;
 
   blocks = new Int32Array(8);
@@ -72,6 +79,9 @@ export class Sequence {
     this.arrivalTimeMs = req.arrivalTimeMs;
     this.seedKey = seedKey(seed);
     this.numPromptTokens = prompt.length;
+    this.pinKv = req.pinKv === true;
+    // vLLM's nixl connector: the decode side recomputes the last prompt token to sample from it.
+    this.importKvTokens = Math.max(0, Math.min(req.importKvTokens ?? 0, prompt.length - 1));
     this.tokens = new Int32Array(prompt.length + Math.min(params.maxTokens, 1024));
     this.#saltHi = cacheSalt === null ? BLOCK_SEED_HI : hashString(cacheSalt, BLOCK_SEED_HI);
     this.#saltLo = cacheSalt === null ? BLOCK_SEED_LO : hashString(cacheSalt, BLOCK_SEED_LO);

@@ -16,6 +16,7 @@ import {
   type ResolvedEngineConfig,
   resolveEngineConfig,
 } from './engine-config.js';
+import { ExternalKv, type ExternalKvCounters } from './external-kv.js';
 import { combine, mix32 } from './hash.js';
 import { KvBlockPool } from './kv-block-pool.js';
 import { targetLength } from './length-profile.js';
@@ -54,12 +55,17 @@ export class SimEngine implements EngineCore {
   readonly #scheduler: Scheduler;
   readonly #runner: ModelRunner;
   readonly #clock: StepClock;
+  readonly #external: ExternalKv;
   readonly #counters = {
     numPreemptions: 0,
     prefixQueries: 0,
     prefixHits: 0,
     promptTokens: 0,
     generationTokens: 0,
+    kvImports: 0,
+    kvImportFailures: 0,
+    kvImportedTokens: 0,
+    offloadLoadedBlocks: 0,
   };
   /** In-flight requests by (server, slot). */
   readonly #bySlot = new Map<number, Sequence>();
@@ -84,7 +90,16 @@ export class SimEngine implements EngineCore {
     this.#router = new ExpertRouter(cfg.preset);
     this.#router.setWeightKey(this.#model.weightKey);
     this.#pool = new KvBlockPool(cfg.numGpuBlocks);
-    this.#scheduler = new Scheduler(cfg, this.#pool, this.#counters);
+    this.#external = new ExternalKv(
+      {
+        ...cfg,
+        kvBytesPerToken: cfg.preset.stepTime.kvBytesPerToken,
+        timeScale: cfg.maxSpeed ? 0 : 1 / cfg.speedup,
+      },
+      this.#counters,
+    );
+    this.#pool.spill = this.#external.tier;
+    this.#scheduler = new Scheduler(cfg, this.#pool, this.#counters, this.#external);
     const sampler = new Sampler(this.#model);
     this.#runner = new ModelRunner(
       cfg,
@@ -215,7 +230,9 @@ export class SimEngine implements EngineCore {
 
   /** Forgets all cached prefixes; false (nothing done) while requests hold blocks, as vLLM. */
   resetPrefixCache(): boolean {
-    return this.#pool.resetPrefixCache();
+    if (!this.#pool.resetPrefixCache()) return false;
+    this.#external.tier?.clear();
+    return true;
   }
 
   /** Whether step() has anything to do (paused: only pending reject/abort outputs count). */
@@ -239,15 +256,24 @@ export class SimEngine implements EngineCore {
     const r = this.#router;
     out.shapeRouting(r.layers, r.topk, r.numExperts);
     this.#flushPending(out, room ?? null);
-    if (this.#paused || this.#bySlot.size === 0) return t;
     const scheduler = this.#scheduler;
+    const now = performance.now();
+    if (scheduler.pinned.length > 0) scheduler.releaseExpiredPins(now);
+    if (this.#paused || this.#bySlot.size === 0) return t;
+    scheduler.nowMs = now;
     scheduler.schedule(room ?? null);
-    if (scheduler.batchSize === 0) return t;
+    if (scheduler.batchSize === 0) {
+      // Only requests whose KV is loading: rest until the first has arrived.
+      if (scheduler.nextReadyMs !== Number.POSITIVE_INFINITY) t.ms = scheduler.nextReadyMs - now;
+      return t;
+    }
     this.#runner.run(scheduler, out, t);
     const runner = this.#runner;
+    const pinUntil = now + this.config.kvTransferTimeoutS * 1000;
     for (let i = 0; i < runner.finishedCount; i++) {
       const seq = runner.finished[i] as Sequence;
-      scheduler.remove(seq);
+      if (seq.pinKv) scheduler.pin(seq, pinUntil);
+      else scheduler.remove(seq);
       this.#bySlot.delete(slotKey(seq.server, seq.slot));
     }
     this.#steps++;
@@ -270,7 +296,16 @@ export class SimEngine implements EngineCore {
     s.numGpuBlocks = this.#pool.numBlocks;
     s.blockSize = this.config.blockSize;
     s.steps = this.#steps;
+    s.externalHitTokens = c.kvImportedTokens + c.offloadLoadedBlocks * this.config.blockSize;
+    s.kvLoadFailures = c.kvImportFailures;
+    s.offloadStoredBlocks = this.#external.tier?.numStored ?? 0;
+    s.offloadLoadedBlocks = c.offloadLoadedBlocks;
     return s;
+  }
+
+  /** P/D imports and CPU-tier reloads so far (external-kv.ts). */
+  get kvTransferCounters(): Readonly<ExternalKvCounters> {
+    return this.#counters;
   }
 
   /** Blocks currently free in the KV pool (tests check all are free after finish/abort). */

@@ -26,6 +26,12 @@ export const ENGINE_DEFAULTS = {
   maxSpeed: false,
   enablePrefixCaching: true,
   weightVersion: 0,
+  /** vLLM's nixl connector waits VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s); RL rollouts import at once. */
+  kvTransferTimeoutS: 60,
+  kvLoadFailureRate: 0,
+  /** One 200 Gb/s RDMA NIC per GPU (P/D), about PCIe 4 x16 (CPU tier). */
+  kvTransferBandwidthGbs: 25,
+  kvOffloadGib: 0,
 } as const satisfies {
   policy: SchedulingPolicy;
   lengthProfile: LengthProfileName;
@@ -50,6 +56,11 @@ export const ENGINE_LIMITS = {
   seed: { min: 0, max: 2 ** 32 - 1 },
   /** Weight versions travel as int32 (per-token in STEP records, and through the control block). */
   weightVersion: { min: 0, max: 2 ** 31 - 1 },
+  kvTransferTimeoutS: { min: 0, max: 3600 },
+  kvLoadFailureRate: { min: 0, max: 1 },
+  kvTransferBandwidthGbs: { min: 0.001, max: 10_000 },
+  /** The CPU tier's index is sized for its whole capacity up front. */
+  kvOffloadGib: { min: 0, max: 64 },
 } as const satisfies Record<string, IntRange>;
 
 /**

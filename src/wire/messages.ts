@@ -11,7 +11,7 @@
  *   ADD     f64[8]  seed (NaN = none), arrival ms, temperature, top_p, min_p,
  *                   presence, frequency, repetition penalties
  *           i32[12] slot, top_k, max_tokens, min_tokens, flags, routed_experts_prompt_start,
- *                   priority, prompt_len, stop_ids_len, salt_bytes, slot_gen, (1 reserved)
+ *                   priority, prompt_len, stop_ids_len, salt_bytes, slot_gen, import_kv_tokens
  *           i32[prompt_len] prompt ids, i32[stop_ids_len] stop ids, u8[salt_bytes] cache salt (UTF-8)
  *   ABORT   i32 slot, i32 reserved
  *
@@ -68,6 +68,8 @@ export const AddFlag = {
   Logprobs: 2,
   SamplingMask: 4,
   RoutedExperts: 8,
+  /** P/D: keep the prompt's KV pinned for a decode instance once the request finishes. */
+  PinKv: 16,
 } as const;
 
 const ADD_F64 = 8;
@@ -84,6 +86,7 @@ const A_PROMPT_LEN = 7;
 const A_STOP_LEN = 8;
 const A_SALT_BYTES = 9;
 const A_SLOT_GEN = 10;
+const A_IMPORT_KV_TOKENS = 11;
 
 /** What the API server knows of a request when it writes its ADD record. */
 export interface AddFields {
@@ -95,6 +98,9 @@ export interface AddFields {
   /** UTF-8 bytes of `cache_salt`, or null. */
   cacheSalt: Uint8Array | null;
   arrivalTimeMs: number;
+  /** P/D (see EngineRequest): pin the prompt's KV for a decode instance; import this prefix. */
+  pinKv?: boolean;
+  importKvTokens?: number;
 }
 
 export function addRecordBytes(fields: AddFields): number {
@@ -122,14 +128,15 @@ export function writeAdd(v: RegionViews, offset: number, f: AddFields): void {
     (p.ignoreEos ? AddFlag.IgnoreEos : 0) |
     (p.logprobs ? AddFlag.Logprobs : 0) |
     (p.returnSamplingMask ? AddFlag.SamplingMask : 0) |
-    (p.returnRoutedExperts ? AddFlag.RoutedExperts : 0);
+    (p.returnRoutedExperts ? AddFlag.RoutedExperts : 0) |
+    (f.pinKv === true ? AddFlag.PinKv : 0);
   v.i32[i + A_ROUTED_START] = p.routedExpertsPromptStart;
   v.i32[i + A_PRIORITY] = f.priority;
   v.i32[i + A_PROMPT_LEN] = f.promptTokenIds.length;
   v.i32[i + A_STOP_LEN] = p.stopTokenIds.length;
   v.i32[i + A_SALT_BYTES] = f.cacheSalt?.length ?? 0;
   v.i32[i + A_SLOT_GEN] = f.slotGen;
-  v.i32[i + A_SLOT_GEN + 1] = 0;
+  v.i32[i + A_IMPORT_KV_TOKENS] = f.importKvTokens ?? 0;
   const promptAt = i + ADD_I32;
   v.i32.set(f.promptTokenIds, promptAt);
   const stopAt = promptAt + f.promptTokenIds.length;
@@ -188,6 +195,8 @@ export function readAdd(
     priority: v.i32[i + A_PRIORITY]!,
     cacheSalt: saltBytes > 0 ? saltDecoder.decode(v.bytes.slice(saltAt, saltAt + saltBytes)) : null,
     arrivalTimeMs: v.f64[d + 1]!,
+    pinKv: (flags & AddFlag.PinKv) !== 0,
+    importKvTokens: v.i32[i + A_IMPORT_KV_TOKENS]!,
   };
 }
 

@@ -92,7 +92,10 @@ const TINY: ModelCard = {
   defaultNumGpuBlocks: 2048,
 };
 
-const CARDS: readonly ModelCard[] = [QWEN3_30B_A3B, GLM_45_AIR, TINY];
+/** The tiny model with more than 256 experts, so routing rows are uint16 (tests, benchmarks). */
+const TINY_WIDE: ModelCard = { ...TINY, name: 'tiny-wide', numExperts: 384, expertsPerToken: 8 };
+
+const CARDS: readonly ModelCard[] = [QWEN3_30B_A3B, GLM_45_AIR, TINY, TINY_WIDE];
 
 export const MODEL_NAMES: readonly string[] = CARDS.map((c) => c.name);
 

@@ -66,6 +66,14 @@ export interface EngineRequest {
   priority: number;
   cacheSalt: string | null;
   arrivalTimeMs: number;
+  /**
+   * Prefill/decode. pinKv: a prefill instance keeps the prompt's KV blocks when the request ends,
+   * for a decode instance to import (until the transfer timeout). importKvTokens: a decode
+   * instance imports the KV of this many leading prompt tokens from a prefill instance instead of
+   * computing them (0: none; a failed load is recomputed).
+   */
+  pinKv?: boolean;
+  importKvTokens?: number;
 }
 
 /** The figures the engine publishes in the shared stats block (names after vLLM's metrics). */
@@ -85,6 +93,11 @@ export interface EngineStats {
   numGpuBlocks: number;
   blockSize: number;
   steps: number;
+  /** Prompt tokens whose KV came from outside the pool: P/D imports and CPU-tier reloads. */
+  externalHitTokens?: number;
+  kvLoadFailures?: number;
+  offloadStoredBlocks?: number;
+  offloadLoadedBlocks?: number;
 }
 
 /**

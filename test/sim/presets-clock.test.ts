@@ -9,7 +9,7 @@ import { childSeed } from '../../src/wire/child-seed.js';
 
 describe('presets', () => {
   it('has the published architecture figures', () => {
-    expect(PRESET_NAMES).toEqual(['qwen3-30b-a3b', 'glm-4.5-air', 'tiny']);
+    expect(PRESET_NAMES).toEqual(['qwen3-30b-a3b', 'glm-4.5-air', 'tiny', 'tiny-wide']);
     const qwen = getPreset('qwen3-30b-a3b');
     expect([
       qwen.vocabSize,

@@ -1,0 +1,158 @@
+/**
+ * The router's fastify instance: POST /inference/v1/generate through a prefill and a decode
+ * instance (pd-proxy.ts, stream-merge.ts), its own GET /health (200 while at least one instance of
+ * each role passes its health check) and GET /metrics. Bodies are JSON or msgpack; errors are the
+ * contract's error body.
+ */
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
+import { unpack } from 'msgpackr';
+import {
+  RS_ERR_HTTP_ROUTE_NOT_FOUND,
+  RS_ERR_REQ_INVALID_BODY,
+  RS_ERR_ROUTER_UPSTREAM,
+  toErrorBody,
+} from '../errors.js';
+import { PROMETHEUS_CONTENT_TYPE } from '../obs/text-format.js';
+import { fail, isPlainObject } from '../protocol/fields.js';
+import {
+  callInstance,
+  clientForm,
+  decodeBody,
+  GENERATE_PATH,
+  type PdPair,
+  postGenerate,
+  prefillBody,
+  proxyGenerate,
+  requestIdFor,
+} from './pd-proxy.js';
+import { StreamMerger } from './stream-merge.js';
+
+export function buildRouterApp(pair: PdPair, bodyLimitBytes: number): FastifyInstance {
+  const app = Fastify({
+    logger: false,
+    bodyLimit: bodyLimitBytes,
+    keepAliveTimeout: 75_000,
+    forceCloseConnections: true,
+  });
+  app.addContentTypeParser(
+    ['application/msgpack', 'application/x-msgpack'],
+    { parseAs: 'buffer' },
+    (_r, body, done) => {
+      try {
+        done(null, unpack(body as Buffer));
+      } catch (error) {
+        done(new RS_ERR_REQ_INVALID_BODY(`msgpack: ${(error as Error).message}`), undefined);
+      }
+    },
+  );
+  app.setErrorHandler((error, _request, reply) => {
+    const body = toErrorBody(error);
+    pair.metrics.noteAnswer(body.error.code);
+    reply.code(body.error.code).send(body);
+  });
+  app.setNotFoundHandler((request, reply) => {
+    reply.code(404).send(toErrorBody(new RS_ERR_HTTP_ROUTE_NOT_FOUND(request.method, request.url)));
+  });
+  app.get('/health', async (_request, reply) => {
+    const ok = pair.prefill.anyHealthy && pair.decode.anyHealthy;
+    return reply.code(ok ? 200 : 503).send();
+  });
+  app.get('/metrics', async (_request, reply) =>
+    reply.type(PROMETHEUS_CONTENT_TYPE).send(pair.metrics.text([pair.prefill, pair.decode])),
+  );
+  app.post(GENERATE_PATH, async (request, reply) => {
+    const body = request.body;
+    if (!isPlainObject(body)) throw new RS_ERR_REQ_INVALID_BODY('expected an object');
+    const sp = body.sampling_params;
+    if (sp !== undefined && sp !== null && !isPlainObject(sp))
+      fail('sampling_params', 'must be an object');
+    const header = request.headers['x-request-id'];
+    const requestId = requestIdFor(typeof header === 'string' ? header : undefined, body);
+    const aborted = new AbortController();
+    reply.raw.on('close', () => {
+      if (!reply.raw.writableFinished) aborted.abort();
+    });
+    if (body.stream === true) return streamGenerate(pair, body, requestId, reply, aborted.signal);
+    const form = clientForm(request.headers.accept, body);
+    const answer = await proxyGenerate(pair, body, requestId, form, aborted.signal);
+    pair.metrics.noteAnswer(answer.status);
+    return reply.code(answer.status).type(answer.contentType).send(answer.body);
+  });
+  return app;
+}
+
+/** Prefill (not streamed), then the decode stream re-written event by event. */
+async function streamGenerate(
+  pair: PdPair,
+  body: Record<string, unknown>,
+  requestId: string,
+  reply: FastifyReply,
+  signal: AbortSignal,
+): Promise<FastifyReply> {
+  const prefill = await callInstance(pair.prefill, prefillBody(body, requestId), signal);
+  if (!prefill.ok) {
+    pair.metrics.noteAnswer(prefill.status);
+    return reply.code(prefill.status).type(prefill.contentType).send(prefill.body);
+  }
+  const p = prefill.result;
+  const handle = p.kvTransferParams;
+  const { upstream, res } = await postGenerate(
+    pair.decode,
+    decodeBody(body, requestId, handle, true),
+    signal,
+  );
+  try {
+    if (res.statusCode !== 200) {
+      const bytes = Buffer.from(await res.body.arrayBuffer());
+      pair.metrics.noteAnswer(res.statusCode);
+      return reply.code(res.statusCode).type(String(res.headers['content-type'])).send(bytes);
+    }
+    const promptTokens = p.usage?.promptTokens ?? 0;
+    const merger = new StreamMerger(
+      requestId,
+      body.packed === false,
+      p.choices[0]?.routedExperts ?? null,
+      promptTokens,
+      p.usage?.cachedTokens ?? null,
+    );
+    reply.hijack();
+    const raw = reply.raw;
+    raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+    pair.metrics.noteAnswer(200);
+    for await (const chunk of res.body) {
+      const out = merger.push(chunk as Buffer);
+      if (out.length > 0 && !raw.write(out)) await onceDrained(raw, signal);
+      if (merger.done) break;
+    }
+    if (!merger.done && !signal.aborted) {
+      const cut = new RS_ERR_ROUTER_UPSTREAM(
+        'decode',
+        upstream.url,
+        'its stream ended before [DONE]',
+      );
+      raw.write(merger.fail(cut));
+    }
+    raw.end();
+    return reply;
+  } catch (error) {
+    if (reply.sent) {
+      reply.raw.destroy();
+      return reply;
+    }
+    throw error;
+  } finally {
+    pair.decode.release(upstream);
+  }
+}
+
+function onceDrained(raw: NodeJS.WritableStream, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      raw.off('drain', done);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    raw.on('drain', done);
+    signal.addEventListener('abort', done);
+  });
+}

@@ -1,0 +1,37 @@
+/**
+ * `ringserve router`: a P/D proxy in front of prefill and decode instances (DESIGN.md, "Roles and
+ * the router"). Starts the health checks and the HTTP server; close() stops both.
+ */
+import type { FastifyInstance } from 'fastify';
+import { buildRouterApp } from './router-app.js';
+import type { RouterConfig } from './router-config.js';
+import { RouterMetrics } from './router-metrics.js';
+import { UpstreamPool } from './upstreams.js';
+
+export class Router {
+  readonly #app: FastifyInstance;
+  readonly #pools: UpstreamPool[];
+  readonly #config: RouterConfig;
+
+  constructor(config: RouterConfig) {
+    this.#config = config;
+    const prefill = new UpstreamPool('prefill', config.prefill, config.healthIntervalMs);
+    const decode = new UpstreamPool('decode', config.decode, config.healthIntervalMs);
+    this.#pools = [prefill, decode];
+    const pair = { prefill, decode, metrics: new RouterMetrics() };
+    this.#app = buildRouterApp(pair, config.bodyLimitMb * 1024 * 1024);
+  }
+
+  /** Listens; resolves with the port. */
+  async start(): Promise<number> {
+    for (const pool of this.#pools) pool.startHealthChecks();
+    await this.#app.listen({ host: this.#config.host, port: this.#config.port });
+    const address = this.#app.server.address();
+    return typeof address === 'object' && address !== null ? address.port : this.#config.port;
+  }
+
+  async close(): Promise<void> {
+    await this.#app.close();
+    for (const pool of this.#pools) await pool.close();
+  }
+}

@@ -1,0 +1,160 @@
+/**
+ * The router app in-process against canned upstream instances (fastify servers answering fixed
+ * msgpack bodies): a decode answer short of rows is a 502 with the contract's error body naming the
+ * shortfall, an instance's 400 is passed through, and /health follows the instances' health.
+ */
+import Fastify, { type FastifyInstance } from 'fastify';
+import { afterEach, describe, expect, it } from 'vitest';
+import { GenerateResponseEncoder } from '../../src/protocol/generate-response.js';
+import type { GenerateResponseColumns } from '../../src/protocol/response-columns.js';
+import { buildRouterApp } from '../../src/router/router-app.js';
+import { RouterMetrics } from '../../src/router/router-metrics.js';
+import { UpstreamPool } from '../../src/router/upstreams.js';
+
+const encoder = new GenerateResponseEncoder();
+const open: { close(): Promise<unknown> }[] = [];
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((s) => s.close()));
+});
+
+/** An answer of `tokens` tokens with routing rows [start, start + rows) for a 10-token prompt. */
+function answer(tokens: number, start: number, rows: number, handle: unknown): Buffer {
+  const res: GenerateResponseColumns = {
+    requestId: 'x',
+    model: 'sim-tiny',
+    created: 1,
+    choices: [
+      {
+        index: 0,
+        tokenIds: new Int32Array(tokens).fill(5),
+        logprobs: null,
+        maskCounts: null,
+        maskIds: null,
+        routing: { data: new Uint8Array(rows * 4), rows, layers: 2, topk: 2, start },
+        weightVersions: null,
+        finishReason: 'length',
+        stopReason: null,
+      },
+    ],
+    usage: { promptTokens: 10, completionTokens: tokens, cachedTokens: null },
+    kvTransferParams: handle,
+  };
+  return encoder.encode(res, 'msgpack');
+}
+
+async function fakeInstance(status: number, reply: Buffer | object): Promise<string> {
+  const app = Fastify();
+  app.addContentTypeParser('application/msgpack', { parseAs: 'buffer' }, (_r, b, done) =>
+    done(null, b),
+  );
+  app.get('/health', async () => '');
+  app.post('/inference/v1/generate', async (_req, res) => {
+    if (Buffer.isBuffer(reply)) return res.code(status).type('application/msgpack').send(reply);
+    return res.code(status).send(reply);
+  });
+  open.push(app);
+  return app.listen({ host: '127.0.0.1', port: 0 });
+}
+
+async function router(
+  prefillUrl: string,
+  decodeUrl: string,
+  checks = false,
+): Promise<FastifyInstance> {
+  const prefill = new UpstreamPool('prefill', [prefillUrl], 60_000);
+  const decode = new UpstreamPool('decode', [decodeUrl], 60_000);
+  if (checks) for (const pool of [prefill, decode]) pool.startHealthChecks();
+  const app = buildRouterApp({ prefill, decode, metrics: new RouterMetrics() }, 1 << 20);
+  open.push({ close: async () => Promise.all([app.close(), prefill.close(), decode.close()]) });
+  return app;
+}
+
+const request = { token_ids: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], sampling_params: { max_tokens: 4 } };
+
+describe('router app', () => {
+  it('answers 502 naming the shortfall when the decode rows leave a gap', async () => {
+    const prefill = await fakeInstance(200, answer(1, 0, 10, { do_remote_prefill: true }));
+    // Rows from 11: position 10 is missing (the prefill ends at 9).
+    const decode = await fakeInstance(200, answer(4, 11, 2, null));
+    const app = await router(prefill, decode);
+    const res = await app.inject({
+      method: 'POST',
+      url: '/inference/v1/generate',
+      payload: request,
+    });
+    expect(res.statusCode).toBe(502);
+    expect(res.json().error).toMatchObject({ code: 502, type: 'BadGatewayError' });
+    expect(res.json().error.message).toMatch(/positions 10\.\.10 are missing/);
+  });
+
+  it('answers 502 when the decode rows end before P + C - 1', async () => {
+    const prefill = await fakeInstance(200, answer(1, 0, 10, { do_remote_prefill: true }));
+    const decode = await fakeInstance(200, answer(4, 9, 3, null));
+    const app = await router(prefill, decode);
+    const res = await app.inject({
+      method: 'POST',
+      url: '/inference/v1/generate',
+      payload: request,
+    });
+    expect(res.statusCode).toBe(502);
+    expect(res.json().error.message).toMatch(/1 short/);
+  });
+
+  it("passes an instance's 400 through, and refuses a body that is not an object", async () => {
+    const bad = {
+      error: {
+        message: 'sampling_params.top_p: bad',
+        type: 'BadRequestError',
+        param: 'sampling_params.top_p',
+        code: 400,
+      },
+    };
+    const app = await router(await fakeInstance(400, bad), await fakeInstance(200, {}));
+    const res = await app.inject({
+      method: 'POST',
+      url: '/inference/v1/generate',
+      payload: request,
+    });
+    expect([res.statusCode, res.json()]).toEqual([400, bad]);
+    const notObject = await app.inject({
+      method: 'POST',
+      url: '/inference/v1/generate',
+      payload: [1],
+    });
+    expect(notObject.statusCode).toBe(400);
+  });
+
+  it('merges a well-formed pair into P + C - 1 rows from 0', async () => {
+    const prefill = await fakeInstance(200, answer(1, 0, 10, { do_remote_prefill: true }));
+    const decode = await fakeInstance(200, answer(4, 9, 4, null));
+    const app = await router(prefill, decode);
+    const res = await app.inject({
+      method: 'POST',
+      url: '/inference/v1/generate',
+      payload: request,
+    });
+    expect(res.statusCode).toBe(200);
+    expect(res.json().choices[0].routed_experts).toMatchObject({ shape: [13, 2, 2], start: 0 });
+    expect(res.json().kv_transfer_params).toBeNull();
+  });
+
+  it('/health is 503 while every instance of a role fails its check', async () => {
+    const closed = Fastify();
+    const deadUrl = await closed.listen({ host: '127.0.0.1', port: 0 });
+    await closed.close();
+    const app = await router(deadUrl, await fakeInstance(200, {}), true);
+    let status = 200;
+    for (let i = 0; i < 50 && status === 200; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      status = (await app.inject({ method: 'GET', url: '/health' })).statusCode;
+    }
+    expect(status).toBe(503);
+    const res = await app.inject({
+      method: 'POST',
+      url: '/inference/v1/generate',
+      payload: request,
+    });
+    expect(res.statusCode).toBe(503);
+    expect(res.json().error.message).toMatch(/no healthy prefill instance/);
+  });
+});
