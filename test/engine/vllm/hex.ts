@@ -19,14 +19,14 @@ export function f64(x: number): string {
 /** Little-endian bytes of int32 values (numpy '<i4'). */
 export function i32le(...values: number[]): string {
   const b = Buffer.alloc(values.length * 4);
-  values.forEach((v, i) => b.writeInt32LE(v, i * 4));
+  for (const [i, v] of values.entries()) b.writeInt32LE(v, i * 4);
   return b.toString('hex');
 }
 
 /** Little-endian bytes of float32 values (numpy '<f4'). */
 export function f32le(...values: number[]): string {
   const b = Buffer.alloc(values.length * 4);
-  values.forEach((v, i) => b.writeFloatLE(v, i * 4));
+  for (const [i, v] of values.entries()) b.writeFloatLE(v, i * 4);
   return b.toString('hex');
 }
 
