@@ -13,7 +13,7 @@ import {
   type UtilityCall,
   type VllmLayout,
 } from '../engine/vllm/index.js';
-import { RequestTable } from '../engine/vllm/request-table.js';
+import { LiveRequests } from '../engine/vllm/live-requests.js';
 import { StepEncoder } from '../engine/vllm/step-encoder.js';
 import { RS_ERR_VLLM_BAD_FIELD } from '../errors.js';
 import type { Logger } from '../obs/log.js';
@@ -64,7 +64,7 @@ export class VllmHeadlessEngine {
   readonly #sockets: HeadlessSockets;
   readonly #routed: boolean;
   readonly #log: Logger;
-  readonly #table = new RequestTable(MAX_SLOTS_PER_SERVER);
+  readonly #table = new LiveRequests(MAX_SLOTS_PER_SERVER);
   readonly #out: StepOutputs;
   readonly #encoder: StepEncoder;
   /** ADDs that came while the scheduler is paused: admitted on resume, as vLLM queues them. */
@@ -153,7 +153,7 @@ export class VllmHeadlessEngine {
         this.#table,
         0,
         this.#schedulerStats(),
-        started / 1000,
+        monotonicSeconds(),
       );
       if (frames !== null) void this.#send(frames);
       this.#answerPending();
@@ -339,7 +339,7 @@ export class VllmHeadlessEngine {
       this.#layout,
       0,
       { callId, failure, result },
-      performance.now() / 1000,
+      monotonicSeconds(),
     );
     void this.#send(frames);
   }
@@ -367,4 +367,9 @@ export class VllmHeadlessEngine {
     this.#lastHits = e.prefixHits;
     return s;
   }
+}
+
+/** CLOCK_MONOTONIC in seconds, shared by the processes of a host (Python's time.monotonic()). */
+function monotonicSeconds(): number {
+  return Number(process.hrtime.bigint()) / 1e9;
 }
