@@ -18,7 +18,7 @@ export { OutputView, SchedulerStatsView };
 
 export interface OutputsSink {
   output(o: OutputView): void;
-  /** The message's scheduler_stats (before its outputs). */
+  /** The message's scheduler_stats (after its outputs, in wire order). */
   schedulerStats?(s: SchedulerStatsView): void;
   /** utility_output: success has failure null and the method's return value. */
   utility?(callId: number, failure: string | null, result: unknown): void;
@@ -53,9 +53,7 @@ export class OutputsReader {
     const n = r.arrayHeader('EngineCoreOutputs');
     let engineIndex = 0;
     let timestamp = 0;
-    // Outputs come before scheduler_stats on the wire; the sink sees stats first, so remember
-    // where the outputs are and walk them after the rest.
-    let outputsAt = -1;
+    // One pass, in wire order: outputs (field 1) reach the sink before scheduler_stats (2).
     for (let i = 0; i < n; i++) {
       const field = fields[i];
       if (field === undefined) {
@@ -67,8 +65,10 @@ export class OutputsReader {
           engineIndex = r.int(field);
           break;
         case 'outputs':
-          outputsAt = r.pos;
-          r.skip(field);
+          for (let k = r.arrayHeader(field); k > 0; k--) {
+            this.#readOutput(r, frames);
+            sink.output(this.#o);
+          }
           break;
         case 'scheduler_stats':
           if (!r.nil(field)) {
@@ -87,13 +87,6 @@ export class OutputsReader {
       }
     }
     r.done('EngineCoreOutputs');
-    if (outputsAt >= 0) {
-      r.pos = outputsAt;
-      for (let k = r.arrayHeader('outputs'); k > 0; k--) {
-        this.#readOutput(r, frames);
-        sink.output(this.#o);
-      }
-    }
     sink.end?.(engineIndex, timestamp);
   }
 
