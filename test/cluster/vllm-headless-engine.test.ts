@@ -40,10 +40,10 @@ function direct(
   prompt: number[],
   seed: number,
   maxTokens: number,
-  { ignoreEos = true, lengthProfile = 'rl' } = {},
+  { ignoreEos = true, lengthProfile = 'rl', model = 'tiny' } = {},
 ) {
-  const c = buildConfig({ model: 'tiny', maxSpeed: true });
-  const sim = new SimEngine({ preset: 'tiny', seed: c.seed, maxSpeed: true, lengthProfile });
+  const c = buildConfig({ model, maxSpeed: true });
+  const sim = new SimEngine({ preset: model, seed: c.seed, maxSpeed: true, lengthProfile });
   sim.add({
     server: 0,
     slot: 0,
@@ -100,16 +100,20 @@ function direct(
   return { tokens, logprobs, routing, masks, finish, stop };
 }
 
-/** Routing rows as vLLM shapes them ([rows, 4 hidden layers, 4]) minus tiny's dense layer 0. */
-function moeRows(outputs: SeenOutput[]): number[] {
+/**
+ * Routing rows as vLLM shapes them ([rows, hidden layers, topk]) minus the leading dense layer
+ * (tiny: 4 hidden layers, layer 0 dense, top-4; GLM-4.5-Air: 46, layer 0 dense, top-8).
+ */
+function moeRows(outputs: SeenOutput[], hiddenLayers = 4, topk = 4): number[] {
   const rows: number[] = [];
+  const width = hiddenLayers * topk;
   for (const o of outputs) {
     if (o.routed === null) continue;
-    expect(o.routedLayers).toBe(4);
+    expect(o.routedLayers).toBe(hiddenLayers);
     for (let r = 0; r < o.routedRows; r++) {
-      const row = o.routed.subarray(r * 16, r * 16 + 16);
-      expect(Array.from(row.subarray(0, 4))).toEqual([0, 0, 0, 0]);
-      rows.push(...row.subarray(4));
+      const row = o.routed.subarray(r * width, (r + 1) * width);
+      expect(row.subarray(0, topk).every((id) => id === 0)).toBe(true);
+      rows.push(...row.subarray(topk));
     }
   }
   return rows;
@@ -162,6 +166,26 @@ describe('ringserve engine --vllm-protocol', () => {
     expect(outs[0]?.prefill).toEqual({ prompt: prompt.length, cached: 0 });
     expect(outs.slice(1).every((o) => o.prefill === null)).toBe(true);
     expect(outs.at(-1)?.finish).toBe(1); // LENGTH
+  });
+
+  it('GLM-4.5-Air: rows of 368 bytes travel in aux frames and match the simulator directly', async () => {
+    const { f } = await start([
+      '--model',
+      'glm-4.5-air',
+      '--max-speed',
+      '--enable-return-routed-experts',
+    ]);
+    const prompt = [1000, 2000, 3000, 4000, 5000];
+    await f.add({
+      requestId: 'glm',
+      promptTokenIds: prompt,
+      params: { maxTokens: 5, seed: 77, ignoreEos: true, logprobs: 0, topP: 0.9 },
+    });
+    const outs = await f.finished('glm');
+    const want = direct(prompt, 77, 5, { model: 'glm-4.5-air' });
+    expect(outs.flatMap((o) => o.tokens)).toEqual(want.tokens);
+    expect(outs.flatMap((o) => o.logprobs ?? [])).toEqual(want.logprobs);
+    expect(moeRows(outs, 46, 8)).toEqual(want.routing.slice(0, (prompt.length + 4) * 45 * 8));
   });
 
   it('EOS ends a request with finish_reason STOP, the same token as the simulator directly', async () => {
