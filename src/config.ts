@@ -46,6 +46,11 @@ export interface RingserveConfig {
   readonly workerNice: number;
   readonly workerSchedPolicy: 'other' | 'batch' | 'idle';
   readonly responsePoolMb: number;
+  readonly engine: 'sim' | 'vllm';
+  readonly dataParallelAddress: string;
+  readonly dataParallelRpcPort: number;
+  readonly vllmVersion: string | null;
+  readonly vllmPingTimeoutS: number;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -111,6 +116,11 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'workerNice', flag: '--worker-nice', kind: 'int', default: 10, min: 0, max: 19, env: 'RINGSERVE_WORKER_NICE', help: 'nice of the output worker and packer threads above the main thread (0 = same priority)' },
   { key: 'workerSchedPolicy', flag: '--worker-sched-policy', kind: 'enum', default: 'other', choices: ['other', 'batch', 'idle'], env: 'RINGSERVE_WORKER_SCHED_POLICY', help: 'Linux scheduling policy of the output worker and packer threads' },
   { key: 'responsePoolMb', flag: '--response-pool-mb', kind: 'int', default: 256, min: 0, max: 4096, env: 'RINGSERVE_RESPONSE_POOL_MB', help: 'shared memory the packers write answers into, MiB (0 = a new buffer per answer)' },
+  { key: 'engine', flag: '--engine', kind: 'enum', default: 'sim', choices: ['sim', 'vllm'], help: 'sim: the simulator in-process; vllm: a bridge to a headless vLLM engine that dials in' },
+  { key: 'dataParallelAddress', flag: '--data-parallel-address', kind: 'string', default: '127.0.0.1', help: 'with --engine vllm: address the bridge binds its vLLM sockets on' },
+  { key: 'dataParallelRpcPort', flag: '--data-parallel-rpc-port', kind: 'int', default: 29550, min: 0, max: 65535, help: 'with --engine vllm: handshake port the vLLM engine dials (0 = any free port, logged)' },
+  { key: 'vllmVersion', flag: '--vllm-version', kind: 'string', default: null, derived: 'the newest layout ringserve knows', help: 'with --engine vllm: the vLLM release whose message layouts to speak' },
+  { key: 'vllmPingTimeoutS', flag: '--vllm-ping-timeout-s', kind: 'number', default: 5, min: 0.1, max: 600, help: 'with --engine vllm: a vLLM engine silent this long is dead (in-flight requests fail with 503)' },
 ];
 
 const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(
@@ -201,6 +211,7 @@ function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): v
   values.servedModelName ??= `sim-${model}`;
   values.apiKey ??= null;
   values.adminApiKey ??= null;
+  values.vllmVersion ??= null;
   if (values.maxModelLen === undefined) {
     values.maxModelLen = Math.min(preset.maxModelLen, MAX_MODEL_LEN_CAP);
   }

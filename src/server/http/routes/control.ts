@@ -48,7 +48,8 @@ export interface ControlDeps {
 
 export function registerControlRoutes(app: FastifyInstance, deps: ControlDeps): void {
   const { engine, coordinator } = deps;
-  const run = (code: ControlCode, args: number[] = []) => runCommand(engine, code, args);
+  const run = (code: ControlCode, args: number[] = [], text: string | null = null) =>
+    runCommand(engine, code, args, text);
   app.post('/pause', async () => {
     await run(ControlCommand.Pause);
     return { status: 'paused' };
@@ -63,7 +64,8 @@ export function registerControlRoutes(app: FastifyInstance, deps: ControlDeps): 
   });
   app.post('/update_weights', async (request) => {
     const version = await manifestVersion(request.body);
-    const live = await run(ControlCommand.UpdateWeights, [version]);
+    // The directory goes along for an engine that loads it itself (a vLLM engine behind a bridge).
+    const live = await run(ControlCommand.UpdateWeights, [version], weightDir(request.body));
     return { status: 'ok', weight_version: live };
   });
   app.post('/abort_requests', async (request) => {
@@ -88,11 +90,12 @@ async function runCommand(
   engine: EngineClient,
   code: ControlCode,
   args: number[],
+  text: string | null,
 ): Promise<number> {
   // A dead or stalled engine is answered at once rather than after the full timeout.
   if (!engine.up) throw new RS_ERR_ENGINE_DEAD('the engine core is restarting');
   if (!engine.alive()) throw new RS_ERR_ENGINE_UNRESPONSIVE(HEARTBEAT_STALE_MS);
-  const reply = await engine.control.call(code, args, null, CONTROL_TIMEOUT_MS);
+  const reply = await engine.control.call(code, args, text, CONTROL_TIMEOUT_MS);
   switch (reply.code) {
     case ControlResult.Ok:
       return reply.value;
@@ -106,6 +109,12 @@ async function runCommand(
     default:
       throw new RS_ERR_CONTROL_FAILED(commandName(code), reply.code);
   }
+}
+
+/** `weight_dir` of a body manifestVersion() accepted, or null. */
+function weightDir(body: unknown): string | null {
+  const dir = isPlainObject(body) ? body.weight_dir : null;
+  return typeof dir === 'string' ? dir : null;
 }
 
 function stripPrefix(id: string): string {
