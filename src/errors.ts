@@ -325,6 +325,25 @@ export const RS_ERR_SERVER_INTERNAL = createError(
   500,
 );
 
+// vLLM engine protocol (src/engine/vllm/): `param` is the message field at fault.
+export const RS_ERR_VLLM_BAD_FIELD = createError(
+  'RS_ERR_VLLM_BAD_FIELD',
+  'vLLM message field %s: %s',
+  500,
+  { paramArg: 0 },
+);
+export const RS_ERR_VLLM_DECODE = createError(
+  'RS_ERR_VLLM_DECODE',
+  'undecodable vLLM message at %s: %s',
+  500,
+  { paramArg: 0 },
+);
+export const RS_ERR_VLLM_HANDSHAKE = createError(
+  'RS_ERR_VLLM_HANDSHAKE',
+  'vLLM handshake failed: %s',
+  500,
+);
+
 /**
  * How a ringserve process ends, for whoever started it: the CLI and `ringserve-bench` for a shell
  * or a script, the supervisor's children for the supervisor (which restarts them and logs why).

@@ -70,6 +70,9 @@ const PINNED: ReadonlyArray<readonly [string, number]> = [
   ['RS_ERR_CLIENT_INVARIANT', 502],
   ['RS_ERR_CLIENT_TIMEOUT', 504],
   ['RS_ERR_SERVER_INTERNAL', 500],
+  ['RS_ERR_VLLM_BAD_FIELD', 500],
+  ['RS_ERR_VLLM_DECODE', 500],
+  ['RS_ERR_VLLM_HANDSHAKE', 500],
 ];
 
 const CREATE_ERROR_CALL =

@@ -1,0 +1,164 @@
+import type { MsgReader } from './msgpack-reader.js';
+import type { MsgWriter } from './msgpack-writer.js';
+
+/**
+ * vLLM's ndarray on the wire (vllm/v1/serial_utils.py): `[dtype.str, shape, data]`, data being an
+ * ext of type 3 holding the raw C-order bytes when they are under 256 bytes
+ * (VLLM_MSGPACK_ZERO_COPY_THRESHOLD), else the index of an extra frame of the message (frame 0 is
+ * the body, so the first out-of-band array is 1). Any other ext type (vLLM's pickle ones) is
+ * refused, as vLLM refuses it.
+ */
+
+/** msgspec's ext type for raw ndarray bytes. */
+export const RAW_VIEW_EXT = 3;
+/** Arrays of at least this many bytes go in their own frame (vllm/envs.py default 256). */
+export const INLINE_LIMIT = 256;
+
+/** The dtypes this codec reads and writes, by numpy `dtype.str`. */
+export const Dtype = {
+  f4: '<f4',
+  i4: '<i4',
+  i8: '<i8',
+  u1: '|u1',
+  u2: '<u2',
+} as const;
+export type Dtype = (typeof Dtype)[keyof typeof Dtype];
+
+const DTYPE_WIDTH: Readonly<Record<Dtype, number>> = {
+  '<f4': 4,
+  '<i4': 4,
+  '<i8': 8,
+  '|u1': 1,
+  '<u2': 2,
+};
+
+/** The shape of an array to write: up to three dimensions, without an array per call. */
+export interface Shape {
+  dims: number;
+  d0: number;
+  d1: number;
+  d2: number;
+}
+
+/**
+ * Writes one ndarray of `shape` whose bytes are `src[start .. start + n)`; n of INLINE_LIMIT or
+ * more go onto `aux` as a frame of their own (a copy), referenced by index.
+ */
+export function writeNdarray(
+  w: MsgWriter,
+  dtype: Dtype,
+  shape: Shape,
+  src: Uint8Array,
+  start: number,
+  n: number,
+  aux: Buffer[],
+): void {
+  w.arrayHeader(3);
+  w.str(dtype);
+  w.arrayHeader(shape.dims);
+  if (shape.dims > 0) w.int(shape.d0, 'ndarray.shape');
+  if (shape.dims > 1) w.int(shape.d1, 'ndarray.shape');
+  if (shape.dims > 2) w.int(shape.d2, 'ndarray.shape');
+  if (n < INLINE_LIMIT) {
+    w.extFrom(RAW_VIEW_EXT, src, start, n);
+  } else {
+    const frame = Buffer.allocUnsafe(n);
+    frame.set(src.subarray(start, start + n));
+    aux.push(frame);
+    w.int(aux.length, 'ndarray.data');
+  }
+}
+
+/**
+ * Where one decoded ndarray is, without copying: its bytes are `data[offset .. offset + length)`
+ * (the body or an aux frame). One instance is reused for every array a decoder reads.
+ */
+export class NdarrayView {
+  dtype: Dtype = Dtype.u1;
+  /** Bytes per element. */
+  width = 1;
+  dims = 0;
+  /** The first three dimensions (1 where the array has fewer). */
+  shape0 = 1;
+  shape1 = 1;
+  shape2 = 1;
+  data: Uint8Array = new Uint8Array(0);
+  offset = 0;
+  length = 0;
+
+  get elements(): number {
+    return this.shape0 * this.shape1 * this.shape2;
+  }
+}
+
+const DTYPES = Object.values(Dtype);
+
+/** Reads an ndarray into `out`; `frames` are the message's frames (frame 0 the body). */
+export function readNdarray(
+  r: MsgReader,
+  field: string,
+  frames: readonly Uint8Array[],
+  out: NdarrayView,
+): NdarrayView {
+  if (r.arrayHeader(field) !== 3) r.fail(field, 'an ndarray is [dtype, shape, data]');
+  r.strRange(`${field}.dtype`);
+  out.dtype = matchDtype(r, field);
+  out.width = DTYPE_WIDTH[out.dtype];
+  const dims = r.arrayHeader(`${field}.shape`);
+  if (dims > 3) r.fail(`${field}.shape`, `${dims} dimensions; at most 3 are read`);
+  out.dims = dims;
+  out.shape0 = dims > 0 ? nonNegative(r, `${field}.shape`) : 1;
+  out.shape1 = dims > 1 ? nonNegative(r, `${field}.shape`) : 1;
+  out.shape2 = dims > 2 ? nonNegative(r, `${field}.shape`) : 1;
+  const want = out.elements * out.width;
+  const b = r.peek(`${field}.data`);
+  if ((b >= 0xd4 && b <= 0xd8) || (b >= 0xc7 && b <= 0xc9)) {
+    r.ext(`${field}.data`);
+    if (r.extType !== RAW_VIEW_EXT) r.fail(`${field}.data`, `ext type ${r.extType} is refused`);
+    out.data = r.buf;
+    out.offset = r.extStart;
+    out.length = r.extLength;
+  } else {
+    const index = r.int(`${field}.data`);
+    const frame = frames[index];
+    if (index < 1 || frame === undefined) {
+      r.fail(`${field}.data`, `aux frame ${index} is not in the message`);
+    }
+    out.data = frame;
+    out.offset = 0;
+    out.length = frame.length;
+  }
+  if (out.length !== want) {
+    r.fail(`${field}.data`, `${out.length} bytes for ${out.elements} x ${out.dtype}`);
+  }
+  return out;
+}
+
+function nonNegative(r: MsgReader, field: string): number {
+  const n = r.int(field);
+  if (n < 0) r.fail(field, `negative dimension ${n}`);
+  return n;
+}
+
+/** The Dtype whose text equals the string just read (no string is made). */
+function matchDtype(r: MsgReader, field: string): Dtype {
+  const { buf, strStart, strLength } = r;
+  if (strLength === 3) {
+    for (const d of DTYPES) {
+      if (
+        buf[strStart] === d.charCodeAt(0) &&
+        buf[strStart + 1] === d.charCodeAt(1) &&
+        buf[strStart + 2] === d.charCodeAt(2)
+      ) {
+        return d;
+      }
+    }
+  }
+  const text = Buffer.from(buf.buffer, buf.byteOffset + strStart, strLength).toString('latin1');
+  return r.fail(`${field}.dtype`, `unsupported dtype "${text}"`);
+}
+
+/** The bytes of a whole typed array, as a view (no copy). */
+export function bytesOf(a: ArrayBufferView): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}

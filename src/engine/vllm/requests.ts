@@ -1,0 +1,251 @@
+import { RS_ERR_VLLM_BAD_FIELD, RS_ERR_VLLM_DECODE } from '../../errors.js';
+import type { VllmLayout } from './layouts.js';
+import { MsgReader } from './msgpack-reader.js';
+import { MsgWriter } from './msgpack-writer.js';
+import {
+  checkSamplingParams,
+  type ResolvedSamplingParams,
+  readSamplingParams,
+  resolveSamplingParams,
+  type VllmSamplingParams,
+  writeSamplingParams,
+} from './sampling-params.js';
+import { readAnyArgs, writeAny } from './values.js';
+
+/**
+ * What the frontend sends on the input socket (VLLM-ENGINE.md section 4): frames
+ * `[type byte, payload]` (a ROUTER prepends the engine identity). ADD carries an EngineCoreRequest
+ * (positional, in the layout's order), ABORT a list of request ids, UTILITY a method call.
+ */
+
+export const RequestType = { Add: 0, Abort: 1, StartDpWave: 2, Utility: 3 } as const;
+export type RequestType = (typeof RequestType)[keyof typeof RequestType];
+
+/** The one-byte type frames, made once. */
+export const REQUEST_TYPE_FRAMES: readonly Buffer[] = [0, 1, 2, 3].map((t) => Buffer.from([t]));
+
+export interface VllmAddRequest {
+  requestId: string;
+  promptTokenIds: ArrayLike<number>;
+  params: VllmSamplingParams;
+  /** Epoch seconds. */
+  arrivalTime: number;
+  cacheSalt: string | null;
+  /** Lower first, as vLLM's priority policy. */
+  priority: number;
+  /** Selects the engine's outputs[i] socket. */
+  clientIndex: number;
+}
+
+export interface DecodedAddRequest extends VllmAddRequest {
+  promptTokenIds: Int32Array;
+  params: ResolvedSamplingParams;
+}
+
+export interface UtilityCall {
+  clientIndex: number;
+  /** Echoed in the reply; keep below 2^53. */
+  callId: number;
+  method: string;
+  args: unknown[];
+}
+
+function bad(field: string, what: string, value: unknown): never {
+  throw new RS_ERR_VLLM_BAD_FIELD(field, `${what}, got ${String(value)}`);
+}
+
+/**
+ * The ADD payload. Every field is checked first (RS_ERR_VLLM_BAD_FIELD naming it): nothing is
+ * encoded for a request vLLM would choke on.
+ */
+export function encodeAdd(layout: VllmLayout, req: VllmAddRequest, w = new MsgWriter()): Buffer {
+  const params = resolveSamplingParams(req.params);
+  checkAdd(req, params);
+  w.reset();
+  w.arrayHeader(layout.request.length);
+  for (const field of layout.request) {
+    switch (field) {
+      case 'request_id':
+        w.str(req.requestId);
+        break;
+      case 'prompt_token_ids': {
+        const ids = req.promptTokenIds;
+        w.arrayHeader(ids.length);
+        for (let i = 0; i < ids.length; i++) w.int(ids[i] as number, 'prompt_token_ids');
+        break;
+      }
+      case 'sampling_params':
+        writeSamplingParams(w, params);
+        break;
+      case 'arrival_time':
+        w.float(req.arrivalTime);
+        break;
+      case 'cache_salt':
+        if (req.cacheSalt === null) w.nil();
+        else w.str(req.cacheSalt);
+        break;
+      case 'client_index':
+        w.int(req.clientIndex, field);
+        break;
+      case 'priority':
+        w.int(req.priority, field);
+        break;
+      case 'current_wave':
+        w.int(0, field);
+        break;
+      case 'resumable':
+      case 'abort_immediately':
+        w.bool(false);
+        break;
+      default:
+        w.nil();
+    }
+  }
+  return w.toBuffer();
+}
+
+function checkAdd(req: VllmAddRequest, params: ResolvedSamplingParams): void {
+  if (typeof req.requestId !== 'string' || req.requestId.length === 0)
+    bad('request_id', 'must be a non-empty string', req.requestId);
+  const ids = req.promptTokenIds;
+  if (ids.length === 0) bad('prompt_token_ids', 'must not be empty', '[]');
+  for (let i = 0; i < ids.length; i++) {
+    const id = ids[i];
+    if (!Number.isInteger(id) || (id as number) < 0 || (id as number) > 0x7fffffff)
+      bad(`prompt_token_ids[${i}]`, 'must be an integer in [0, 2^31)', id);
+  }
+  if (!Number.isFinite(req.arrivalTime)) bad('arrival_time', 'must be finite', req.arrivalTime);
+  if (req.cacheSalt !== null && typeof req.cacheSalt !== 'string')
+    bad('cache_salt', 'must be a string or null', req.cacheSalt);
+  if (!Number.isSafeInteger(req.priority)) bad('priority', 'must be an integer', req.priority);
+  if (!Number.isSafeInteger(req.clientIndex) || req.clientIndex < 0)
+    bad('client_index', 'must be an integer >= 0', req.clientIndex);
+  checkSamplingParams(params, ids.length);
+}
+
+/**
+ * Decodes an ADD payload as the engine does: the layout's required fields must be there, types
+ * are strict, SamplingParams is validated with vLLM's ranges (RS_ERR_VLLM_BAD_FIELD). Fields the
+ * simulator cannot honour (multimodal, LoRA, pooling, prompt embeds) must be nil.
+ */
+export function decodeAdd(layout: VllmLayout, payload: Uint8Array): DecodedAddRequest {
+  const r = new MsgReader().reset(payload);
+  const n = r.arrayHeader('EngineCoreRequest');
+  if (n < layout.requestRequired) {
+    r.fail('EngineCoreRequest', `${n} fields, at least ${layout.requestRequired} required`);
+  }
+  const req: DecodedAddRequest = {
+    requestId: '',
+    promptTokenIds: new Int32Array(0),
+    params: readDefaultParams(),
+    arrivalTime: 0,
+    cacheSalt: null,
+    priority: 0,
+    clientIndex: 0,
+  };
+  let hasParams = false;
+  for (let i = 0; i < n; i++) {
+    const field = layout.request[i];
+    if (field === undefined) {
+      r.skip('EngineCoreRequest extra field');
+      continue;
+    }
+    switch (field) {
+      case 'request_id':
+        req.requestId = r.str(field);
+        break;
+      case 'prompt_token_ids':
+        if (!r.nil(field)) req.promptTokenIds = readTokenIds(r, field);
+        break;
+      case 'sampling_params':
+        hasParams = !r.nil(field);
+        if (hasParams) req.params = readSamplingParams(r);
+        break;
+      case 'arrival_time':
+        req.arrivalTime = r.float(field);
+        break;
+      case 'cache_salt':
+        req.cacheSalt = r.nil(field) ? null : r.str(field);
+        break;
+      case 'client_index':
+        req.clientIndex = r.int(field);
+        break;
+      case 'priority':
+        req.priority = r.int(field);
+        break;
+      case 'mm_features':
+      case 'pooling_params':
+      case 'lora_request':
+      case 'prompt_embeds':
+        if (!r.nil(field)) throw new RS_ERR_VLLM_DECODE(field, 'not supported by this engine');
+        break;
+      default:
+        r.skip(field);
+    }
+  }
+  r.done('EngineCoreRequest');
+  if (!hasParams) throw new RS_ERR_VLLM_DECODE('sampling_params', 'nil: pooling is not supported');
+  if (req.params.maxTokens !== -1) checkSamplingParams(req.params, req.promptTokenIds.length);
+  return req;
+}
+
+function readDefaultParams(): ResolvedSamplingParams {
+  return resolveSamplingParams({ maxTokens: 16 });
+}
+
+function readTokenIds(r: MsgReader, field: string): Int32Array {
+  const n = r.arrayHeader(field);
+  const out = new Int32Array(n);
+  for (let i = 0; i < n; i++) {
+    const id = r.int(field);
+    if (id < 0 || id > 0x7fffffff) r.fail(field, `token id ${id} out of range`);
+    out[i] = id;
+  }
+  return out;
+}
+
+export function encodeAbort(requestIds: readonly string[]): Buffer {
+  const w = new MsgWriter(64 + requestIds.length * 32);
+  w.arrayHeader(requestIds.length);
+  for (const id of requestIds) {
+    if (typeof id !== 'string' || id.length === 0) bad('abort[]', 'must be a non-empty string', id);
+    w.str(id);
+  }
+  return w.toBuffer();
+}
+
+export function decodeAbort(payload: Uint8Array): string[] {
+  const r = new MsgReader().reset(payload);
+  const out: string[] = [];
+  for (let n = r.arrayHeader('abort'); n > 0; n--) out.push(r.str('abort[]'));
+  r.done('abort');
+  return out;
+}
+
+export function encodeUtility(call: UtilityCall): Buffer {
+  if (!Number.isSafeInteger(call.clientIndex) || call.clientIndex < 0)
+    bad('utility.client_index', 'must be an integer >= 0', call.clientIndex);
+  if (!Number.isSafeInteger(call.callId))
+    bad('utility.call_id', 'must be a safe integer', call.callId);
+  if (typeof call.method !== 'string' || call.method.length === 0)
+    bad('utility.method_name', 'must be a non-empty string', call.method);
+  const w = new MsgWriter(128);
+  w.arrayHeader(4);
+  w.int(call.clientIndex, 'utility.client_index');
+  w.int(call.callId, 'utility.call_id');
+  w.str(call.method);
+  writeAny(w, call.args, 'utility.args');
+  return w.toBuffer();
+}
+
+export function decodeUtility(payload: Uint8Array): UtilityCall {
+  const r = new MsgReader().reset(payload);
+  if (r.arrayHeader('utility') !== 4)
+    r.fail('utility', 'expected [client_index, call_id, method, args]');
+  const clientIndex = r.int('utility.client_index');
+  const callId = r.int('utility.call_id');
+  const method = r.str('utility.method_name');
+  const args = readAnyArgs(r, 'utility.args');
+  r.done('utility');
+  return { clientIndex, callId, method, args };
+}
