@@ -15,6 +15,7 @@ import { openRegion } from '../shm/region.js';
 import type { EngineConfig } from '../sim/engine-config.js';
 import { SimEngine } from '../sim/sim-engine.js';
 import { readChildEnv, type SupervisorMessage, sendToParent } from './roles.js';
+import { startVllmBridge } from './vllm-bridge.js';
 
 /** A loop turn (one engine step, or one bounded idle wait) longer than this is logged as slow. */
 const SLOW_TURN_MS = 1_000;
@@ -35,12 +36,13 @@ function engineConfigFrom(config: RingserveConfig): EngineConfig {
   };
 }
 
-function main(): void {
+async function main(): Promise<void> {
   process.title = 'ringserve-engine';
   const { region: name, config } = readChildEnv();
   const log = createLogger(config.logLevel, { name: 'ringserve-engine' });
   const region = openRegion(name);
-  const engine = new SimEngine(engineConfigFrom(config));
+  const bridge = config.engine === 'vllm' ? await startVllmBridge(config, log) : null;
+  const engine = bridge?.engine ?? new SimEngine(engineConfigFrom(config));
   // Before the loop publishes its first (zero) counters over a predecessor's final ones.
   carryEngineCounters(region);
   const loop = new CoreLoop(region, engine, {
@@ -70,7 +72,10 @@ function main(): void {
       sendToParent({ type: 'server-reset', server: message.server });
     }
   });
-  const stop = (): void => loop.stop();
+  const stop = (): void => {
+    loop.stop();
+    void bridge?.link.close();
+  };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
   process.on('disconnect', stop);
@@ -99,4 +104,7 @@ function main(): void {
   );
 }
 
-main();
+main().catch((error: unknown) => {
+  console.error(`ringserve-engine: ${(error as Error).stack ?? String(error)}`);
+  process.exit(ExitCode.Failure);
+});

@@ -44,7 +44,7 @@ export class BridgeBacklog {
     const kept = this.#spare;
     kept.clear();
     for (let i = 0; i < src.count; i++) {
-      const held = room !== null && room.isHeld(src.server[i]!);
+      const held = room?.isHeld(src.server[i]!) === true;
       if (held || !this.#deliver(src, i, out, room)) copyRow(src, i, kept, src.routingRows[i]!);
     }
     src.clear();

@@ -14,7 +14,6 @@ import { Pull, Router } from 'zeromq';
 import { RS_ERR_CONTROL_TIMEOUT, RS_ERR_ENGINE_DEAD, RS_ERR_VLLM_HANDSHAKE } from '../../errors.js';
 import type { VllmBridge, VllmEngineLink } from './bridge.js';
 import type { VllmAddRequest } from './bridge-request.js';
-import { BridgeOutputReader } from './bridge-reader.js';
 import {
   decodeHandshake,
   decodeRegistration,
@@ -24,7 +23,14 @@ import {
 } from './handshake.js';
 import type { VllmLayout } from './layouts.js';
 import { MsgWriter } from './msgpack-writer.js';
-import { encodeAbort, encodeAdd, encodeUtility, REQUEST_TYPE_FRAMES, RequestType } from './requests.js';
+import { OutputsReader, type OutputsSink } from './outputs-reader.js';
+import {
+  encodeAbort,
+  encodeAdd,
+  encodeUtility,
+  REQUEST_TYPE_FRAMES,
+  RequestType,
+} from './requests.js';
 
 export interface BridgeLinkOptions {
   address: string;
@@ -32,15 +38,21 @@ export interface BridgeLinkOptions {
   layout: VllmLayout;
   /** An engine that answers no ping for this long is dead. */
   pingTimeoutMs: number;
-  log: (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
+  log: (
+    level: 'info' | 'warn' | 'error',
+    message: string,
+    fields?: Record<string, unknown>,
+  ) => void;
 }
 
-/** The death notice an engine sends on its output socket before it exits. */
-const ENGINE_CORE_DEAD = Buffer.from('ENGINE_CORE_DEAD');
 /** Engine identity of DP rank 0. */
 const RANK0 = engineIdentity(0);
 
-type Phase = 'waiting-hello' | 'waiting-registration' | 'waiting-ready' | 'attached';
+/**
+ * Between HELLO and attached, the registration (input socket) and READY (handshake socket) come on
+ * different sockets, so either may be read first: the engine is attached once both are in.
+ */
+type Phase = 'waiting-hello' | 'handshaking' | 'attached';
 
 interface PendingCall {
   resolve(value: unknown): void;
@@ -89,7 +101,10 @@ export class VllmBridgeLink implements VllmEngineLink {
   #inputEndpoint = '';
   #outputEndpoint = '';
   #phase: Phase = 'waiting-hello';
+  /** Settles once the data sockets of the next engine are bound (their endpoints are known). */
+  #dataReady: Promise<void> = Promise.resolve();
   #registration: Registration | null = null;
+  #readySeen = false;
   readonly #writer = new MsgWriter(1 << 16);
   readonly #calls = new Map<number, PendingCall>();
   #nextCallId = 1;
@@ -98,23 +113,30 @@ export class VllmBridgeLink implements VllmEngineLink {
   #lastHeard = 0;
   #pingInFlight = false;
   #closed = false;
-  readonly #reader: BridgeOutputReader;
+  readonly #reader: OutputsReader;
+  readonly #sink: OutputsSink;
 
   constructor(bridge: VllmBridge, options: BridgeLinkOptions) {
     this.#bridge = bridge;
     this.#options = options;
     // Handover: a restarted engine dials with the same identity as the one that died.
     this.#handshake = new Router({ ...socketOptions(options.address), handover: true });
-    this.#reader = new BridgeOutputReader(options.layout, bridge, (callId, failure, value) =>
-      this.#utilityReply(callId, failure, value),
-    );
+    this.#reader = new OutputsReader(options.layout);
+    this.#sink = {
+      output: (o) => bridge.output(o),
+      schedulerStats: (s) => bridge.schedulerStats(s),
+      utility: (callId, failure, value) => this.#utilityReply(callId, failure, value),
+      engineDead: () => this.#engineLost('the engine sent ENGINE_CORE_DEAD'),
+      end: () => bridge.outputsDone(),
+    };
   }
 
   /** Binds the sockets and starts listening; resolves with the handshake endpoint. */
   async start(): Promise<string> {
     const { address, port } = this.#options;
     await this.#handshake.bind(`tcp://${hostPart(address)}:${port}`);
-    await this.#openData();
+    this.#dataReady = this.#openData();
+    await this.#dataReady;
     void this.#readHandshake();
     return this.#handshake.lastEndpoint ?? '';
   }
@@ -163,7 +185,7 @@ export class VllmBridgeLink implements VllmEngineLink {
     this.#output?.close();
     const host = hostPart(this.#options.address);
     const input = new Router({ ...socketOptions(this.#options.address), handover: true });
-    const output = new Pull(socketOptions(this.#options.address));
+    const output = new Pull({ receiveHighWaterMark: 0, ipv6: this.#options.address.includes(':') });
     await input.bind(`tcp://${host}:0`);
     await output.bind(`tcp://${host}:0`);
     this.#input = input;
@@ -215,9 +237,11 @@ export class VllmBridgeLink implements VllmEngineLink {
     }
     if (message.status === 'HELLO') {
       if (this.#phase === 'attached') this.#engineLost('a new engine said HELLO');
-      if (this.#phase !== 'waiting-hello') await this.#openData();
+      else if (this.#phase !== 'waiting-hello') this.#rebind();
+      await this.#dataReady;
       this.#registration = null;
-      this.#phase = 'waiting-registration';
+      this.#readySeen = false;
+      this.#phase = 'handshaking';
       const init = encodeInit({ inputs: [this.#inputEndpoint], outputs: [this.#outputEndpoint] });
       await this.#handshake.send([identity, init]);
       log('info', 'vLLM engine said HELLO; sent the socket addresses', {
@@ -226,26 +250,33 @@ export class VllmBridgeLink implements VllmEngineLink {
       });
       return;
     }
-    if (this.#phase !== 'waiting-ready' || this.#registration === null) {
-      log('error', 'vLLM engine said READY before registering: ignored', {
+    if (this.#phase !== 'handshaking') {
+      log('error', 'vLLM engine said READY without a HELLO first: ignored', {
         err: new RS_ERR_VLLM_HANDSHAKE(`READY in phase ${this.#phase}`),
       });
       return;
     }
-    this.#attach(this.#registration);
+    this.#readySeen = true;
+    this.#attachWhenComplete();
+  }
+
+  #attachWhenComplete(): void {
+    if (this.#phase === 'handshaking' && this.#readySeen && this.#registration !== null)
+      this.#attach(this.#registration);
   }
 
   async #readInput(input: Router): Promise<void> {
     try {
       for await (const [, payload] of input) {
         if (payload === undefined || input !== this.#input) continue;
-        if (this.#phase !== 'waiting-registration') continue;
+        if (this.#phase !== 'handshaking' || this.#registration !== null) continue;
         try {
           this.#registration = decodeRegistration(this.#options.layout, payload);
-          this.#phase = 'waiting-ready';
         } catch (error) {
           this.#options.log('error', 'undecodable vLLM registration', { err: error });
+          continue;
         }
+        this.#attachWhenComplete();
       }
     } catch (error) {
       if (!this.#closed && input === this.#input)
@@ -258,13 +289,9 @@ export class VllmBridgeLink implements VllmEngineLink {
       for await (const frames of output) {
         if (output !== this.#output) break;
         this.#lastHeard = Date.now();
-        if (frames.length === 1 && frames[0]!.equals(ENGINE_CORE_DEAD)) {
-          this.#engineLost('the engine sent ENGINE_CORE_DEAD');
-          continue;
-        }
         if (this.#phase !== 'attached') continue;
         try {
-          this.#reader.read(frames);
+          this.#reader.read(frames, this.#sink);
         } catch (error) {
           this.#options.log('error', 'undecodable vLLM outputs: the engine is treated as dead', {
             err: error,
@@ -291,10 +318,14 @@ export class VllmBridgeLink implements VllmEngineLink {
       samplingMasks: registration.samplingMasks,
     });
     if (registration.unknownKeys.length > 0) {
-      log('warn', 'the engine registered with keys this vLLM layout does not know: check --vllm-version', {
-        vllm_version: this.#options.layout.name,
-        unknown_keys: registration.unknownKeys,
-      });
+      log(
+        'warn',
+        'the engine registered with keys this vLLM layout does not know: check --vllm-version',
+        {
+          vllm_version: this.#options.layout.name,
+          unknown_keys: registration.unknownKeys,
+        },
+      );
     }
     log('info', 'vLLM engine READY', {
       vllm_version: this.#options.layout.name,
@@ -314,11 +345,19 @@ export class VllmBridgeLink implements VllmEngineLink {
     this.#stopPing();
     this.#failCalls(new RS_ERR_ENGINE_DEAD(why));
     if (wasAttached) this.#bridge.detach();
-    this.#options.log('error', 'vLLM engine lost: requests in flight failed; waiting for a new HELLO', {
-      reason: why,
-    });
-    // Fresh data sockets: nothing the dead engine left in flight can arrive any more.
-    void this.#openData().catch((error: unknown) =>
+    this.#options.log(
+      'error',
+      'vLLM engine lost: requests in flight failed; waiting for a new HELLO',
+      {
+        reason: why,
+      },
+    );
+    this.#rebind();
+  }
+
+  /** Fresh data sockets: nothing a dead (or abandoned) engine left in flight can arrive any more. */
+  #rebind(): void {
+    this.#dataReady = this.#openData().catch((error: unknown) =>
       this.#options.log('error', 'could not bind new vLLM data sockets', { err: error }),
     );
   }

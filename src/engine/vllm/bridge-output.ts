@@ -1,8 +1,8 @@
 /**
  * One EngineCoreOutput as the bridge reads it, and how it becomes step rows: the same rows the
  * simulator writes for the same request (step-outputs.ts), so nothing above the rings can tell the
- * engines apart. The link fills one reusable OutputFacts per output, with views into the message's
- * frames; turning it into rows allocates nothing.
+ * engines apart. The codec's reader hands over one reused OutputView per output, its fields in
+ * scratch typed arrays or byte ranges of the message; turning it into rows allocates nothing.
  *
  * Routing rows (VLLM-ENGINE.md section 5): the first output with tokens carries the prompt's rows
  * from the routed_experts_prompt_start that was sent, each later one a row per forwarded position
@@ -17,49 +17,24 @@
 import { RejectReason } from '../../wire/reject.js';
 import { FinishReason } from '../../wire/types.js';
 import type { StepOutputs } from '../step-outputs.js';
-
-/** vLLM's FinishReason codes (vllm/v1/engine/__init__.py). */
-export const VllmFinish = { Stop: 0, Length: 1, Abort: 2, Error: 3, Repetition: 4 } as const;
+import { VllmFinishReason } from './outputs.js';
+import type { OutputView } from './outputs-reader.js';
 
 /** ringserve's finish reason for a vLLM one; -1 (none) stays running. */
 export function finishFromVllm(code: number): FinishReason {
   switch (code) {
-    case VllmFinish.Stop:
-    case VllmFinish.Repetition:
+    case VllmFinishReason.Stop:
+    case VllmFinishReason.Repetition:
       return FinishReason.Stop;
-    case VllmFinish.Length:
+    case VllmFinishReason.Length:
       return FinishReason.Length;
-    case VllmFinish.Abort:
+    case VllmFinishReason.Abort:
       return FinishReason.Abort;
-    case VllmFinish.Error:
+    case VllmFinishReason.Error:
       return FinishReason.Error;
     default:
       return FinishReason.None;
   }
-}
-
-/** One EngineCoreOutput's fields, as views (reused by the link for every output). */
-export class OutputFacts {
-  requestId = '';
-  tokens: Int32Array = new Int32Array(0);
-  tokenCount = 0;
-  /** LogprobsLists.logprobs [k, W] as a flat view, or null; column 0 is the sampled token's. */
-  logprobs: Float32Array | null = null;
-  logprobsWidth = 0;
-  /** vLLM's finish reason, -1 while running. */
-  finishReason = -1;
-  /** stop_reason when it is a token id, else -1 (EOS gives nil). */
-  stopTokenId = -1;
-  /** routed_experts [rows, layers, topk] as a flat view, or null. */
-  routing: Uint8Array | Uint16Array | null = null;
-  routingRows = 0;
-  routingLayers = 0;
-  routingTopk = 0;
-  /** prefill_stats.num_cached_tokens of the first output, else -1. */
-  numCachedTokens = -1;
-  /** ringserve's extension: CSR sampling masks, counts [k] and ids, or null. */
-  maskCounts: Int32Array | null = null;
-  maskIds: Int32Array | null = null;
 }
 
 /** What the bridge keeps of one request in flight (one object per request, none per token). */
@@ -74,6 +49,8 @@ export interface BridgeRequest {
   /** The routed_experts_prompt_start vLLM was sent (at most P - 1). */
   readonly sentRoutingStart: number;
   readonly masks: boolean;
+  /** The n of its request id `<nonce>-<server>-<slot>-<n>`. */
+  readonly serial: number;
   /** Tokens received so far. */
   tokens: number;
   numCachedTokens: number;
@@ -91,7 +68,7 @@ export interface RoutingShape {
  * does not have the card's shape.
  */
 export function stageOutput(
-  o: OutputFacts,
+  o: OutputView,
   req: BridgeRequest,
   shape: RoutingShape,
   weightVersion: number,
@@ -99,27 +76,28 @@ export function stageOutput(
 ): boolean {
   const k = o.tokenCount;
   let skipLayers = 0;
-  if (req.routing && o.routing !== null && o.routingRows > 0) {
-    if (o.routingTopk !== shape.topk) return false;
-    if (o.routingLayers === shape.hiddenLayers) skipLayers = shape.hiddenLayers - shape.layers;
-    else if (o.routingLayers !== shape.layers) return false;
+  const routed = req.routing && o.hasRoutedExperts && o.routedRows > 0;
+  if (routed) {
+    if (o.routedTopk !== shape.topk) return false;
+    if (o.routedLayers === shape.hiddenLayers) skipLayers = shape.hiddenLayers - shape.layers;
+    else if (o.routedLayers !== shape.layers) return false;
   }
   const finish = finishFromVllm(o.finishReason);
   // The routing rows' positions: the prompt's from the start sent, then one per forwarded token.
   let pos = req.tokens === 0 ? req.sentRoutingStart : req.promptLength + req.tokens - 1;
-  let routingLeft = req.routing && o.routing !== null ? o.routingRows : 0;
+  let routingLeft = routed ? o.routedRows : 0;
   let routingAt = 0;
-  if (req.numCachedTokens < 0 && o.numCachedTokens >= 0) req.numCachedTokens = o.numCachedTokens;
+  if (req.numCachedTokens < 0 && o.hasPrefillStats) req.numCachedTokens = o.numCachedTokens;
   let maskAt = 0;
   for (let t = 0; t < Math.max(k, 1); t++) {
     if (t >= k && finish === FinishReason.None) break;
     const row = rows.addRow(req.server, req.slot, weightVersion);
     rows.numCachedTokens[row] = Math.max(req.numCachedTokens, 0);
     if (t < k) {
-      rows.token[row] = o.tokens[t]!;
-      const lp = o.logprobs === null ? 0 : o.logprobs[t * o.logprobsWidth]!;
+      rows.token[row] = o.tokenIds[t]!;
+      const lp = o.hasLogprobs ? o.logprobs[t]! : 0;
       rows.logprob[row] = lp < LOGPROB_FLOOR || Number.isNaN(lp) ? LOGPROB_FLOOR : lp;
-      if (req.masks && o.maskCounts !== null && o.maskIds !== null) {
+      if (req.masks && o.hasMask) {
         const n = o.maskCounts[t]!;
         const at = rows.reserveMask(n);
         for (let m = 0; m < n; m++) rows.maskIds[at + m] = o.maskIds[maskAt + m]!;
@@ -139,7 +117,7 @@ export function stageOutput(
     }
     if (t === Math.max(k, 1) - 1 && finish !== FinishReason.None) {
       rows.finish[row] = finish;
-      rows.stopTokenId[row] = o.finishReason === VllmFinish.Stop ? o.stopTokenId : -1;
+      rows.stopTokenId[row] = o.finishReason === VllmFinishReason.Stop ? o.stopReason : -1;
       if (finish === FinishReason.Error) rows.rejectReason[row] = RejectReason.EngineFailed;
     }
   }
@@ -155,7 +133,7 @@ const LOGPROB_FLOOR = -9999;
  * before `start` and the leading `skipLayers` layers of each.
  */
 function stageRouting(
-  o: OutputFacts,
+  o: OutputView,
   from: number,
   n: number,
   pos: number,
@@ -167,16 +145,26 @@ function stageRouting(
   const skip = Math.min(Math.max(start - pos, 0), n);
   const count = n - skip;
   if (count === 0) return;
-  const src = o.routing!;
+  const src = o.routedData;
   const width = rows.routingRowWidth;
-  const srcWidth = o.routingLayers * o.routingTopk;
-  const srcSkip = skipLayers * o.routingTopk;
+  const srcWidth = o.routedLayers * o.routedTopk;
+  const srcSkip = skipLayers * o.routedTopk;
   let at = rows.reserveRoutingRows(count);
   const dst = rows.routing;
-  for (let r = from + skip; r < from + n; r++) {
-    const base = r * srcWidth + srcSkip;
-    for (let e = 0; e < width; e++) dst[at + e] = src[base + e]!;
-    at += width;
+  // Ids are read byte by byte: an inline ndarray sits at any offset of the msgpack body.
+  if (o.routedWidth === 1) {
+    for (let r = from + skip; r < from + n; r++) {
+      const base = o.routedOffset + r * srcWidth + srcSkip;
+      for (let e = 0; e < width; e++) dst[at + e] = src[base + e]!;
+      at += width;
+    }
+  } else {
+    for (let r = from + skip; r < from + n; r++) {
+      const base = o.routedOffset + (r * srcWidth + srcSkip) * 2;
+      for (let e = 0; e < width; e++)
+        dst[at + e] = src[base + 2 * e]! | (src[base + 2 * e + 1]! << 8);
+      at += width;
+    }
   }
   rows.routingRows[row] = count;
   rows.routingFirstPos[row] = pos + skip;

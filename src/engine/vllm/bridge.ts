@@ -27,13 +27,9 @@ import type { EngineCore } from '../engine-core.js';
 import type { OutputRoom } from '../output-room.js';
 import { StepOutputs } from '../step-outputs.js';
 import { BridgeBacklog } from './bridge-backlog.js';
-import {
-  type BridgeRequest,
-  type OutputFacts,
-  type RoutingShape,
-  stageOutput,
-} from './bridge-output.js';
+import { type BridgeRequest, type RoutingShape, stageOutput } from './bridge-output.js';
 import { checkForEngine, toVllmAdd, type VllmAddRequest } from './bridge-request.js';
+import type { OutputView, SchedulerStatsView } from './outputs-reader.js';
 
 /** What the bridge needs of the link to an attached engine. */
 export interface VllmEngineLink {
@@ -52,14 +48,14 @@ export interface EngineRegistration {
   samplingMasks: boolean;
 }
 
-/** Figures from the engine's scheduler_stats (the newest ones). */
-export interface EngineSchedulerStats {
+/** Figures from the engine's scheduler_stats: gauges of its last step, prefix-cache totals. */
+interface EngineFigures {
+  known: boolean;
   running: number;
   waiting: number;
   kvUsage: number;
   prefixQueries: number;
   prefixHits: number;
-  preemptions: number;
 }
 
 export interface BridgeOptions {
@@ -81,16 +77,22 @@ const PAUSED_POLL_MS = 10;
 const CONTROL_TIMEOUT_MS = 30_000;
 const WEIGHTS_TIMEOUT_MS = 600_000;
 const TWO_POW_32 = 4294967296;
+const DASH = 0x2d;
+const DIGIT_0 = 0x30;
+const DIGIT_9 = 0x39;
 
 export class VllmBridge implements EngineCore {
   readonly model: ModelCard;
   readonly #options: BridgeOptions;
   readonly #shape: RoutingShape;
   readonly #backlog: BridgeBacklog;
-  readonly #byId = new Map<string, BridgeRequest>();
   readonly #bySlot = new Map<number, BridgeRequest>();
-  /** Request ids are `<nonce>-<server>-<slot>-<n>`: unique across bridge processes and restarts. */
+  /**
+   * Request ids are `<nonce>-<server>-<slot>-<n>`: unique across bridge processes and restarts,
+   * and an output's request is found from the id's bytes, without making a string per output.
+   */
   readonly #nonce = randomBytes(4).toString('hex');
+  readonly #nonceBytes = Buffer.from(this.#nonce, 'latin1');
   #counter = 0;
   #link: VllmEngineLink | null = null;
   #registration: EngineRegistration | null = null;
@@ -98,7 +100,14 @@ export class VllmBridge implements EngineCore {
   #weightVersion = 0;
   #wake: (() => void) | null = null;
   #callsInFlight = 0;
-  #engineStats: EngineSchedulerStats | null = null;
+  readonly #engineStats: EngineFigures = {
+    known: false,
+    running: 0,
+    waiting: 0,
+    kvUsage: 0,
+    prefixQueries: 0,
+    prefixHits: 0,
+  };
   readonly #counters = { promptTokens: 0, generationTokens: 0, steps: 0, lateOutputs: 0 };
   readonly #timing: StepTiming = {
     ms: 0,
@@ -128,26 +137,25 @@ export class VllmBridge implements EngineCore {
     this.#link = link;
     this.#registration = registration;
     this.#paused = false;
-    this.#engineStats = null;
+    this.#engineStats.known = false;
     this.notify();
   }
 
   /** The engine died or went silent: every request in flight ends with EngineDead. */
   detach(): void {
-    for (const req of this.#byId.values())
+    for (const req of this.#bySlot.values())
       this.#endRow(req.server, req.slot, RejectReason.EngineDead);
-    this.#byId.clear();
     this.#bySlot.clear();
     this.#link = null;
     this.#registration = null;
     this.#paused = false;
-    this.#engineStats = null;
+    this.#engineStats.known = false;
     this.notify();
   }
 
   /** One EngineCoreOutput. An output of a request that has ended (aborted here) is dropped. */
-  output(o: OutputFacts): void {
-    const req = this.#byId.get(o.requestId);
+  output(o: OutputView): void {
+    const req = this.#find(o);
     if (req === undefined) {
       this.#counters.lateOutputs++;
       return;
@@ -157,8 +165,8 @@ export class VllmBridge implements EngineCore {
     if (!stageOutput(o, req, this.#shape, this.#weightVersion, rows)) {
       this.#options.onEvent?.('routed_experts of the wrong shape: the request is failed', {
         request_id: req.id,
-        layers: o.routingLayers,
-        topk: o.routingTopk,
+        layers: o.routedLayers,
+        topk: o.routedTopk,
       });
       this.#link?.abort([req.id]);
       this.#forget(req);
@@ -170,10 +178,20 @@ export class VllmBridge implements EngineCore {
     if (o.finishReason >= 0) this.#forget(req);
   }
 
-  /** One EngineCoreOutputs message has been read (its outputs, its stats). */
-  outputsDone(stats: EngineSchedulerStats | null): void {
+  /** The engine's scheduler_stats of its last step. */
+  schedulerStats(s: SchedulerStatsView): void {
+    const e = this.#engineStats;
+    e.known = true;
+    e.running = s.numRunningReqs;
+    e.waiting = s.numWaitingReqs;
+    e.kvUsage = s.kvCacheUsage;
+    e.prefixQueries += s.prefixQueries;
+    e.prefixHits += s.prefixHits;
+  }
+
+  /** One EngineCoreOutputs message has been read. */
+  outputsDone(): void {
     this.#counters.steps++;
-    if (stats !== null) this.#engineStats = stats;
   }
 
   /** Something came from the engine: a core loop waiting in awaitWork() goes on. */
@@ -198,7 +216,7 @@ export class VllmBridge implements EngineCore {
   }
 
   get inFlight(): number {
-    return this.#byId.size;
+    return this.#bySlot.size;
   }
 
   // ---- EngineCore ----------------------------------------------------------------------------------
@@ -238,10 +256,12 @@ export class VllmBridge implements EngineCore {
       this.reject(server, slot, RejectReason.DuplicateSlot);
       return;
     }
-    const id = `${this.#nonce}-${server}-${slot}-${this.#counter++}`;
+    const serial = this.#counter++;
+    const id = `${this.#nonce}-${server}-${slot}-${serial}`;
     const p = request.params;
     const req: BridgeRequest = {
       id,
+      serial,
       server,
       slot,
       promptLength: request.promptTokenIds.length,
@@ -261,7 +281,6 @@ export class VllmBridge implements EngineCore {
       this.#endRow(server, slot, RejectReason.BadParams);
       return;
     }
-    this.#byId.set(id, req);
     this.#bySlot.set(slotKey(server, slot), req);
   }
 
@@ -286,7 +305,7 @@ export class VllmBridge implements EngineCore {
 
   abortServer(server: number): void {
     const ids: string[] = [];
-    for (const req of this.#byId.values()) {
+    for (const req of this.#bySlot.values()) {
       if (req.server !== server) continue;
       ids.push(req.id);
       this.#forget(req);
@@ -338,7 +357,7 @@ export class VllmBridge implements EngineCore {
 
   /** Waits for the engine while it owes something (outputs of requests in flight, a reply). */
   awaitWork(): Promise<void> | null {
-    if (this.#byId.size === 0 && this.#callsInFlight === 0) return null;
+    if (this.#bySlot.size === 0 && this.#callsInFlight === 0) return null;
     return new Promise<void>((resolve) => {
       const timer = setTimeout(
         () => {
@@ -373,12 +392,12 @@ export class VllmBridge implements EngineCore {
     const s = into ?? ({} as EngineStats);
     const e = this.#engineStats;
     const c = this.#counters;
-    s.running = e?.running ?? this.#byId.size;
-    s.waiting = e?.waiting ?? 0;
-    s.kvUsage = e?.kvUsage ?? 0;
-    s.numPreemptions = e?.preemptions ?? 0;
-    s.prefixQueries = e?.prefixQueries ?? 0;
-    s.prefixHits = e?.prefixHits ?? 0;
+    s.running = e.known ? e.running : this.#bySlot.size;
+    s.waiting = e.known ? e.waiting : 0;
+    s.kvUsage = e.known ? e.kvUsage : 0;
+    s.numPreemptions = 0;
+    s.prefixQueries = e.prefixQueries;
+    s.prefixHits = e.prefixHits;
     s.promptTokens = c.promptTokens;
     s.generationTokens = c.generationTokens;
     s.weightVersion = this.#weightVersion;
@@ -410,8 +429,41 @@ export class VllmBridge implements EngineCore {
     }
   }
 
+  /** The live request an output's id names, read from its bytes; undefined for any other id. */
+  #find(o: OutputView): BridgeRequest | undefined {
+    const b = o.body;
+    const nonce = this.#nonceBytes;
+    let i = o.idOffset;
+    const end = i + o.idLength;
+    if (o.idLength <= nonce.length) return undefined;
+    for (let k = 0; k < nonce.length; k++) if (b[i + k] !== nonce[k]) return undefined;
+    i += nonce.length;
+    // Three decimal fields, each after a '-': server, slot, serial.
+    let server = -1;
+    let slot = -1;
+    let value = -1;
+    for (; i < end; i++) {
+      const c = b[i]!;
+      if (c === DASH) {
+        if (server === -1 && value === -1 && slot === -1) {
+          value = 0;
+          continue;
+        }
+        if (value < 0) return undefined;
+        if (server === -1) server = value;
+        else if (slot === -1) slot = value;
+        else return undefined;
+        value = 0;
+      } else if (c >= DIGIT_0 && c <= DIGIT_9 && value >= 0) {
+        value = value * 10 + (c - DIGIT_0);
+      } else return undefined;
+    }
+    if (slot < 0 || value < 0) return undefined;
+    const req = this.#bySlot.get(slotKey(server, slot));
+    return req !== undefined && req.serial === value ? req : undefined;
+  }
+
   #forget(req: BridgeRequest): void {
-    this.#byId.delete(req.id);
     this.#bySlot.delete(slotKey(req.server, req.slot));
   }
 

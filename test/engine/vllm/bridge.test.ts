@@ -6,8 +6,9 @@
 import { describe, expect, it } from 'vitest';
 import { OutputRoom } from '../../../src/engine/output-room.js';
 import { VllmBridge, type VllmEngineLink } from '../../../src/engine/vllm/bridge.js';
-import { OutputFacts, VllmFinish } from '../../../src/engine/vllm/bridge-output.js';
 import type { VllmAddRequest } from '../../../src/engine/vllm/bridge-request.js';
+import { VllmFinishReason as VllmFinish } from '../../../src/engine/vllm/outputs.js';
+import { OutputView } from '../../../src/engine/vllm/outputs-reader.js';
 import { getModelCard } from '../../../src/wire/model-card.js';
 import { RejectReason } from '../../../src/wire/reject.js';
 import { type EngineRequest, FinishReason, type SamplingParams } from '../../../src/wire/types.js';
@@ -76,7 +77,10 @@ function attached(maxModelLen = 4096) {
   return { bridge, link };
 }
 
-/** An output of `tokens` with routing rows whose expert ids encode (position-ish row, layer). */
+/**
+ * An output of `tokens` for request `id`, as the codec's reader presents it: the id as bytes of a
+ * body, routing rows whose expert ids are row * 10 + layer, logprobs -0.5, -1, ...
+ */
 function facts(
   id: string,
   tokens: number[],
@@ -84,22 +88,29 @@ function facts(
   layers: number,
   finish = -1,
   stop = -1,
-): OutputFacts {
-  const o = new OutputFacts();
-  o.requestId = id;
-  o.tokens = new Int32Array(tokens);
+): OutputView {
+  const o = new OutputView();
+  const routing = routingRows * layers * 4;
+  o.body = new Uint8Array(3 + id.length + routing);
+  o.body.set(Buffer.from(id, 'latin1'), 3);
+  o.idOffset = 3;
+  o.idLength = id.length;
+  o.tokenIds = new Int32Array(tokens);
   o.tokenCount = tokens.length;
-  o.logprobs = new Float32Array(tokens.flatMap((_, i) => [-0.5 * (i + 1), -3]));
-  o.logprobsWidth = 2;
+  o.hasLogprobs = true;
+  o.logprobs = new Float32Array(tokens.map((_, i) => -0.5 * (i + 1)));
   o.finishReason = finish;
-  o.stopTokenId = stop;
-  o.routingRows = routingRows;
-  o.routingLayers = layers;
-  o.routingTopk = 4;
-  o.routing = new Uint8Array(routingRows * layers * 4);
+  o.stopReason = stop;
+  o.hasRoutedExperts = routingRows > 0;
+  o.routedRows = routingRows;
+  o.routedLayers = layers;
+  o.routedTopk = 4;
+  o.routedWidth = 1;
+  o.routedData = o.body;
+  o.routedOffset = 3 + id.length;
   for (let r = 0; r < routingRows; r++)
     for (let l = 0; l < layers; l++)
-      for (let k = 0; k < 4; k++) o.routing[(r * layers + l) * 4 + k] = r * 10 + l;
+      for (let k = 0; k < 4; k++) o.body[o.routedOffset + (r * layers + l) * 4 + k] = r * 10 + l;
   return o;
 }
 
