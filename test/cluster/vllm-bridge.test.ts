@@ -200,6 +200,11 @@ describe('serve --engine vllm', () => {
     });
     expect(weights.statusCode).toBe(200);
     expect(((await weights.body.json()) as { weight_version: number }).weight_version).toBe(1);
+    const noDir = await request(`${cluster.url}/update_weights`, { method: 'POST' });
+    expect(noDir.statusCode).toBe(400);
+    expect(((await noDir.body.json()) as { error: { param: string } }).error.param).toBe(
+      'weight_dir',
+    );
     const calls = engine.calls.filter((c) => c.method !== 'is_scheduler_paused');
     expect(calls).toEqual([
       { method: 'pause_scheduler', args: ['keep', false] },

@@ -8,6 +8,7 @@
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
+import type { RingserveConfig } from '../../../config.js';
 import {
   RS_ERR_CONTROL_FAILED,
   RS_ERR_CONTROL_REFUSED,
@@ -44,6 +45,8 @@ export interface ControlDeps {
   coordinator: RequestCoordinator;
   /** Forwards abort ids to the other API servers (through the supervisor). */
   broadcastAbort?: (ids: string[]) => void;
+  /** With --engine vllm, /update_weights needs a weight_dir (the engine loads it itself). */
+  config?: Pick<RingserveConfig, 'engine'>;
 }
 
 export function registerControlRoutes(app: FastifyInstance, deps: ControlDeps): void {
@@ -64,6 +67,12 @@ export function registerControlRoutes(app: FastifyInstance, deps: ControlDeps): 
   });
   app.post('/update_weights', async (request) => {
     const version = await manifestVersion(request.body);
+    if (deps.config?.engine === 'vllm' && weightDir(request.body) === null) {
+      throw new RS_ERR_REQ_INVALID_FIELD(
+        'weight_dir',
+        'a vLLM engine loads weights from a directory',
+      );
+    }
     // The directory goes along for an engine that loads it itself (a vLLM engine behind a bridge).
     const live = await run(ControlCommand.UpdateWeights, [version], weightDir(request.body));
     return { status: 'ok', weight_version: live };
