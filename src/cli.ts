@@ -1,10 +1,12 @@
 #!/usr/bin/env node
 /**
- * `ringserve serve | soak`. `serve` (what `npm start` runs) starts the supervisor, which
- * forks the engine core and the API servers; flags are named like vLLM's (`--help` lists them).
+ * `ringserve serve | engine | soak`. `serve` (what `npm start` runs) starts the supervisor, which
+ * forks the engine core and the API servers; `engine --vllm-protocol` runs the simulator as a
+ * headless vLLM engine. Flags are named like vLLM's (`--help` lists them).
  */
 import { formatHelp, isHelpRequested, parseArgs } from './cli-args.js';
 import { Supervisor } from './cluster/supervisor.js';
+import { runEngineCommand } from './cluster/vllm-engine-command.js';
 import type { RingserveConfig } from './config.js';
 import { ExitCode, exitCodeFor, isRingserveError } from './errors.js';
 import { createLogger } from './obs/log.js';
@@ -13,6 +15,7 @@ const USAGE = `usage: ringserve <command> [flags]
 
 commands:
   serve   run the API servers and the engine core (default)
+  engine  the simulator as a headless vLLM engine (--vllm-protocol) dialling a vLLM frontend
   soak    not built yet: the long-running soak test
 
 'ringserve serve --help' lists the server's flags; the before/after benchmark is\n'ringserve-bench' (npm run bench).`;
@@ -67,6 +70,7 @@ async function main(argv: readonly string[]): Promise<ExitCode | null> {
   const [command, ...rest] = argv;
   if (command === undefined || command.startsWith('--')) return serve(argv);
   if (command === 'serve') return serve(rest);
+  if (command === 'engine') return runEngineCommand(rest);
   if (command === 'help' || command === '-h') {
     process.stdout.write(`${USAGE}\n`);
     return ExitCode.Ok;

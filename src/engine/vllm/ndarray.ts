@@ -93,7 +93,10 @@ export class NdarrayView {
 
 const DTYPES = Object.values(Dtype);
 
-/** Reads an ndarray into `out`; `frames` are the message's frames (frame 0 the body). */
+/**
+ * Reads an ndarray into `out`; `frames` are the message's frames (frame 0 the body). `field` is
+ * passed through as is (sub-field names are built only for an error), so reading makes no string.
+ */
 export function readNdarray(
   r: MsgReader,
   field: string,
@@ -101,25 +104,25 @@ export function readNdarray(
   out: NdarrayView,
 ): NdarrayView {
   if (r.arrayHeader(field) !== 3) r.fail(field, 'an ndarray is [dtype, shape, data]');
-  r.strRange(`${field}.dtype`);
+  r.strRange(field);
   out.dtype = matchDtype(r, field);
   out.width = DTYPE_WIDTH[out.dtype];
-  const dims = r.arrayHeader(`${field}.shape`);
+  const dims = r.arrayHeader(field);
   if (dims > 3) r.fail(`${field}.shape`, `${dims} dimensions; at most 3 are read`);
   out.dims = dims;
-  out.shape0 = dims > 0 ? nonNegative(r, `${field}.shape`) : 1;
-  out.shape1 = dims > 1 ? nonNegative(r, `${field}.shape`) : 1;
-  out.shape2 = dims > 2 ? nonNegative(r, `${field}.shape`) : 1;
+  out.shape0 = dims > 0 ? nonNegative(r, field) : 1;
+  out.shape1 = dims > 1 ? nonNegative(r, field) : 1;
+  out.shape2 = dims > 2 ? nonNegative(r, field) : 1;
   const want = out.elements * out.width;
-  const b = r.peek(`${field}.data`);
+  const b = r.peek(field);
   if ((b >= 0xd4 && b <= 0xd8) || (b >= 0xc7 && b <= 0xc9)) {
-    r.ext(`${field}.data`);
+    r.ext(field);
     if (r.extType !== RAW_VIEW_EXT) r.fail(`${field}.data`, `ext type ${r.extType} is refused`);
     out.data = r.buf;
     out.offset = r.extStart;
     out.length = r.extLength;
   } else {
-    const index = r.int(`${field}.data`);
+    const index = r.int(field);
     const frame = frames[index];
     if (index < 1 || frame === undefined) {
       r.fail(`${field}.data`, `aux frame ${index} is not in the message`);
@@ -136,7 +139,7 @@ export function readNdarray(
 
 function nonNegative(r: MsgReader, field: string): number {
   const n = r.int(field);
-  if (n < 0) r.fail(field, `negative dimension ${n}`);
+  if (n < 0) r.fail(`${field}.shape`, `negative dimension ${n}`);
   return n;
 }
 

@@ -1,0 +1,452 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { setTimeout as sleep, setImmediate as turn } from 'node:timers/promises';
+import type { StepOutputs } from '../engine/step-outputs.js';
+import {
+  type DecodedAddRequest,
+  decodeAbort,
+  decodeAdd,
+  decodeUtility,
+  ENGINE_CORE_DEAD,
+  encodeUtilityReply,
+  RequestType,
+  type SchedulerStatsFields,
+  type UtilityCall,
+  type VllmLayout,
+} from '../engine/vllm/index.js';
+import { RequestTable } from '../engine/vllm/request-table.js';
+import { StepEncoder } from '../engine/vllm/step-encoder.js';
+import { RS_ERR_VLLM_BAD_FIELD } from '../errors.js';
+import type { Logger } from '../obs/log.js';
+import type { SimEngine } from '../sim/sim-engine.js';
+import { MAX_SLOTS_PER_SERVER } from '../wire/engine-defaults.js';
+import { expertIdBytes } from '../wire/model-card.js';
+import type { EngineRequest, EngineStats } from '../wire/types.js';
+import type { HeadlessSockets } from './vllm-headless-handshake.js';
+
+/**
+ * The simulator behind vLLM's engine protocol, once the handshake is done: ADD, ABORT and UTILITY
+ * messages from the input DEALER drive a SimEngine, and every step goes out on the output PUSH as
+ * an EngineCoreOutputs (step-encoder.ts has the output rules). What vLLM's EngineCoreProc does is
+ * the reference (VLLM-ENGINE.md sections 4-6): an ABORTed request gets no output; an ADD that
+ * decodes but cannot run ends with finish_reason ERROR; a duplicate live request id or a
+ * routed_experts_prompt_start past the prompt (routing on) is fatal, announced by
+ * ENGINE_CORE_DEAD. Unlike vLLM, an ADD that fails to decode is logged and dropped instead of
+ * silently ending the input thread.
+ */
+
+/** The weight manifest a weight directory may hold (as /update_weights reads it). */
+const WEIGHTS_MANIFEST = 'ringserve-weights.json';
+
+type PauseMode = 'abort' | 'wait' | 'keep';
+
+/** A utility reply that waits for the scheduler (pause "wait"/"abort" reply once it holds). */
+interface PendingReply {
+  callId: number;
+  ready: () => boolean;
+  value: () => unknown;
+}
+
+/** An error that ends the engine (vLLM: raised in the busy loop, then ENGINE_CORE_DEAD). */
+class FatalEngineError extends Error {}
+
+export type HeadlessOutcome = 'stopped' | 'frontend-gone' | 'fatal';
+
+export interface HeadlessEngineOptions {
+  engine: SimEngine;
+  layout: VllmLayout;
+  sockets: HeadlessSockets;
+  /** vLLM's --enable-return-routed-experts: every request's outputs carry routing rows. */
+  returnRoutedExperts: boolean;
+  log: Logger;
+}
+
+export class VllmHeadlessEngine {
+  readonly #sim: SimEngine;
+  readonly #layout: VllmLayout;
+  readonly #sockets: HeadlessSockets;
+  readonly #routed: boolean;
+  readonly #log: Logger;
+  readonly #table = new RequestTable(MAX_SLOTS_PER_SERVER);
+  readonly #out: StepOutputs;
+  readonly #encoder: StepEncoder;
+  /** ADDs that came while the scheduler is paused: admitted on resume, as vLLM queues them. */
+  #held: DecodedAddRequest[] = [];
+  #paused = false;
+  #pending: PendingReply[] = [];
+  #sending: Promise<void> = Promise.resolve();
+  #wake: (() => void) | null = null;
+  #outcome: HeadlessOutcome | null = null;
+  readonly #stats: SchedulerStatsFields = {
+    numRunningReqs: 0,
+    numWaitingReqs: 0,
+    kvCacheUsage: 0,
+    prefixRequests: 0,
+    prefixQueries: 0,
+    prefixHits: 0,
+  };
+  readonly #engineStats = {} as EngineStats;
+  #lastQueries = 0;
+  #lastHits = 0;
+
+  constructor(o: HeadlessEngineOptions) {
+    this.#sim = o.engine;
+    this.#layout = o.layout;
+    this.#sockets = o.sockets;
+    this.#routed = o.returnRoutedExperts;
+    this.#log = o.log;
+    this.#out = o.engine.newStepOutputs();
+    const card = o.engine.model;
+    this.#encoder = new StepEncoder(o.layout, true, {
+      hiddenLayers: card.numHiddenLayers,
+      routingLayers: card.routingLayers,
+      topk: card.expertsPerToken,
+      wide: expertIdBytes(card) === 2,
+    });
+  }
+
+  /** Runs until stop(), the frontend's disconnection or a fatal error; resolves with which. */
+  async run(): Promise<HeadlessOutcome> {
+    const input = this.#sockets.input;
+    void this.#sockets.gone.then(() => this.#end('frontend-gone'));
+    const receiving = this.#receive();
+    try {
+      await this.#loop();
+    } catch (error) {
+      this.#log.fatal({ err: error }, 'engine step failed');
+      this.#outcome = 'fatal';
+    }
+    if (this.#outcome === 'fatal') {
+      // vLLM's busy loop sends ENGINE_CORE_DEAD on any fatal error, then exits.
+      await this.#send([ENGINE_CORE_DEAD]);
+    }
+    await this.#sending.catch(() => {});
+    input.close();
+    this.#sockets.output.close();
+    await receiving;
+    return this.#outcome ?? 'stopped';
+  }
+
+  stop(): void {
+    this.#end('stopped');
+  }
+
+  #end(outcome: HeadlessOutcome): void {
+    this.#outcome ??= outcome;
+    this.#wake?.();
+  }
+
+  async #loop(): Promise<void> {
+    const sim = this.#sim;
+    const out = this.#out;
+    while (this.#outcome === null) {
+      if (!sim.hasWork()) {
+        this.#answerPending();
+        await new Promise<void>((resolve) => {
+          this.#wake = resolve;
+        });
+        this.#wake = null;
+        continue;
+      }
+      const started = performance.now();
+      out.clear();
+      const timing = sim.step(out);
+      const frames = this.#encoder.encode(
+        out,
+        this.#table,
+        0,
+        this.#schedulerStats(),
+        started / 1000,
+      );
+      if (frames !== null) void this.#send(frames);
+      this.#answerPending();
+      const left = started + timing.ms - performance.now();
+      await (left >= 1 ? sleep(left) : turn());
+    }
+  }
+
+  async #receive(): Promise<void> {
+    try {
+      for await (const frames of this.#sockets.input) {
+        if (this.#outcome !== null) break;
+        try {
+          this.#handle(frames);
+        } catch (error) {
+          if (error instanceof FatalEngineError) {
+            this.#log.fatal({ err: error }, 'fatal request: the engine dies, as vLLM does');
+            this.#end('fatal');
+          } else {
+            this.#log.error({ err: error }, 'dropped an undecodable message from the frontend');
+          }
+        }
+        this.#wake?.();
+      }
+    } catch (error) {
+      if (this.#outcome === null) this.#log.error({ err: error }, 'input socket failed');
+      this.#end('frontend-gone');
+    }
+  }
+
+  #handle(frames: Buffer[]): void {
+    const type = frames[0];
+    const payload = frames[1];
+    if (type === undefined || type.length !== 1 || payload === undefined) {
+      throw new RS_ERR_VLLM_BAD_FIELD('type', 'expected [type byte, payload]');
+    }
+    switch (type[0]) {
+      case RequestType.Add:
+        this.#add(decodeAdd(this.#layout, payload));
+        break;
+      case RequestType.Abort:
+        this.#abort(decodeAbort(payload));
+        break;
+      case RequestType.Utility:
+        this.#utility(decodeUtility(payload));
+        break;
+      default:
+        throw new RS_ERR_VLLM_BAD_FIELD('type', `request type ${type[0]} is not served`);
+    }
+  }
+
+  #add(req: DecodedAddRequest): void {
+    if (req.clientIndex !== 0) {
+      throw new RS_ERR_VLLM_BAD_FIELD(
+        'client_index',
+        `only client 0 is served, got ${req.clientIndex}`,
+      );
+    }
+    if (
+      this.#table.get(req.requestId) !== undefined ||
+      this.#held.some((h) => h.requestId === req.requestId)
+    ) {
+      throw new FatalEngineError(`request id ${req.requestId} is already live`);
+    }
+    if (this.#routed && req.params.routedExpertsPromptStart >= req.promptTokenIds.length) {
+      throw new FatalEngineError(
+        `routed_experts_prompt_start ${req.params.routedExpertsPromptStart} >= prompt length ${req.promptTokenIds.length}`,
+      );
+    }
+    if (this.#paused || this.#pending.length > 0) this.#held.push(req);
+    else this.#admit(req);
+  }
+
+  #admit(req: DecodedAddRequest): void {
+    const p = req.params;
+    const live = this.#table.add(
+      req.requestId,
+      req.promptTokenIds.length,
+      p.logprobs !== null,
+      p.returnSamplingMask,
+    );
+    const request: EngineRequest = {
+      server: 0,
+      slot: live.slot,
+      promptTokenIds: req.promptTokenIds,
+      params: {
+        temperature: p.temperature,
+        topP: p.topP,
+        topK: Math.max(0, p.topK), // vLLM: -1 and 0 both mean off
+        minP: p.minP,
+        seed: p.seed,
+        maxTokens: p.maxTokens,
+        minTokens: p.minTokens,
+        stopTokenIds: Int32Array.from(p.stopTokenIds),
+        ignoreEos: p.ignoreEos,
+        presencePenalty: p.presencePenalty,
+        frequencyPenalty: p.frequencyPenalty,
+        repetitionPenalty: p.repetitionPenalty,
+        logprobs: p.logprobs !== null,
+        returnSamplingMask: p.returnSamplingMask,
+        returnRoutedExperts: this.#routed,
+        routedExpertsPromptStart: p.routedExpertsPromptStart,
+      },
+      priority: req.priority,
+      cacheSalt: req.cacheSalt,
+      arrivalTimeMs: req.arrivalTime * 1000,
+    };
+    this.#sim.add(request);
+  }
+
+  #abort(ids: string[]): void {
+    for (const id of ids) {
+      const live = this.#table.get(id);
+      if (live !== undefined) {
+        live.clientAborted = true;
+        this.#sim.abort(0, live.slot);
+      }
+    }
+    if (this.#held.length > 0) this.#held = this.#held.filter((h) => !ids.includes(h.requestId));
+  }
+
+  #utility(call: UtilityCall): void {
+    const reply = (value: unknown): void => this.#reply(call.callId, null, value);
+    const fail = (why: string): void =>
+      this.#reply(call.callId, `Call to ${call.method} method failed: ${why}`, null);
+    const args = call.args;
+    switch (call.method) {
+      case 'pause_scheduler':
+        this.#pause(call, (args[0] ?? 'abort') as PauseMode, args[1] ?? true, fail);
+        break;
+      case 'resume_scheduler':
+        this.#resume();
+        reply(null);
+        break;
+      case 'is_scheduler_paused':
+        reply(this.#paused);
+        break;
+      case 'reset_prefix_cache':
+        reply(this.#sim.resetPrefixCache());
+        break;
+      case 'collective_rpc':
+        this.#collectiveRpc(call, reply, fail);
+        break;
+      default:
+        fail(`'EngineCoreProc' object has no attribute '${call.method}'`);
+    }
+  }
+
+  #pause(
+    call: UtilityCall,
+    mode: PauseMode,
+    clearCache: unknown,
+    fail: (why: string) => void,
+  ): void {
+    if (mode !== 'abort' && mode !== 'wait' && mode !== 'keep') {
+      fail(`mode must be "abort", "wait" or "keep", got ${String(mode)}`);
+      return;
+    }
+    const holds = (): boolean => {
+      this.#paused = true;
+      this.#sim.pause();
+      if (clearCache === true) this.#sim.resetPrefixCache();
+      return true;
+    };
+    if (mode === 'keep') {
+      holds();
+      this.#reply(call.callId, null, null);
+      return;
+    }
+    if (mode === 'abort') {
+      // Everything is aborted with an output, queued requests included (vLLM aborts its waiting
+      // queue too): the held ones are admitted first so that they end like the others.
+      const held = this.#held;
+      this.#held = [];
+      for (const req of held) this.#admit(req);
+      for (const live of this.#table.values()) this.#sim.abort(0, live.slot);
+    }
+    // Both reply once no request is left: "abort" once the abort outputs went out, "wait" once
+    // the running requests finished. New ADDs wait meanwhile (#add holds them).
+    this.#pending.push({
+      callId: call.callId,
+      ready: () => this.#table.size === 0 && holds(),
+      value: () => null,
+    });
+  }
+
+  #resume(): void {
+    this.#paused = false;
+    this.#sim.resume();
+    const held = this.#held;
+    this.#held = [];
+    for (const req of held) this.#admit(req);
+  }
+
+  #collectiveRpc(
+    call: UtilityCall,
+    reply: (v: unknown) => void,
+    fail: (why: string) => void,
+  ): void {
+    const [method, , rpcArgs, kwargs] = call.args as [unknown, unknown, unknown, unknown];
+    const list = Array.isArray(rpcArgs) ? rpcArgs : [];
+    const kw = (kwargs ?? {}) as Record<string, unknown>;
+    switch (method) {
+      case 'update_weights_from_path': {
+        const dir = list[0] ?? kw.path ?? kw.weight_dir;
+        if (typeof dir !== 'string') {
+          fail('update_weights_from_path takes a directory path');
+          return;
+        }
+        manifestVersion(dir).then(
+          (version) => reply([this.#sim.updateWeights(version ?? undefined)]),
+          (error: unknown) => fail(String((error as Error).message ?? error)),
+        );
+        return;
+      }
+      case 'init_weight_transfer_engine':
+      case 'start_weight_update':
+      case 'finish_weight_update':
+        reply([null]);
+        return;
+      case 'update_weights': {
+        const info = (list[0] ?? kw.update_info ?? null) as Record<string, unknown> | null;
+        const version = info !== null && typeof info === 'object' ? info.version : undefined;
+        try {
+          reply([this.#sim.updateWeights(typeof version === 'number' ? version : undefined)]);
+        } catch (error) {
+          fail((error as Error).message);
+        }
+        return;
+      }
+      default:
+        fail(`the workers have no method ${String(method)}`);
+    }
+  }
+
+  #answerPending(): void {
+    if (this.#pending.length === 0) return;
+    const left: PendingReply[] = [];
+    for (const p of this.#pending) {
+      if (p.ready()) this.#reply(p.callId, null, p.value());
+      else left.push(p);
+    }
+    this.#pending = left;
+  }
+
+  #reply(callId: number, failure: string | null, result: unknown): void {
+    const frames = encodeUtilityReply(
+      this.#layout,
+      0,
+      { callId, failure, result },
+      performance.now() / 1000,
+    );
+    void this.#send(frames);
+  }
+
+  /** zeromq.js allows one send in progress per socket: sends are chained, in order. */
+  #send(frames: Buffer[]): Promise<void> {
+    this.#sending = this.#sending
+      .then(() => this.#sockets.output.send(frames))
+      .catch((error: unknown) => {
+        if (this.#outcome === null) this.#log.error({ err: error }, 'output socket failed');
+        this.#end('frontend-gone');
+      });
+    return this.#sending;
+  }
+
+  #schedulerStats(): SchedulerStatsFields {
+    const e = this.#sim.stats(this.#engineStats);
+    const s = this.#stats;
+    s.numRunningReqs = e.running;
+    s.numWaitingReqs = e.waiting;
+    s.kvCacheUsage = e.kvUsage;
+    s.prefixQueries = e.prefixQueries - this.#lastQueries;
+    s.prefixHits = e.prefixHits - this.#lastHits;
+    this.#lastQueries = e.prefixQueries;
+    this.#lastHits = e.prefixHits;
+    return s;
+  }
+}
+
+/** The version in `<dir>/ringserve-weights.json`, or null (the engine increments its own). */
+async function manifestVersion(dir: string): Promise<number | null> {
+  const text = await readFile(join(dir, WEIGHTS_MANIFEST), 'utf8').catch(() => null);
+  if (text === null) return null;
+  const version = (JSON.parse(text) as { version?: unknown } | null)?.version;
+  if (typeof version !== 'number' || !Number.isInteger(version)) {
+    throw new RS_ERR_VLLM_BAD_FIELD(
+      'weight_dir',
+      `${WEIGHTS_MANIFEST} must hold {"version": <integer>}`,
+    );
+  }
+  return version;
+}

@@ -1,0 +1,95 @@
+import { Dealer, Push } from 'zeromq';
+import {
+  decodeInit,
+  encodeHandshake,
+  encodeRegistration,
+  type Registration,
+  type VllmLayout,
+} from '../engine/vllm/index.js';
+import { RS_ERR_VLLM_HANDSHAKE } from '../errors.js';
+
+/**
+ * The engine's half of vLLM's startup handshake (VLLM-ENGINE.md sections 2-3), as a headless
+ * `vllm serve --headless` runs it: dial the frontend's handshake ROUTER with a DEALER whose
+ * identity is the DP rank (2 bytes little-endian), say HELLO, take the socket addresses from the
+ * init message, connect a DEALER to inputs[0] and a PUSH to outputs[0], register on the input
+ * socket, then say READY. vLLM closes its handshake socket after that, so this one is closed too.
+ */
+
+/** vLLM's engine waits this long for the init message (HANDSHAKE_TIMEOUT_MINS = 5, core.py). */
+export const INIT_TIMEOUT_MS = 5 * 60_000;
+/** The engine PUSH socket's linger (core.py: 4000 ms), so a last ENGINE_CORE_DEAD still leaves. */
+const OUTPUT_LINGER_MS = 4_000;
+
+export interface HeadlessSockets {
+  input: Dealer;
+  output: Push;
+  inputAddress: string;
+  outputAddress: string;
+  /** Settles when the input connection drops (the frontend is gone). */
+  gone: Promise<void>;
+}
+
+/** `tcp://A:P`, bracketing an IPv6 address (vllm/utils/network_utils.py). */
+export function tcpAddress(host: string, port: number): string {
+  return host.includes(':') ? `tcp://[${host}]:${port}` : `tcp://${host}:${port}`;
+}
+
+/** DP rank `rank` as the routing id string zeromq.js takes (two bytes, rank < 128). */
+function routingId(rank: number): string {
+  return String.fromCharCode(rank & 0xff, rank >> 8);
+}
+
+export async function dialFrontend(
+  host: string,
+  port: number,
+  layout: VllmLayout,
+  registration: Registration,
+  initTimeoutMs = INIT_TIMEOUT_MS,
+): Promise<HeadlessSockets> {
+  const ipv6 = host.includes(':');
+  // Linger so that READY leaves before close() (vLLM's frontend waits for it).
+  const handshake = new Dealer({ routingId: routingId(0), linger: 2_000, ipv6 });
+  let input: Dealer | null = null;
+  let output: Push | null = null;
+  try {
+    handshake.receiveTimeout = initTimeoutMs;
+    handshake.connect(tcpAddress(host, port));
+    await handshake.send(
+      encodeHandshake({ status: 'HELLO', local: false, headless: true, parallelConfigHash: null }),
+    );
+    const frames = await handshake.receive().catch((error: unknown) => {
+      throw new RS_ERR_VLLM_HANDSHAKE(
+        `no init message within ${initTimeoutMs} ms (${String(error)})`,
+      );
+    });
+    const init = decodeInit(frames[frames.length - 1] as Buffer);
+    const inputAddress = init.inputs[0] as string;
+    const outputAddress = init.outputs[0] as string;
+    input = new Dealer({
+      routingId: routingId(0),
+      linger: 0,
+      ipv6,
+      sendHighWaterMark: 0,
+      receiveHighWaterMark: 0,
+    });
+    // Observed before connecting: a monitor sees only what happens after it was made.
+    const gone = new Promise<void>((resolve) => {
+      (input as Dealer).events.on('disconnect', () => resolve());
+    });
+    input.connect(inputAddress);
+    output = new Push({ linger: OUTPUT_LINGER_MS, ipv6, sendHighWaterMark: 0 });
+    output.connect(outputAddress);
+    await input.send(encodeRegistration(layout, registration));
+    await handshake.send(
+      encodeHandshake({ status: 'READY', local: false, headless: true, parallelConfigHash: null }),
+    );
+    return { input, output, inputAddress, outputAddress, gone };
+  } catch (error) {
+    input?.close();
+    output?.close();
+    throw error;
+  } finally {
+    handshake.close();
+  }
+}

@@ -1,0 +1,87 @@
+import { RS_ERR_VLLM_BAD_FIELD } from '../../errors.js';
+
+/**
+ * The headless engine's live requests: vLLM request ids (strings the frontend picks) mapped to the
+ * (server 0, slot) pairs an EngineCore works with, and the little per-request state the vLLM
+ * output rules need (was the first output with tokens sent, did the frontend abort it, the routing
+ * rows of prompt chunks held back until that first output).
+ */
+export class LiveRequest {
+  id = '';
+  slot = 0;
+  promptLength = 0;
+  logprobs = false;
+  mask = false;
+  /** The first output with tokens (prompt routing rows, prefill_stats) has gone out. */
+  started = false;
+  /** Aborted by an ABORT message: vLLM sends nothing more for it. */
+  clientAborted = false;
+  /** Expanded routing rows of prompt chunks not sent yet (bytes, rows). */
+  pendingRouting = new Uint8Array(0);
+  pendingBytes = 0;
+  pendingRows = 0;
+}
+
+export class RequestTable {
+  readonly #byId = new Map<string, LiveRequest>();
+  readonly #bySlot: (LiveRequest | undefined)[] = [];
+  readonly #free: number[] = [];
+  readonly #capacity: number;
+
+  /** `capacity`: most live requests (the slot space of one API server). */
+  constructor(capacity: number) {
+    this.#capacity = capacity;
+  }
+
+  get size(): number {
+    return this.#byId.size;
+  }
+
+  get(id: string): LiveRequest | undefined {
+    return this.#byId.get(id);
+  }
+
+  atSlot(slot: number): LiveRequest | undefined {
+    return this.#bySlot[slot];
+  }
+
+  /**
+   * A slot for a new request id. A live duplicate id is refused (vLLM's engine would die of it;
+   * the frontend guarantees uniqueness, so it is a caller bug here).
+   */
+  add(id: string, promptLength: number, logprobs: boolean, mask: boolean): LiveRequest {
+    if (this.#byId.has(id)) throw new RS_ERR_VLLM_BAD_FIELD('request_id', `${id} is already live`);
+    let slot = this.#free.pop();
+    if (slot === undefined) {
+      if (this.#bySlot.length >= this.#capacity) {
+        throw new RS_ERR_VLLM_BAD_FIELD('request_id', `more than ${this.#capacity} live requests`);
+      }
+      slot = this.#bySlot.length;
+      this.#bySlot.push(undefined);
+    }
+    const r = new LiveRequest();
+    r.id = id;
+    r.slot = slot;
+    r.promptLength = promptLength;
+    r.logprobs = logprobs;
+    r.mask = mask;
+    this.#bySlot[slot] = r;
+    this.#byId.set(id, r);
+    return r;
+  }
+
+  release(r: LiveRequest): void {
+    if (this.#bySlot[r.slot] !== r) return;
+    this.#bySlot[r.slot] = undefined;
+    this.#byId.delete(r.id);
+    this.#free.push(r.slot);
+  }
+
+  ids(): string[] {
+    return [...this.#byId.keys()];
+  }
+
+  values(): IterableIterator<LiveRequest> {
+    return this.#byId.values();
+  }
+}

@@ -1,0 +1,62 @@
+import { describe, expect, it } from 'vitest';
+import { engineHelp, parseEngineArgs } from '../../src/cluster/vllm-engine-command.js';
+
+function errorOf(argv: string[]): { code: string; param: string | null } {
+  try {
+    parseEngineArgs(argv);
+  } catch (e) {
+    return e as { code: string; param: string | null };
+  }
+  throw new Error('parsed');
+}
+
+describe('ringserve engine flags', () => {
+  it('takes its own flags and the simulator flags', () => {
+    const a = parseEngineArgs([
+      '--vllm-protocol',
+      '--data-parallel-address=::1',
+      '--data-parallel-rpc-port',
+      '4242',
+      '--model',
+      'tiny',
+      '--max-speed',
+      '--seed',
+      '7',
+      '--enable-return-routed-experts',
+      '--vllm-version',
+      '0.11-main-52a31cc',
+    ]);
+    expect(a).toMatchObject({
+      host: '::1',
+      port: 4242,
+      vllmVersion: '0.11-main-52a31cc',
+      returnRoutedExperts: true,
+    });
+    expect(a.config).toMatchObject({ model: 'tiny', maxSpeed: true, seed: 7 });
+  });
+
+  it('defaults: 127.0.0.1:29550, the newest layout, no routing rows', () => {
+    const a = parseEngineArgs(['--vllm-protocol']);
+    expect(a).toMatchObject({ host: '127.0.0.1', port: 29550, vllmVersion: null });
+    expect(a.returnRoutedExperts).toBe(false);
+  });
+
+  it('a bad flag is an error naming it', () => {
+    expect(errorOf([])).toMatchObject({ code: 'RS_ERR_CONFIG_INVALID', param: '--vllm-protocol' });
+    expect(errorOf(['--vllm-protocol', '--port', '1'])).toMatchObject({ param: '--port' });
+    expect(errorOf(['--vllm-protocol', '--data-parallel-rpc-port', '0'])).toMatchObject({
+      param: '--data-parallel-rpc-port',
+    });
+    expect(errorOf(['--vllm-protocol', '--vllm-version', '0.1'])).toMatchObject({
+      param: '--vllm-version',
+    });
+    expect(errorOf(['--vllm-protocol', '--model', 'nope'])).toMatchObject({ param: '--model' });
+  });
+
+  it('--help lists both kinds of flags', () => {
+    const help = engineHelp();
+    for (const flag of ['--vllm-protocol', '--data-parallel-rpc-port', '--model', '--max-speed']) {
+      expect(help).toContain(flag);
+    }
+  });
+});

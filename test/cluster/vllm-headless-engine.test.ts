@@ -1,0 +1,265 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { buildConfig } from '../../src/config.js';
+import { ENGINE_CORE_DEAD, RequestType } from '../../src/engine/vllm/index.js';
+import { SimEngine } from '../../src/sim/sim-engine.js';
+import { FinishReason } from '../../src/wire/types.js';
+import { EngineProcess, type SeenOutput, TestFrontend } from './vllm-test-frontend.js';
+
+/**
+ * `ringserve engine --vllm-protocol` as a headless vLLM engine, driven over real ZMQ on loopback
+ * by a frontend built from the codec alone (vllm-test-frontend.ts): the handshake, ADD -> outputs
+ * identical to the simulator's own, ABORT -> nothing more, the utility calls, ENGINE_CORE_DEAD on
+ * a fatal request, and the exits.
+ */
+
+let frontend: TestFrontend | null = null;
+let engine: EngineProcess | null = null;
+
+afterEach(async () => {
+  await engine?.stop();
+  frontend?.close();
+  engine = null;
+  frontend = null;
+});
+
+async function start(extra: string[] = []): Promise<{ f: TestFrontend; e: EngineProcess }> {
+  const f = new TestFrontend();
+  frontend = f;
+  await f.bind();
+  const e = new EngineProcess(f.handshakePort, extra);
+  engine = e;
+  await f.runHandshake();
+  return { f, e };
+}
+
+/** The same request through an in-process SimEngine, as the default (ring) path runs it. */
+function direct(prompt: number[], seed: number, maxTokens: number) {
+  const c = buildConfig({ model: 'tiny', maxSpeed: true });
+  const sim = new SimEngine({ preset: 'tiny', seed: c.seed, maxSpeed: true });
+  sim.add({
+    server: 0,
+    slot: 0,
+    promptTokenIds: Int32Array.from(prompt),
+    params: {
+      temperature: 1,
+      topP: 0.9,
+      topK: 0,
+      minP: 0,
+      seed,
+      maxTokens,
+      minTokens: 0,
+      stopTokenIds: new Int32Array(0),
+      ignoreEos: true,
+      presencePenalty: 0,
+      frequencyPenalty: 0,
+      repetitionPenalty: 1,
+      logprobs: true,
+      returnSamplingMask: true,
+      returnRoutedExperts: true,
+      routedExpertsPromptStart: 0,
+    },
+    priority: 0,
+    cacheSalt: null,
+    arrivalTimeMs: 0,
+  });
+  const out = sim.newStepOutputs();
+  const tokens: number[] = [];
+  const logprobs: number[] = [];
+  const routing: number[] = [];
+  const masks: number[][] = [];
+  for (let finished = false; !finished; ) {
+    out.clear();
+    sim.step(out);
+    for (let i = 0; i < out.count; i++) {
+      const rows = out.routingRows[i] as number;
+      const at = (out.routingStart[i] as number) * out.routingRowWidth;
+      routing.push(...out.routing.subarray(at, at + rows * out.routingRowWidth));
+      if ((out.token[i] as number) >= 0) {
+        tokens.push(out.token[i] as number);
+        logprobs.push(out.logprob[i] as number);
+        const m = out.maskStart[i] as number;
+        masks.push(Array.from(out.maskIds.subarray(m, m + (out.maskCount[i] as number))));
+      }
+      if (out.finish[i] !== FinishReason.None) finished = true;
+    }
+  }
+  return { tokens, logprobs, routing, masks };
+}
+
+/** Routing rows as vLLM shapes them ([rows, 4 hidden layers, 4]) minus tiny's dense layer 0. */
+function moeRows(outputs: SeenOutput[]): number[] {
+  const rows: number[] = [];
+  for (const o of outputs) {
+    if (o.routed === null) continue;
+    expect(o.routedLayers).toBe(4);
+    for (let r = 0; r < o.routedRows; r++) {
+      const row = o.routed.subarray(r * 16, r * 16 + 16);
+      expect(Array.from(row.subarray(0, 4))).toEqual([0, 0, 0, 0]);
+      rows.push(...row.subarray(4));
+    }
+  }
+  return rows;
+}
+
+describe('ringserve engine --vllm-protocol', () => {
+  it('runs vLLM handshake: HELLO from identity 00 00, init, registration, READY', async () => {
+    const { f } = await start();
+    expect(f.helloIdentity).toEqual(Buffer.from([0, 0]));
+    expect(f.hello).toEqual({
+      status: 'HELLO',
+      local: false,
+      headless: true,
+      parallelConfigHash: null,
+    });
+    expect(f.registration).toMatchObject({
+      maxModelLen: 4096,
+      numGpuBlocks: 2048,
+      dtype: 'bfloat16',
+      samplingMasks: true,
+      unknownKeys: [],
+    });
+    expect(f.ready?.status).toBe('READY');
+  });
+
+  it('an ADD gives the same tokens, logprobs, masks and routing rows as the simulator directly', async () => {
+    const { f } = await start(['--max-speed', '--enable-return-routed-experts']);
+    const prompt = [11, 12, 13, 14, 15, 16, 17];
+    await f.add({
+      requestId: 'req-a',
+      promptTokenIds: prompt,
+      params: {
+        maxTokens: 12,
+        topP: 0.9,
+        seed: 1234,
+        ignoreEos: true,
+        logprobs: 0,
+        returnSamplingMask: true,
+      },
+    });
+    const outs = await f.finished('req-a');
+    const want = direct(prompt, 1234, 12);
+    expect(outs.flatMap((o) => o.tokens)).toEqual(want.tokens);
+    expect(outs.flatMap((o) => o.logprobs ?? [])).toEqual(want.logprobs);
+    expect(outs.flatMap((o) => (o.maskIds === null ? [] : [o.maskIds]))).toEqual(want.masks);
+    // Prompt rows 0..P-1 with the first token, then one row per forwarded position: P + 10 rows
+    // for 12 tokens (the last token is never forwarded).
+    expect(outs[0]?.routedRows).toBe(prompt.length);
+    expect(moeRows(outs)).toEqual(want.routing.slice(0, (prompt.length + 11) * 12));
+    expect(outs[0]?.prefill).toEqual({ prompt: prompt.length, cached: 0 });
+    expect(outs.slice(1).every((o) => o.prefill === null)).toBe(true);
+    expect(outs.at(-1)?.finish).toBe(1); // LENGTH
+  });
+
+  it('an ADD that decodes but cannot run ends with finish_reason ERROR', async () => {
+    const { f } = await start(['--max-speed']);
+    await f.add({ requestId: 'too-long', promptTokenIds: [1, 2], params: { maxTokens: 5000 } });
+    const outs = await f.finished('too-long');
+    expect(outs).toHaveLength(1);
+    expect(outs[0]).toMatchObject({ finish: 3, tokens: [] });
+  });
+
+  it('a malformed message is dropped and the engine keeps serving', async () => {
+    const { f } = await start(['--max-speed']);
+    await f.sendRaw(RequestType.Add, Buffer.from([0x93, 0xc3, 0xc3, 0xc3]));
+    await f.add({ requestId: 'after', params: { maxTokens: 2, ignoreEos: true } });
+    expect((await f.finished('after')).flatMap((o) => o.tokens)).toHaveLength(2);
+  });
+
+  it('ABORT: no output for the aborted request after the abort was read', async () => {
+    const { f } = await start(['--speedup', '2']);
+    await f.add({ requestId: 'long', params: { maxTokens: 3000, ignoreEos: true } });
+    await f.waitFor((e) => e.kind === 'output' && e.output.id === 'long');
+    await f.abort(['long', 'unknown-id']);
+    // Inputs are read in order and outputs pushed in order: after this answer, nothing of 'long'.
+    await f.call('is_scheduler_paused', []);
+    const seen = f.events.length;
+    await f.add({ requestId: 'next', params: { maxTokens: 3, ignoreEos: true } });
+    await f.finished('next');
+    const later = f.events.slice(seen).filter((e) => e.kind === 'output' && e.output.id === 'long');
+    expect(later).toEqual([]);
+    expect(f.outputsOf('long').every((o) => o.finish === -1)).toBe(true);
+  });
+
+  it('pause keep / is_scheduler_paused / resume, reset_prefix_cache, an unknown method', async () => {
+    const { f } = await start(['--max-speed']);
+    expect(await f.call('pause_scheduler', ['keep', false])).toEqual({
+      callId: 1,
+      failure: null,
+      result: null,
+    });
+    expect((await f.call('is_scheduler_paused', [])).result).toBe(true);
+    await f.add({ requestId: 'held', params: { maxTokens: 2, ignoreEos: true } });
+    await f.call('reset_prefix_cache', []);
+    expect(f.outputsOf('held')).toEqual([]);
+    expect((await f.call('resume_scheduler', [])).failure).toBeNull();
+    expect((await f.call('is_scheduler_paused', [])).result).toBe(false);
+    expect((await f.finished('held')).flatMap((o) => o.tokens)).toHaveLength(2);
+    expect((await f.call('reset_prefix_cache', [])).result).toBe(true);
+    const unknown = await f.call('no_such_method', [1]);
+    expect(unknown.failure).toBe(
+      "Call to no_such_method method failed: 'EngineCoreProc' object has no attribute 'no_such_method'",
+    );
+    expect(unknown.result).toBeNull();
+  });
+
+  it('pause abort ends running requests with finish_reason ABORT before answering', async () => {
+    const { f } = await start(['--speedup', '2']);
+    await f.add({ requestId: 'run', params: { maxTokens: 3000, ignoreEos: true } });
+    await f.waitFor((e) => e.kind === 'output' && e.output.id === 'run');
+    const answer = await f.call('pause_scheduler', ['abort', true]);
+    expect(answer.failure).toBeNull();
+    const at = f.events.findIndex((e) => e.kind === 'utility');
+    const aborted = f.events.findIndex(
+      (e) => e.kind === 'output' && e.output.id === 'run' && e.output.finish === 2,
+    );
+    expect(aborted).toBeGreaterThanOrEqual(0);
+    expect(aborted).toBeLessThan(at);
+    expect((await f.call('is_scheduler_paused', [])).result).toBe(true);
+  });
+
+  it('collective_rpc: update_weights_from_path reads the manifest; the weight-transfer sequence', async () => {
+    const { f } = await start(['--max-speed']);
+    const dir = mkdtempSync(join(tmpdir(), 'rs-weights-'));
+    try {
+      writeFileSync(join(dir, 'ringserve-weights.json'), '{"version": 5}');
+      const a = await f.call('collective_rpc', ['update_weights_from_path', null, [dir], null]);
+      expect(a).toMatchObject({ failure: null, result: [5] });
+      for (const m of ['init_weight_transfer_engine', 'start_weight_update']) {
+        expect((await f.call('collective_rpc', [m, null, [], {}])).failure).toBeNull();
+      }
+      const u = await f.call('collective_rpc', ['update_weights', null, [], { update_info: {} }]);
+      expect(u.result).toEqual([6]);
+      expect(
+        (await f.call('collective_rpc', ['finish_weight_update', null, [], null])).failure,
+      ).toBeNull();
+      const bad = await f.call('collective_rpc', ['frobnicate', null, [], null]);
+      expect(bad.failure).toMatch(/^Call to collective_rpc method failed: /);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a duplicate live request id is fatal: ENGINE_CORE_DEAD, then exit 1', async () => {
+    const { f, e } = await start(['--speedup', '2']);
+    await f.add({ requestId: 'dup', params: { maxTokens: 3000, ignoreEos: true } });
+    await f.waitFor((ev) => ev.kind === 'output' && ev.output.id === 'dup');
+    await f.add({ requestId: 'dup' });
+    await f.waitFor((ev) => ev.kind === 'dead');
+    expect(ENGINE_CORE_DEAD.toString()).toBe('ENGINE_CORE_DEAD');
+    expect(await e.exited).toBe(1);
+  });
+
+  it('exits 0 on SIGTERM, and when the frontend is gone (logged)', async () => {
+    const first = await start(['--max-speed']);
+    expect(await first.e.stop()).toBe(0);
+    first.f.close();
+    const { f, e } = await start(['--max-speed']);
+    f.close();
+    frontend = null;
+    expect(await e.exited).toBe(0);
+    expect(e.log()).toMatch(/frontend is gone/);
+  });
+});
