@@ -120,6 +120,8 @@ async function runLoad(url: string, args: Args, windowMs: number, generated: () 
           answers++;
         }
       } catch {
+        // Requests cut by the stop (the pool destroyed under them) are not errors.
+        if (stop) return;
         errors++;
         await sleep(100);
       }
