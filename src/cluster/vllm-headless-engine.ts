@@ -1,7 +1,6 @@
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { setTimeout as sleep, setImmediate as turn } from 'node:timers/promises';
 import type { StepOutputs } from '../engine/step-outputs.js';
+import { toEngineRequest } from '../engine/vllm/engine-request.js';
 import {
   type DecodedAddRequest,
   decodeAbort,
@@ -14,15 +13,16 @@ import {
   type UtilityCall,
   type VllmLayout,
 } from '../engine/vllm/index.js';
-import { RequestTable } from '../engine/vllm/request-table.js';
+import { LiveRequests } from '../engine/vllm/live-requests.js';
 import { StepEncoder } from '../engine/vllm/step-encoder.js';
 import { RS_ERR_VLLM_BAD_FIELD } from '../errors.js';
 import type { Logger } from '../obs/log.js';
 import type { SimEngine } from '../sim/sim-engine.js';
 import { MAX_SLOTS_PER_SERVER } from '../wire/engine-defaults.js';
 import { expertIdBytes } from '../wire/model-card.js';
-import type { EngineRequest, EngineStats } from '../wire/types.js';
+import type { EngineStats } from '../wire/types.js';
 import type { HeadlessSockets } from './vllm-headless-handshake.js';
+import { collectiveRpc } from './vllm-weight-rpc.js';
 
 /**
  * The simulator behind vLLM's engine protocol, once the handshake is done: ADD, ABORT and UTILITY
@@ -34,9 +34,6 @@ import type { HeadlessSockets } from './vllm-headless-handshake.js';
  * ENGINE_CORE_DEAD. Unlike vLLM, an ADD that fails to decode is logged and dropped instead of
  * silently ending the input thread.
  */
-
-/** The weight manifest a weight directory may hold (as /update_weights reads it). */
-const WEIGHTS_MANIFEST = 'ringserve-weights.json';
 
 type PauseMode = 'abort' | 'wait' | 'keep';
 
@@ -67,7 +64,7 @@ export class VllmHeadlessEngine {
   readonly #sockets: HeadlessSockets;
   readonly #routed: boolean;
   readonly #log: Logger;
-  readonly #table = new RequestTable(MAX_SLOTS_PER_SERVER);
+  readonly #table = new LiveRequests(MAX_SLOTS_PER_SERVER);
   readonly #out: StepOutputs;
   readonly #encoder: StepEncoder;
   /** ADDs that came while the scheduler is paused: admitted on resume, as vLLM queues them. */
@@ -156,7 +153,7 @@ export class VllmHeadlessEngine {
         this.#table,
         0,
         this.#schedulerStats(),
-        started / 1000,
+        monotonicSeconds(),
       );
       if (frames !== null) void this.#send(frames);
       this.#answerPending();
@@ -238,33 +235,7 @@ export class VllmHeadlessEngine {
       p.logprobs !== null,
       p.returnSamplingMask,
     );
-    const request: EngineRequest = {
-      server: 0,
-      slot: live.slot,
-      promptTokenIds: req.promptTokenIds,
-      params: {
-        temperature: p.temperature,
-        topP: p.topP,
-        topK: Math.max(0, p.topK), // vLLM: -1 and 0 both mean off
-        minP: p.minP,
-        seed: p.seed,
-        maxTokens: p.maxTokens,
-        minTokens: p.minTokens,
-        stopTokenIds: Int32Array.from(p.stopTokenIds),
-        ignoreEos: p.ignoreEos,
-        presencePenalty: p.presencePenalty,
-        frequencyPenalty: p.frequencyPenalty,
-        repetitionPenalty: p.repetitionPenalty,
-        logprobs: p.logprobs !== null,
-        returnSamplingMask: p.returnSamplingMask,
-        returnRoutedExperts: this.#routed,
-        routedExpertsPromptStart: p.routedExpertsPromptStart,
-      },
-      priority: req.priority,
-      cacheSalt: req.cacheSalt,
-      arrivalTimeMs: req.arrivalTime * 1000,
-    };
-    this.#sim.add(request);
+    this.#sim.add(toEngineRequest(req, live.slot, this.#routed));
   }
 
   #abort(ids: string[]): void {
@@ -298,7 +269,9 @@ export class VllmHeadlessEngine {
         reply(this.#sim.resetPrefixCache());
         break;
       case 'collective_rpc':
-        this.#collectiveRpc(call, reply, fail);
+        collectiveRpc(call.args, (version) => this.#sim.updateWeights(version)).then(reply, (e) =>
+          fail((e as Error).message),
+        );
         break;
       default:
         fail(`'EngineCoreProc' object has no attribute '${call.method}'`);
@@ -351,47 +324,6 @@ export class VllmHeadlessEngine {
     for (const req of held) this.#admit(req);
   }
 
-  #collectiveRpc(
-    call: UtilityCall,
-    reply: (v: unknown) => void,
-    fail: (why: string) => void,
-  ): void {
-    const [method, , rpcArgs, kwargs] = call.args as [unknown, unknown, unknown, unknown];
-    const list = Array.isArray(rpcArgs) ? rpcArgs : [];
-    const kw = (kwargs ?? {}) as Record<string, unknown>;
-    switch (method) {
-      case 'update_weights_from_path': {
-        const dir = list[0] ?? kw.path ?? kw.weight_dir;
-        if (typeof dir !== 'string') {
-          fail('update_weights_from_path takes a directory path');
-          return;
-        }
-        manifestVersion(dir).then(
-          (version) => reply([this.#sim.updateWeights(version ?? undefined)]),
-          (error: unknown) => fail(String((error as Error).message ?? error)),
-        );
-        return;
-      }
-      case 'init_weight_transfer_engine':
-      case 'start_weight_update':
-      case 'finish_weight_update':
-        reply([null]);
-        return;
-      case 'update_weights': {
-        const info = (list[0] ?? kw.update_info ?? null) as Record<string, unknown> | null;
-        const version = info !== null && typeof info === 'object' ? info.version : undefined;
-        try {
-          reply([this.#sim.updateWeights(typeof version === 'number' ? version : undefined)]);
-        } catch (error) {
-          fail((error as Error).message);
-        }
-        return;
-      }
-      default:
-        fail(`the workers have no method ${String(method)}`);
-    }
-  }
-
   #answerPending(): void {
     if (this.#pending.length === 0) return;
     const left: PendingReply[] = [];
@@ -407,7 +339,7 @@ export class VllmHeadlessEngine {
       this.#layout,
       0,
       { callId, failure, result },
-      performance.now() / 1000,
+      monotonicSeconds(),
     );
     void this.#send(frames);
   }
@@ -437,16 +369,7 @@ export class VllmHeadlessEngine {
   }
 }
 
-/** The version in `<dir>/ringserve-weights.json`, or null (the engine increments its own). */
-async function manifestVersion(dir: string): Promise<number | null> {
-  const text = await readFile(join(dir, WEIGHTS_MANIFEST), 'utf8').catch(() => null);
-  if (text === null) return null;
-  const version = (JSON.parse(text) as { version?: unknown } | null)?.version;
-  if (typeof version !== 'number' || !Number.isInteger(version)) {
-    throw new RS_ERR_VLLM_BAD_FIELD(
-      'weight_dir',
-      `${WEIGHTS_MANIFEST} must hold {"version": <integer>}`,
-    );
-  }
-  return version;
+/** CLOCK_MONOTONIC in seconds, shared by the processes of a host (Python's time.monotonic()). */
+function monotonicSeconds(): number {
+  return Number(process.hrtime.bigint()) / 1e9;
 }

@@ -36,9 +36,14 @@ async function start(extra: string[] = []): Promise<{ f: TestFrontend; e: Engine
 }
 
 /** The same request through an in-process SimEngine, as the default (ring) path runs it. */
-function direct(prompt: number[], seed: number, maxTokens: number) {
+function direct(
+  prompt: number[],
+  seed: number,
+  maxTokens: number,
+  { ignoreEos = true, lengthProfile = 'rl' } = {},
+) {
   const c = buildConfig({ model: 'tiny', maxSpeed: true });
-  const sim = new SimEngine({ preset: 'tiny', seed: c.seed, maxSpeed: true });
+  const sim = new SimEngine({ preset: 'tiny', seed: c.seed, maxSpeed: true, lengthProfile });
   sim.add({
     server: 0,
     slot: 0,
@@ -52,7 +57,7 @@ function direct(prompt: number[], seed: number, maxTokens: number) {
       maxTokens,
       minTokens: 0,
       stopTokenIds: new Int32Array(0),
-      ignoreEos: true,
+      ignoreEos,
       presencePenalty: 0,
       frequencyPenalty: 0,
       repetitionPenalty: 1,
@@ -70,6 +75,8 @@ function direct(prompt: number[], seed: number, maxTokens: number) {
   const logprobs: number[] = [];
   const routing: number[] = [];
   const masks: number[][] = [];
+  let finish = FinishReason.None;
+  let stop = -1;
   for (let finished = false; !finished; ) {
     out.clear();
     sim.step(out);
@@ -83,10 +90,14 @@ function direct(prompt: number[], seed: number, maxTokens: number) {
         const m = out.maskStart[i] as number;
         masks.push(Array.from(out.maskIds.subarray(m, m + (out.maskCount[i] as number))));
       }
-      if (out.finish[i] !== FinishReason.None) finished = true;
+      if (out.finish[i] !== FinishReason.None) {
+        finished = true;
+        finish = out.finish[i] as FinishReason;
+        stop = out.stopTokenId[i] as number;
+      }
     }
   }
-  return { tokens, logprobs, routing, masks };
+  return { tokens, logprobs, routing, masks, finish, stop };
 }
 
 /** Routing rows as vLLM shapes them ([rows, 4 hidden layers, 4]) minus tiny's dense layer 0. */
@@ -151,6 +162,52 @@ describe('ringserve engine --vllm-protocol', () => {
     expect(outs[0]?.prefill).toEqual({ prompt: prompt.length, cached: 0 });
     expect(outs.slice(1).every((o) => o.prefill === null)).toBe(true);
     expect(outs.at(-1)?.finish).toBe(1); // LENGTH
+  });
+
+  it('EOS ends a request with finish_reason STOP, the same token as the simulator directly', async () => {
+    const { f } = await start(['--max-speed', '--length-profile', 'chat']);
+    const prompt = [21, 22, 23];
+    await f.add({
+      requestId: 'eos',
+      promptTokenIds: prompt,
+      params: { maxTokens: 2000, seed: 99, topP: 0.9, eosTokenId: 999, logprobs: 0 },
+    });
+    const outs = await f.finished('eos');
+    const want = direct(prompt, 99, 2000, { ignoreEos: false, lengthProfile: 'chat' });
+    expect(want.finish).toBe(FinishReason.Stop);
+    expect(outs.flatMap((o) => o.tokens)).toEqual(want.tokens);
+    expect(outs.at(-1)).toMatchObject({ finish: 0, stop: want.stop });
+    expect(outs.flatMap((o) => o.routed ?? [])).toEqual([]); // routing off by default, as vLLM
+  });
+
+  it('the same prompt again hits the prefix cache and gives the same tokens', async () => {
+    const { f } = await start(['--max-speed', '--enable-return-routed-experts']);
+    const prompt = Array.from({ length: 40 }, (_, i) => 100 + i);
+    const params = { maxTokens: 6, seed: 5, ignoreEos: true, logprobs: 0 };
+    await f.add({ requestId: 'p1', promptTokenIds: prompt, params });
+    const first = await f.finished('p1');
+    await f.add({ requestId: 'p2', promptTokenIds: prompt, params });
+    const second = await f.finished('p2');
+    expect(second[0]?.prefill?.cached).toBeGreaterThan(0);
+    expect(second.flatMap((o) => o.tokens)).toEqual(first.flatMap((o) => o.tokens));
+    expect(second.flatMap((o) => o.logprobs ?? [])).toEqual(first.flatMap((o) => o.logprobs ?? []));
+    expect(moeRows(second)).toEqual(moeRows(first));
+  });
+
+  it('pause wait answers once the running request finished; an ADD meanwhile waits for resume', async () => {
+    const { f } = await start(['--speedup', '4']);
+    await f.add({ requestId: 'w1', params: { maxTokens: 30, ignoreEos: true } });
+    await f.waitFor((e) => e.kind === 'output' && e.output.id === 'w1');
+    const paused = f.call('pause_scheduler', ['wait', false]);
+    await f.add({ requestId: 'w2', params: { maxTokens: 2, ignoreEos: true } });
+    expect((await paused).failure).toBeNull();
+    const last = f.outputsOf('w1').at(-1);
+    expect(last?.finish).toBe(1);
+    expect(last?.tokens).toHaveLength(1);
+    expect((await f.call('is_scheduler_paused', [])).result).toBe(true);
+    expect(f.outputsOf('w2')).toEqual([]);
+    await f.call('resume_scheduler', []);
+    expect((await f.finished('w2')).flatMap((o) => o.tokens)).toHaveLength(2);
   });
 
   it('an ADD that decodes but cannot run ends with finish_reason ERROR', async () => {

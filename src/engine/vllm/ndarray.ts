@@ -63,7 +63,8 @@ export function writeNdarray(
     w.extFrom(RAW_VIEW_EXT, src, start, n);
   } else {
     const frame = Buffer.allocUnsafe(n);
-    frame.set(src.subarray(start, start + n));
+    // Buffer's copy takes any Uint8Array as its source and makes no view of it.
+    Buffer.prototype.copy.call(src, frame, 0, start, start + n);
     aux.push(frame);
     w.int(aux.length, 'ndarray.data');
   }

@@ -2,7 +2,11 @@ import { RS_ERR_VLLM_DECODE } from '../../errors.js';
 import type { VllmLayout } from './layouts.js';
 import { MsgReader } from './msgpack-reader.js';
 import { NdarrayView, readNdarray } from './ndarray.js';
+import { OutputView, SchedulerStatsView } from './output-view.js';
 import { ENGINE_CORE_DEAD } from './outputs.js';
+
+// Re-exported: importers of this module's sink types find the views here too.
+export { OutputView, SchedulerStatsView };
 
 /**
  * The frontend's hot path: EngineCoreOutputs frames walked in place and handed to a sink one
@@ -11,71 +15,6 @@ import { ENGINE_CORE_DEAD } from './outputs.js';
  * id, the routing rows and the aux frames stay where they are, as byte ranges). A message that
  * does not match the layout throws RS_ERR_VLLM_DECODE naming the field.
  */
-
-/** One EngineCoreOutput; reused for the next: read it inside OutputsSink.output(). */
-export class OutputView {
-  /** request_id is body[idOffset .. idOffset + idLength) (UTF-8); requestId() decodes it. */
-  body: Uint8Array = new Uint8Array(0);
-  idOffset = 0;
-  idLength = 0;
-  /** new_token_ids in tokenIds[0 .. tokenCount). */
-  tokenCount = 0;
-  tokenIds = new Int32Array(64);
-  /** new_logprobs present: column 0 (the sampled tokens' logprobs) in logprobs[0 .. tokenCount). */
-  hasLogprobs = false;
-  /** W of LogprobsLists: 1 + the widest top-k of the engine step. */
-  logprobWidth = 0;
-  logprobs = new Float32Array(64);
-  /** -1 while running; else vLLM's FinishReason (0 stop, 1 length, 2 abort, 3 error, 4 repetition). */
-  finishReason = -1;
-  /** The stop token id, -1 for nil; a string stop_reason sets stopReasonIsText (and -1 here). */
-  stopReason = -1;
-  stopReasonIsText = false;
-  hasPrefillStats = false;
-  numPromptTokens = 0;
-  numComputedTokens = 0;
-  numCachedTokens = 0;
-  numLocalCachedTokens = 0;
-  numExternalCachedTokens = 0;
-  /** routed_experts present: rows x layers x topk ids of routedWidth bytes, in routedData. */
-  hasRoutedExperts = false;
-  routedRows = 0;
-  routedLayers = 0;
-  routedTopk = 0;
-  routedWidth = 1;
-  routedData: Uint8Array = new Uint8Array(0);
-  routedOffset = 0;
-  routedLength = 0;
-  numNansInLogits = 0;
-  /** ringserve extension: CSR sampling mask, maskCounts[0 .. tokenCount), maskIds[0 .. maskIdCount). */
-  hasMask = false;
-  maskCounts = new Int32Array(64);
-  maskIdCount = 0;
-  maskIds = new Int32Array(256);
-
-  requestId(): string {
-    const b = this.body;
-    return Buffer.from(b.buffer, b.byteOffset + this.idOffset, this.idLength).toString('utf8');
-  }
-
-  /** Whether the request id's bytes equal `id` (ASCII ids: no string is made). */
-  requestIdEquals(id: string): boolean {
-    if (id.length !== this.idLength) return false;
-    const b = this.body;
-    for (let i = 0; i < id.length; i++) if (b[this.idOffset + i] !== id.charCodeAt(i)) return false;
-    return true;
-  }
-}
-
-/** The scheduler_stats fields ringserve reads; reused. */
-export class SchedulerStatsView {
-  numRunningReqs = 0;
-  numWaitingReqs = 0;
-  kvCacheUsage = 0;
-  prefixRequests = 0;
-  prefixQueries = 0;
-  prefixHits = 0;
-}
 
 export interface OutputsSink {
   output(o: OutputView): void;

@@ -1,6 +1,7 @@
 import { FinishReason } from '../../wire/types.js';
 import type { StepOutputs } from '../step-outputs.js';
 import type { VllmLayout } from './layouts.js';
+import type { LiveRequest, LiveRequests } from './live-requests.js';
 import {
   OutputRecord,
   OutputsEncoder,
@@ -8,7 +9,6 @@ import {
   type SchedulerStatsFields,
   VllmFinishReason,
 } from './outputs.js';
-import type { LiveRequest, RequestTable } from './request-table.js';
 
 /**
  * Turns one step of an EngineCore (StepOutputs columns, all of server 0) into vLLM's
@@ -72,7 +72,7 @@ export class StepEncoder {
    */
   encode(
     out: StepOutputs,
-    table: RequestTable,
+    table: LiveRequests,
     engineIndex: number,
     stats: SchedulerStatsFields | null,
     timestamp: number,
@@ -104,7 +104,7 @@ export class StepEncoder {
     return e.end(stats, timestamp, null);
   }
 
-  #releaseFinished(out: StepOutputs, table: RequestTable): void {
+  #releaseFinished(out: StepOutputs, table: LiveRequests): void {
     for (let i = 0; i < out.count; i++) {
       if (out.finish[i] === FinishReason.None) continue;
       const r = table.atSlot(out.slot[i] as number);

@@ -22,7 +22,7 @@ export class LiveRequest {
   pendingRows = 0;
 }
 
-export class RequestTable {
+export class LiveRequests {
   readonly #byId = new Map<string, LiveRequest>();
   readonly #bySlot: (LiveRequest | undefined)[] = [];
   readonly #free: number[] = [];

@@ -1,0 +1,67 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { RS_ERR_VLLM_BAD_FIELD } from '../errors.js';
+
+/**
+ * The headless engine's `collective_rpc(method, timeout, args, kwargs)`: the worker methods RL
+ * weight updates call (VLLM-ENGINE.md section 4), mapped to the simulator's weight version. vLLM
+ * answers one result per worker; the simulator is one worker, and answers the weight version now
+ * in force for the methods that load weights (null for the others).
+ *   update_weights_from_path(weight_dir)  prime-rl's: the version in the directory's
+ *                                         ringserve-weights.json ({"version": n}), else + 1
+ *   init_weight_transfer_engine, start_weight_update, finish_weight_update  nothing to do
+ *   update_weights(update_info)           update_info.version when an integer, else + 1
+ * Anything else rejects with the reason (the caller makes vLLM's failure reply of it).
+ */
+
+/** The weight manifest a weight directory may hold (as /update_weights reads it). */
+const WEIGHTS_MANIFEST = 'ringserve-weights.json';
+
+export async function collectiveRpc(
+  args: readonly unknown[],
+  updateWeights: (version?: number) => number,
+): Promise<unknown[]> {
+  const [method, , rpcArgs, kwargs] = args;
+  const list = Array.isArray(rpcArgs) ? rpcArgs : [];
+  const kw = (kwargs ?? {}) as Record<string, unknown>;
+  switch (method) {
+    case 'update_weights_from_path': {
+      const dir = list[0] ?? kw.weight_dir ?? kw.path;
+      if (typeof dir !== 'string')
+        throw new Error('update_weights_from_path takes a directory path');
+      const version = await manifestVersion(dir);
+      return [updateWeights(version ?? undefined)];
+    }
+    case 'init_weight_transfer_engine':
+    case 'start_weight_update':
+    case 'finish_weight_update':
+      return [null];
+    case 'update_weights': {
+      const info = list[0] ?? kw.update_info ?? null;
+      const version =
+        info !== null && typeof info === 'object' ? (info as { version?: unknown }).version : null;
+      return [updateWeights(typeof version === 'number' ? version : undefined)];
+    }
+    default:
+      throw new Error(`the workers have no method ${String(method)}`);
+  }
+}
+
+/** The version in `<dir>/ringserve-weights.json`, or null when it has none. */
+async function manifestVersion(dir: string): Promise<number | null> {
+  const text = await readFile(join(dir, WEIGHTS_MANIFEST), 'utf8').catch(() => null);
+  if (text === null) return null;
+  let version: unknown;
+  try {
+    version = (JSON.parse(text) as { version?: unknown } | null)?.version;
+  } catch {
+    version = undefined;
+  }
+  if (typeof version !== 'number' || !Number.isInteger(version)) {
+    throw new RS_ERR_VLLM_BAD_FIELD(
+      'weight_dir',
+      `${WEIGHTS_MANIFEST} must hold {"version": <integer>}`,
+    );
+  }
+  return version;
+}

@@ -1,0 +1,70 @@
+/**
+ * What OutputsReader hands its sink: one EngineCoreOutput, and a message's scheduler_stats, each
+ * as one object reused for the whole stream (typed-array scratch for the per-token columns, byte
+ * ranges for the request id and the routing rows), so reading creates no object per token.
+ */
+
+/** One EngineCoreOutput; reused for the next: read it inside OutputsSink.output(). */
+export class OutputView {
+  /** request_id is body[idOffset .. idOffset + idLength) (UTF-8); requestId() decodes it. */
+  body: Uint8Array = new Uint8Array(0);
+  idOffset = 0;
+  idLength = 0;
+  /** new_token_ids in tokenIds[0 .. tokenCount). */
+  tokenCount = 0;
+  tokenIds = new Int32Array(64);
+  /** new_logprobs present: column 0 (the sampled tokens' logprobs) in logprobs[0 .. tokenCount). */
+  hasLogprobs = false;
+  /** W of LogprobsLists: 1 + the widest top-k of the engine step. */
+  logprobWidth = 0;
+  logprobs = new Float32Array(64);
+  /** -1 while running; else vLLM's FinishReason (0 stop, 1 length, 2 abort, 3 error, 4 repetition). */
+  finishReason = -1;
+  /** The stop token id, -1 for nil; a string stop_reason sets stopReasonIsText (and -1 here). */
+  stopReason = -1;
+  stopReasonIsText = false;
+  hasPrefillStats = false;
+  numPromptTokens = 0;
+  numComputedTokens = 0;
+  numCachedTokens = 0;
+  numLocalCachedTokens = 0;
+  numExternalCachedTokens = 0;
+  /** routed_experts present: rows x layers x topk ids of routedWidth bytes, in routedData. */
+  hasRoutedExperts = false;
+  routedRows = 0;
+  routedLayers = 0;
+  routedTopk = 0;
+  routedWidth = 1;
+  routedData: Uint8Array = new Uint8Array(0);
+  routedOffset = 0;
+  routedLength = 0;
+  numNansInLogits = 0;
+  /** ringserve extension: CSR sampling mask, maskCounts[0 .. tokenCount), maskIds[0 .. maskIdCount). */
+  hasMask = false;
+  maskCounts = new Int32Array(64);
+  maskIdCount = 0;
+  maskIds = new Int32Array(256);
+
+  requestId(): string {
+    const b = this.body;
+    return Buffer.from(b.buffer, b.byteOffset + this.idOffset, this.idLength).toString('utf8');
+  }
+
+  /** Whether the request id's bytes equal `id` (ASCII ids: no string is made). */
+  requestIdEquals(id: string): boolean {
+    if (id.length !== this.idLength) return false;
+    const b = this.body;
+    for (let i = 0; i < id.length; i++) if (b[this.idOffset + i] !== id.charCodeAt(i)) return false;
+    return true;
+  }
+}
+
+/** The scheduler_stats fields ringserve reads; reused. */
+export class SchedulerStatsView {
+  numRunningReqs = 0;
+  numWaitingReqs = 0;
+  kvCacheUsage = 0;
+  prefixRequests = 0;
+  prefixQueries = 0;
+  prefixHits = 0;
+}
