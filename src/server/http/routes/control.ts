@@ -36,6 +36,11 @@ import type { RequestCoordinator } from '../../request-coordinator.js';
  * by the heartbeat check, so this bound is only met by an engine that stalls mid-call.
  */
 const CONTROL_TIMEOUT_MS = 5_000;
+/**
+ * A vLLM engine loads new weights from disk (prime-rl's update_weights_from_path) before it
+ * answers: minutes, not a step. The bridge bounds the call the same (src/engine/vllm/bridge.ts).
+ */
+const VLLM_WEIGHTS_TIMEOUT_MS = 600_000;
 export const WEIGHTS_MANIFEST = 'ringserve-weights.json';
 /** The control-channel argument that asks the engine to increment its weight version. */
 const NEXT_VERSION = -1;
@@ -51,8 +56,12 @@ export interface ControlDeps {
 
 export function registerControlRoutes(app: FastifyInstance, deps: ControlDeps): void {
   const { engine, coordinator } = deps;
-  const run = (code: ControlCode, args: number[] = [], text: string | null = null) =>
-    runCommand(engine, code, args, text);
+  const run = (
+    code: ControlCode,
+    args: number[] = [],
+    text: string | null = null,
+    timeoutMs = CONTROL_TIMEOUT_MS,
+  ) => runCommand(engine, code, args, text, timeoutMs);
   app.post('/pause', async () => {
     await run(ControlCommand.Pause);
     return { status: 'paused' };
@@ -74,7 +83,13 @@ export function registerControlRoutes(app: FastifyInstance, deps: ControlDeps): 
       );
     }
     // The directory goes along for an engine that loads it itself (a vLLM engine behind a bridge).
-    const live = await run(ControlCommand.UpdateWeights, [version], weightDir(request.body));
+    const timeout = deps.config?.engine === 'vllm' ? VLLM_WEIGHTS_TIMEOUT_MS : CONTROL_TIMEOUT_MS;
+    const live = await run(
+      ControlCommand.UpdateWeights,
+      [version],
+      weightDir(request.body),
+      timeout,
+    );
     return { status: 'ok', weight_version: live };
   });
   app.post('/abort_requests', async (request) => {
@@ -100,11 +115,12 @@ async function runCommand(
   code: ControlCode,
   args: number[],
   text: string | null,
+  timeoutMs: number,
 ): Promise<number> {
   // A dead or stalled engine is answered at once rather than after the full timeout.
   if (!engine.up) throw new RS_ERR_ENGINE_DEAD('the engine core is restarting');
   if (!engine.alive()) throw new RS_ERR_ENGINE_UNRESPONSIVE(HEARTBEAT_STALE_MS);
-  const reply = await engine.control.call(code, args, text, CONTROL_TIMEOUT_MS);
+  const reply = await engine.control.call(code, args, text, timeoutMs);
   switch (reply.code) {
     case ControlResult.Ok:
       return reply.value;
@@ -114,7 +130,7 @@ async function runCommand(
         'requests hold KV blocks; retry when none is running',
       );
     case ControlResult.Expired:
-      throw new RS_ERR_CONTROL_TIMEOUT(commandName(code), CONTROL_TIMEOUT_MS);
+      throw new RS_ERR_CONTROL_TIMEOUT(commandName(code), timeoutMs);
     default:
       throw new RS_ERR_CONTROL_FAILED(commandName(code), reply.code);
   }
