@@ -56,6 +56,11 @@ export interface RingserveConfig {
   readonly kvLoadFailureRate: number;
   readonly kvTransferBandwidthGbs: number;
   readonly kvOffloadGib: number;
+  readonly engine: 'sim' | 'vllm';
+  readonly dataParallelAddress: string;
+  readonly dataParallelRpcPort: number;
+  readonly vllmVersion: string | null;
+  readonly vllmPingTimeoutS: number;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -134,6 +139,11 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'kvLoadFailureRate', flag: '--kv-load-failure-rate', kind: 'number', default: D.kvLoadFailureRate, min: L.kvLoadFailureRate.min, max: L.kvLoadFailureRate.max, help: 'fraction of KV imports that fail (decided by request seed) and are recomputed' },
   { key: 'kvTransferBandwidthGbs', flag: '--kv-transfer-bandwidth-gbs', kind: 'number', default: D.kvTransferBandwidthGbs, min: L.kvTransferBandwidthGbs.min, max: L.kvTransferBandwidthGbs.max, help: 'GB/s of a modelled KV import and of CPU-tier reloads' },
   { key: 'kvOffloadGib', flag: '--kv-offload-gib', kind: 'number', default: D.kvOffloadGib, min: L.kvOffloadGib.min, max: L.kvOffloadGib.max, help: 'CPU tier evicted prefix blocks spill to and reload from, GiB (0 = none)' },
+  { key: 'engine', flag: '--engine', kind: 'enum', default: 'sim', choices: ['sim', 'vllm'], help: 'sim: the simulator in-process; vllm: a bridge to a headless vLLM engine that dials in' },
+  { key: 'dataParallelAddress', flag: '--data-parallel-address', kind: 'string', default: '127.0.0.1', help: 'with --engine vllm: address the bridge binds its vLLM sockets on' },
+  { key: 'dataParallelRpcPort', flag: '--data-parallel-rpc-port', kind: 'int', default: 29550, min: 0, max: 65535, help: 'with --engine vllm: handshake port the vLLM engine dials (0 = any free port, logged)' },
+  { key: 'vllmVersion', flag: '--vllm-version', kind: 'string', default: null, derived: 'the newest layout ringserve knows', help: 'with --engine vllm: the vLLM release whose message layouts to speak' },
+  { key: 'vllmPingTimeoutS', flag: '--vllm-ping-timeout-s', kind: 'number', default: 5, min: 0.1, max: 600, help: 'with --engine vllm: a vLLM engine silent this long is dead (in-flight requests fail with 503)' },
 ];
 
 const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(
@@ -224,6 +234,7 @@ function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): v
   values.servedModelName ??= `sim-${model}`;
   values.apiKey ??= null;
   values.adminApiKey ??= null;
+  values.vllmVersion ??= null;
   if (values.maxModelLen === undefined) {
     values.maxModelLen = Math.min(preset.maxModelLen, MAX_MODEL_LEN_CAP);
   }

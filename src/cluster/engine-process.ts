@@ -15,6 +15,7 @@ import { openRegion } from '../shm/region.js';
 import type { EngineConfig } from '../sim/engine-config.js';
 import { SimEngine } from '../sim/sim-engine.js';
 import { readChildEnv, readEngineRestore, type SupervisorMessage, sendToParent } from './roles.js';
+import { startVllmBridge } from './vllm-bridge.js';
 
 /** A loop turn (one engine step, or one bounded idle wait) longer than this is logged as slow. */
 const SLOW_TURN_MS = 1_000;
@@ -39,18 +40,22 @@ function engineConfigFrom(config: RingserveConfig): EngineConfig {
   };
 }
 
-function main(): void {
+async function main(): Promise<void> {
   process.title = 'ringserve-engine';
   const { region: name, config } = readChildEnv();
   const log = createLogger(config.logLevel, { name: 'ringserve-engine' });
   const region = openRegion(name);
-  // A restarted engine comes back as its predecessor was: paused if the trainer had paused it (a
-  // trainer mid weight-swap must not see generation resume behind its back), same weights.
-  const restore = readEngineRestore();
-  const engine = new SimEngine({
-    ...engineConfigFrom(config),
-    ...(restore === null ? {} : { weightVersion: restore.weightVersion }),
-  });
+  const bridge = config.engine === 'vllm' ? await startVllmBridge(config, log) : null;
+  // A restarted simulator comes back as its predecessor was: paused if the trainer had paused it
+  // (a trainer mid weight-swap must not see generation resume behind its back), same weights. A
+  // vLLM engine keeps its own state across a restart of the bridge process.
+  const restore = bridge === null ? readEngineRestore() : null;
+  const engine =
+    bridge?.engine ??
+    new SimEngine({
+      ...engineConfigFrom(config),
+      ...(restore === null ? {} : { weightVersion: restore.weightVersion }),
+    });
   if (restore?.paused === true) engine.pause();
   // Before the loop publishes its first (zero) counters over a predecessor's final ones.
   carryEngineCounters(region);
@@ -81,7 +86,10 @@ function main(): void {
       sendToParent({ type: 'server-reset', server: message.server });
     }
   });
-  const stop = (): void => loop.stop();
+  const stop = (): void => {
+    loop.stop();
+    void bridge?.link.close();
+  };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
   process.on('disconnect', stop);
@@ -112,4 +120,7 @@ function main(): void {
   );
 }
 
-main();
+main().catch((error: unknown) => {
+  console.error(`ringserve-engine: ${(error as Error).stack ?? String(error)}`);
+  process.exit(ExitCode.Failure);
+});

@@ -28,6 +28,7 @@ import {
   ENG_STATS_SEQ,
   ENGINE_STATE_PAUSED,
   ENGINE_STATE_RUNNING,
+  ENGINE_STATE_STARTING,
   ENGINE_STATE_STOPPING,
   ENGINE_STATS,
   STAT_BLOCK_SIZE,
@@ -45,6 +46,7 @@ import {
   STAT_PREFIX_QUERIES,
   STAT_PROMPT_TOKENS,
   STAT_RUNNING,
+  STAT_SAMPLING_MASKS,
   STAT_STEP_COUNT,
   STAT_WAITING,
   STAT_WEIGHT_VERSION,
@@ -109,6 +111,8 @@ export class CoreLoop {
   #stats: EngineStats | undefined;
   /** The modelled duration of the last step, republished with a control command's stats. */
   #lastStepMs = 0;
+  /** A control command the engine answers later (a bridge's utility call) is being carried out. */
+  #controlInFlight = false;
 
   constructor(region: Region, engine: EngineCore, events: CoreLoopEvents = {}) {
     this.#region = region;
@@ -169,9 +173,13 @@ export class CoreLoop {
         await yieldToEventLoop();
       } else {
         this.#publish(0);
+        const outside = this.#engine.awaitWork?.() ?? null;
+        if (outside !== null) {
+          await outside;
+          continue;
+        }
         const seq = bell.prepareSleep();
-        if (!this.#anyRequestPending() && !this.#control.hasPending())
-          bell.sleep(seq, IDLE_WAIT_MS);
+        if (!this.#anyRequestPending() && !this.#controlWaiting()) bell.sleep(seq, IDLE_WAIT_MS);
         bell.endSleep();
         await yieldToEventLoop();
       }
@@ -192,7 +200,7 @@ export class CoreLoop {
       const left = until - performance.now();
       if (left < 1) return;
       const seq = bell.rings();
-      if (this.#control.hasPending()) this.#runControl();
+      if (this.#controlWaiting()) this.#runControl();
       // A step modelled longer than the heartbeat bound (a slow --speedup) must not look stalled.
       else bell.sleep(seq, Math.min(left, IDLE_WAIT_MS));
       this.#beat();
@@ -238,7 +246,7 @@ export class CoreLoop {
   #waitForRoom(): void {
     const bell = this.#bell;
     const seq = bell.prepareSleep();
-    if (!this.#anyRequestPending() && !this.#control.hasPending()) bell.sleep(seq, HELD_POLL_MS);
+    if (!this.#anyRequestPending() && !this.#controlWaiting()) bell.sleep(seq, HELD_POLL_MS);
     bell.endSleep();
     this.#beat();
   }
@@ -283,40 +291,74 @@ export class CoreLoop {
     return false;
   }
 
-  /** Runs the pending control command, if any, and acknowledges it; nothing it does throws out. */
+  /** A control command waits and none is being carried out. */
+  #controlWaiting(): boolean {
+    return !this.#controlInFlight && this.#control.hasPending();
+  }
+
+  /**
+   * Runs the pending control command, if any, and acknowledges it; nothing it does throws out. A
+   * command the engine answers later is acknowledged when its promise settles; the loop goes on
+   * stepping meanwhile and takes no other command.
+   */
   #runControl(): void {
+    if (this.#controlInFlight) return;
     const command = this.#control.pending();
     if (command === null) return;
-    let result: number = ControlResult.Ok;
-    let value = 0;
+    const code = command.code;
+    let answer: number | Promise<number>;
     try {
-      value = this.#execute(command.code, command.args);
-      if (value < 0)
-        result = value === REFUSED ? ControlResult.Refused : ControlResult.UnknownCommand;
+      answer = this.#execute(code, command.args, command.text);
     } catch (error) {
+      this.#complete(code, error as Error, 0);
+      return;
+    }
+    if (typeof answer === 'number') {
+      this.#complete(code, null, answer);
+      return;
+    }
+    this.#controlInFlight = true;
+    answer.then(
+      (value) => this.#complete(code, null, value),
+      (error: unknown) => this.#complete(code, error as Error, 0),
+    );
+  }
+
+  #complete(code: number, error: Error | null, value: number): void {
+    this.#controlInFlight = false;
+    let result: number = ControlResult.Ok;
+    if (error !== null) {
       result = ControlResult.Failed;
-      this.#events.controlFailed?.(command.code, error as Error);
+      this.#events.controlFailed?.(code, error);
+    } else if (value < 0) {
+      result = value === REFUSED ? ControlResult.Refused : ControlResult.UnknownCommand;
     }
     // Stats first: a caller that reads the stats block once answered sees the command's effect.
     this.#publish(this.#lastStepMs);
     this.#control.complete(result, Math.max(value, 0));
   }
 
-  /** Carries out one command; returns the weight version now live, or REFUSED / UNKNOWN. */
-  #execute(code: number, args: Float64Array): number {
+  /**
+   * Carries out one command; returns (or resolves to) the weight version now live, or REFUSED /
+   * UNKNOWN.
+   */
+  #execute(code: number, args: Float64Array, text: string): number | Promise<number> {
     const engine = this.#engine;
+    const live = (): number => engine.weightVersion;
     switch (code) {
       case ControlCommand.Pause:
-        engine.pause();
-        return engine.weightVersion;
+        return after(engine.pause(), live);
       case ControlCommand.Resume:
-        engine.resume();
-        return engine.weightVersion;
+        return after(engine.resume(), live);
       case ControlCommand.UpdateWeights:
-        // args[0]: the version to load, or -1 for "the live one + 1" (no manifest).
-        return engine.updateWeights(args[0]! >= 0 ? args[0]! : undefined);
+        // args[0]: the version to load, or -1 for "the live one + 1" (no manifest); the text: the
+        // weight directory, for an engine that reads it itself.
+        return engine.updateWeights(
+          args[0]! >= 0 ? args[0]! : undefined,
+          text === '' ? undefined : text,
+        );
       case ControlCommand.ResetPrefixCache:
-        return engine.resetPrefixCache() ? engine.weightVersion : REFUSED;
+        return after(engine.resetPrefixCache(), (done) => (done ? live() : REFUSED));
       default:
         return UNKNOWN;
     }
@@ -346,13 +388,16 @@ export class CoreLoop {
     f64[base + STAT_KV_LOAD_FAILURES] = s.kvLoadFailures ?? 0;
     f64[base + STAT_OFFLOAD_STORED_BLOCKS] = s.offloadStoredBlocks ?? 0;
     f64[base + STAT_OFFLOAD_LOADED_BLOCKS] = s.offloadLoadedBlocks ?? 0;
+    f64[base + STAT_SAMPLING_MASKS] = this.#engine.samplingMasks === false ? 0 : 1;
     Atomics.add(i32, ENG_STATS_SEQ >> 2, 1);
     this.#beat();
-    Atomics.store(
-      i32,
-      ENG_STATE >> 2,
-      this.#engine.paused ? ENGINE_STATE_PAUSED : ENGINE_STATE_RUNNING,
-    );
+    Atomics.store(i32, ENG_STATE >> 2, this.#state());
+  }
+
+  #state(): number {
+    const engine = this.#engine;
+    if (engine.ready === false) return ENGINE_STATE_STARTING;
+    return engine.paused ? ENGINE_STATE_PAUSED : ENGINE_STATE_RUNNING;
   }
 
   /** The heartbeat /liveness and /health read (engine-client.ts HEARTBEAT_STALE_MS). */
@@ -360,6 +405,11 @@ export class CoreLoop {
     this.#region.f64[ENG_LAST_BEAT_MS >> 3] = Date.now();
     Atomics.add(this.#region.i32, ENG_HEARTBEAT >> 2, 1);
   }
+}
+
+/** `then(value)` now for a plain value, once settled for a promise. */
+function after<T>(value: T | Promise<T>, then: (v: T) => number): number | Promise<number> {
+  return value instanceof Promise ? value.then(then) : then(value);
 }
 
 const yieldToEventLoop = (): Promise<void> => new Promise((r) => setImmediate(r));

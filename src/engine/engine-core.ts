@@ -21,6 +21,14 @@ export interface EngineCore {
   /** True while the scheduler is paused (no new tokens; aborts and rejects still come out). */
   readonly paused: boolean;
   readonly weightVersion: number;
+  /**
+   * False while the engine behind the core cannot take requests (a bridge whose engine has not
+   * registered, or has died): the core loop publishes ENGINE_STATE_STARTING and the API servers
+   * answer 503. Absent: always ready.
+   */
+  readonly ready?: boolean;
+  /** Whether the engine can return sampling masks (absent: it can). */
+  readonly samplingMasks?: boolean;
 
   /** A StepOutputs shaped for this engine's routing rows, to pass to every step(). */
   newStepOutputs(): StepOutputs;
@@ -32,15 +40,26 @@ export interface EngineCore {
   /** Drops every request of an API server that is gone, freeing their KV blocks, with no rows. */
   abortServer(server: number): void;
 
-  pause(): void;
-  resume(): void;
-  /** Loads new weights and returns the weight version now in force. */
-  updateWeights(version?: number): number;
+  // The control methods may answer later (a bridge waits for its engine's reply): the core loop
+  // acknowledges the command once the promise settles and keeps stepping meanwhile.
+  pause(): void | Promise<void>;
+  resume(): void | Promise<void>;
+  /**
+   * Loads new weights (from `weightDir` when the engine reads them itself) and returns the weight
+   * version now in force.
+   */
+  updateWeights(version?: number, weightDir?: string): number | Promise<number>;
   /** Empties the prefix cache; false (nothing done) while requests hold cached blocks. */
-  resetPrefixCache(): boolean;
+  resetPrefixCache(): boolean | Promise<boolean>;
 
   /** Whether step() has anything to do: running or waiting requests, or pending rows. */
   hasWork(): boolean;
+  /**
+   * For an engine whose outputs arrive on the event loop (a socket): when it waits for something
+   * from outside, a promise that settles when that came or after a short bound, and the core loop
+   * awaits it instead of blocking the thread on the doorbell; null when it expects nothing.
+   */
+  awaitWork?(): Promise<void> | null;
   /**
    * Runs one step, writing its rows into `out`; the returned object is reused across steps. With
    * `room`, every row is charged to its API server's room first (OutputRoom.tryCharge, at its worst

@@ -8,8 +8,11 @@ import { RS_ERR_ENGINE_DEAD } from '../errors.js';
 import {
   ENG_LAST_BEAT_MS,
   ENG_PID,
+  ENG_STATE,
   ENG_STATS_SEQ,
+  ENGINE_STATE_STARTING,
   ENGINE_STATS,
+  STAT_SAMPLING_MASKS,
   STATS_SLOT_COUNT,
 } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
@@ -91,13 +94,23 @@ export class EngineClient implements EnginePort {
     return last > 0 ? Date.now() - last : Number.POSITIVE_INFINITY;
   }
 
-  /** Alive: the supervisor has not reported it down and it beats. */
+  /**
+   * Alive: the supervisor has not reported it down, it beats, and the engine behind it can take
+   * requests (a bridge publishes ENGINE_STATE_STARTING until its vLLM engine has registered).
+   */
   alive(): boolean {
+    const i32 = this.region.i32;
     return (
       this.#up &&
-      Atomics.load(this.region.i32, ENG_PID >> 2) !== 0 &&
+      Atomics.load(i32, ENG_PID >> 2) !== 0 &&
+      Atomics.load(i32, ENG_STATE >> 2) !== ENGINE_STATE_STARTING &&
       this.heartbeatAgeMs() < HEARTBEAT_STALE_MS
     );
+  }
+
+  /** Whether the engine returns sampling masks (a vLLM engine only with ringserve's extension). */
+  samplingMasks(): boolean {
+    return this.region.f64[(ENGINE_STATS >> 3) + STAT_SAMPLING_MASKS] === 1;
   }
 
   /** A consistent copy of the engine's stats block (seqlock read); index with the STAT_* constants. */

@@ -12,7 +12,7 @@
  * SSE framing and `[DONE]` (protocol/sse.ts), response ids and encoders (protocol/), and completion
  * of a request's choices by the coordinator's ChoiceGroup.
  */
-import { RS_ERR_ENGINE_REQUEST_FAILED } from '../errors.js';
+
 import { recorderFromEnvironment } from '../obs/worker-metrics.js';
 import { encodeGenerateResponse } from '../protocol/generate-response.js';
 import { JsonWriter } from '../protocol/json-writer.js';
@@ -27,7 +27,6 @@ import {
 import type { RingConsumer } from '../shm/ring.js';
 import { RecordType, StepColumn, StepRecordView } from '../wire/messages.js';
 import { getModelCard } from '../wire/model-card.js';
-import { rejectReasonMessage } from '../wire/reject.js';
 import { FinishReason } from '../wire/types.js';
 import { legacyStreamEvent, stringifyLegacyResponse } from './inline-legacy.js';
 import {
@@ -40,6 +39,7 @@ import {
 import { StopStringMatcher, tokenByteSource } from './output/detokenizer.js';
 import { SlotMetaTable } from './output/slot-meta.js';
 import type { OutputEvents, OutputPath } from './output-path.js';
+import { rejectError } from './reject-error.js';
 import type { RequestRecord } from './request-record.js';
 import { slotMetaRow } from './slot-meta-row.js';
 
@@ -232,9 +232,8 @@ export class InlineOutputPath implements OutputPath {
     s.done = true;
     this.#metrics?.finished(slot, finish, s.tokenIds.length);
     if (finish === FinishReason.Error) {
-      const reason = rejectReasonMessage(i32[rec.at(StepColumn.RejectReason, j)]!);
-      const requestId = s.record.identity.requestId;
-      this.#events.finished(slot, s.gen, new RS_ERR_ENGINE_REQUEST_FAILED(requestId, reason));
+      const reason = i32[rec.at(StepColumn.RejectReason, j)]!;
+      this.#events.finished(slot, s.gen, rejectError(reason, s.record.identity.requestId));
     } else {
       const stopId = i32[rec.at(StepColumn.StopTokenId, j)]!;
       this.#choiceDone(slot, s, choiceFinishReason(finish) ?? 'abort', stopId >= 0 ? stopId : null);

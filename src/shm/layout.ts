@@ -59,6 +59,7 @@ export const ENG_STATS_SEQ = ENGINE_BLOCK + 12; // i32 seqlock over ENGINE STATS
 export const ENG_LAST_BEAT_MS = ENGINE_BLOCK + 16; // f64, Date.now() of the last beat
 
 export const ENGINE_STATE_NONE = 0;
+/** The engine core runs but its engine cannot take requests yet (a bridge waiting for vLLM). */
 export const ENGINE_STATE_STARTING = 1;
 export const ENGINE_STATE_RUNNING = 2;
 export const ENGINE_STATE_PAUSED = 3;
@@ -100,6 +101,8 @@ export const STAT_CARRY_EXTERNAL_HIT_TOKENS = 56;
 export const STAT_CARRY_KV_LOAD_FAILURES = 57;
 export const STAT_CARRY_OFFLOAD_STORED_BLOCKS = 58;
 export const STAT_CARRY_OFFLOAD_LOADED_BLOCKS = 59;
+// What the engine behind the core can do (a bridge's engine announces it when it registers).
+export const STAT_SAMPLING_MASKS = 40; // 1 when the engine returns sampling masks
 
 // ---- Control block: one command at a time from any API server to the engine.
 // Request lines: written by the holder of CTL_LOCK only. Ack line: written by the engine only.

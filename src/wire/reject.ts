@@ -15,6 +15,10 @@ export enum RejectReason {
   BadRoute = 7,
   /** The engine process could not decode the request's ADD record. */
   MalformedRecord = 8,
+  /** The engine behind the core (a vLLM engine) died or went silent with the request in flight. */
+  EngineDead = 9,
+  /** The engine behind the core ended the request with an error (vLLM's finish reason ERROR). */
+  EngineFailed = 10,
 }
 
 const MESSAGES: readonly string[] = [
@@ -27,6 +31,8 @@ const MESSAGES: readonly string[] = [
   'a request with this server and slot is already in flight; both are ended',
   'server or slot is not a non-negative 32-bit integer',
   'the request record could not be decoded',
+  'the engine died or stopped answering while the request ran',
+  'the engine failed the request (vLLM finish reason ERROR; retryable)',
 ];
 
 /** The human-readable reason for a reject code (for the API server's error message). */

@@ -3,7 +3,7 @@
 // handful of objects per response or per delta, never per token. Used by the packers and by the
 // output worker's stream encoder.
 
-import { type RingserveError, RS_ERR_ENGINE_REQUEST_FAILED } from '../../errors.js';
+import type { RingserveError } from '../../errors.js';
 import {
   type ChoiceColumns,
   type ChoiceFinishReason,
@@ -11,8 +11,8 @@ import {
   type RoutingColumns,
   type UsageFigures,
 } from '../../protocol/response-columns.js';
-import { rejectReasonMessage } from '../../wire/reject.js';
 import { FinishReason } from '../../wire/types.js';
+import { rejectError } from '../reject-error.js';
 import { type AccumulatorTable, AccWord, Column, OutputError } from './accumulators.js';
 import { RS_ERR_OUTPUT_ARENA_FULL, RS_ERR_OUTPUT_BAD_STEP } from './errors.js';
 import { SlotFlag, type SlotMetaTable } from './slot-meta.js';
@@ -39,10 +39,7 @@ export function requestFailure(
     case OutputError.BadStep:
       return new RS_ERR_OUTPUT_BAD_STEP(`the outputs of request ${requestId} were malformed`);
     default:
-      return new RS_ERR_ENGINE_REQUEST_FAILED(
-        requestId,
-        rejectReasonMessage(acc.rejectReason(slot)),
-      );
+      return rejectError(acc.rejectReason(slot), requestId);
   }
 }
 

@@ -289,7 +289,7 @@ describe('StepScatter: slot lifecycle', () => {
     h.feed([{ slot: 0, gen: 1, token: 4 }]);
     h.feed([
       { slot: 0, gen: 1, finish: ABORT },
-      { slot: 1, gen: 1, finish: ERROR, rejectReason: 2 },
+      { slot: 1, gen: 1, finish: ERROR, rejectReason: 5 },
     ]);
     expect(events(h.scatter.finished)).toEqual([
       [0, 1],
@@ -306,7 +306,7 @@ describe('StepScatter: slot lifecycle', () => {
     expect(requestFailure(h.acc, 1, 'r1')).toMatchObject({
       code: 'RS_ERR_ENGINE_REQUEST_FAILED',
       message:
-        'the engine could not run request r1: prompt length + max_tokens exceeds max_model_len',
+        'the engine could not run request r1: the request cannot fit in the KV cache even alone (prompt + max_tokens > num_gpu_blocks * block_size)',
     });
     expect(requestFailure(h.acc, 0, 'r0')).toBeNull();
   });

@@ -8,6 +8,7 @@
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
+import type { RingserveConfig } from '../../../config.js';
 import {
   RS_ERR_CONTROL_FAILED,
   RS_ERR_CONTROL_REFUSED,
@@ -35,6 +36,11 @@ import type { RequestCoordinator } from '../../request-coordinator.js';
  * by the heartbeat check, so this bound is only met by an engine that stalls mid-call.
  */
 const CONTROL_TIMEOUT_MS = 5_000;
+/**
+ * A vLLM engine loads new weights from disk (prime-rl's update_weights_from_path) before it
+ * answers: minutes, not a step. The bridge bounds the call the same (src/engine/vllm/bridge.ts).
+ */
+const VLLM_WEIGHTS_TIMEOUT_MS = 600_000;
 export const WEIGHTS_MANIFEST = 'ringserve-weights.json';
 /** The control-channel argument that asks the engine to increment its weight version. */
 const NEXT_VERSION = -1;
@@ -44,11 +50,18 @@ export interface ControlDeps {
   coordinator: RequestCoordinator;
   /** Forwards abort ids to the other API servers (through the supervisor). */
   broadcastAbort?: (ids: string[]) => void;
+  /** With --engine vllm, /update_weights needs a weight_dir (the engine loads it itself). */
+  config?: Pick<RingserveConfig, 'engine'>;
 }
 
 export function registerControlRoutes(app: FastifyInstance, deps: ControlDeps): void {
   const { engine, coordinator } = deps;
-  const run = (code: ControlCode, args: number[] = []) => runCommand(engine, code, args);
+  const run = (
+    code: ControlCode,
+    args: number[] = [],
+    text: string | null = null,
+    timeoutMs = CONTROL_TIMEOUT_MS,
+  ) => runCommand(engine, code, args, text, timeoutMs);
   app.post('/pause', async () => {
     await run(ControlCommand.Pause);
     return { status: 'paused' };
@@ -63,7 +76,20 @@ export function registerControlRoutes(app: FastifyInstance, deps: ControlDeps): 
   });
   app.post('/update_weights', async (request) => {
     const version = await manifestVersion(request.body);
-    const live = await run(ControlCommand.UpdateWeights, [version]);
+    if (deps.config?.engine === 'vllm' && weightDir(request.body) === null) {
+      throw new RS_ERR_REQ_INVALID_FIELD(
+        'weight_dir',
+        'a vLLM engine loads weights from a directory',
+      );
+    }
+    // The directory goes along for an engine that loads it itself (a vLLM engine behind a bridge).
+    const timeout = deps.config?.engine === 'vllm' ? VLLM_WEIGHTS_TIMEOUT_MS : CONTROL_TIMEOUT_MS;
+    const live = await run(
+      ControlCommand.UpdateWeights,
+      [version],
+      weightDir(request.body),
+      timeout,
+    );
     return { status: 'ok', weight_version: live };
   });
   app.post('/abort_requests', async (request) => {
@@ -88,11 +114,13 @@ async function runCommand(
   engine: EngineClient,
   code: ControlCode,
   args: number[],
+  text: string | null,
+  timeoutMs: number,
 ): Promise<number> {
   // A dead or stalled engine is answered at once rather than after the full timeout.
   if (!engine.up) throw new RS_ERR_ENGINE_DEAD('the engine core is restarting');
   if (!engine.alive()) throw new RS_ERR_ENGINE_UNRESPONSIVE(HEARTBEAT_STALE_MS);
-  const reply = await engine.control.call(code, args, null, CONTROL_TIMEOUT_MS);
+  const reply = await engine.control.call(code, args, text, timeoutMs);
   switch (reply.code) {
     case ControlResult.Ok:
       return reply.value;
@@ -102,10 +130,16 @@ async function runCommand(
         'requests hold KV blocks; retry when none is running',
       );
     case ControlResult.Expired:
-      throw new RS_ERR_CONTROL_TIMEOUT(commandName(code), CONTROL_TIMEOUT_MS);
+      throw new RS_ERR_CONTROL_TIMEOUT(commandName(code), timeoutMs);
     default:
       throw new RS_ERR_CONTROL_FAILED(commandName(code), reply.code);
   }
+}
+
+/** `weight_dir` of a body manifestVersion() accepted, or null. */
+function weightDir(body: unknown): string | null {
+  const dir = isPlainObject(body) ? body.weight_dir : null;
+  return typeof dir === 'string' ? dir : null;
 }
 
 function stripPrefix(id: string): string {

@@ -1,0 +1,273 @@
+/**
+ * Generated tokens per second with logprobs and routing rows, through the vLLM bridge against the
+ * direct ring path, in one run on the same machine:
+ *   direct: `serve --max-speed` (the simulator in the engine-core process);
+ *   bridge: `serve --engine vllm` + `engine --vllm-protocol --max-speed
+ *           --enable-return-routed-experts` (the simulator behind vLLM's protocol over ZMQ).
+ * Each arm keeps `--concurrency` sequences in flight (closed loop over one undici Pool, msgpack
+ * answers, ignore_eos so every answer is exactly --max-tokens long, logprobs 0 and routing asked),
+ * warms up, then counts the tokens of the answers that complete in the window (client-side) and the
+ * engine's own generated-token counter over the same window. Prints a table (fastest first, ratio
+ * to the slowest) and, with --json, a last line {"bridge_tokens_per_s", "direct_tokens_per_s",
+ * "bridge_vs_direct", "load_avg_1m", ...}.
+ *
+ *   npm run bench:bridge -- [--json] [--seconds 15] [--model qwen3-30b-a3b] [--max-tokens 1024]
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { loadavg } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { Pool, request } from 'undici';
+import { ExitCode, exitCodeFor, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
+import { ENGINE_STATS, STAT_GENERATION_TOKENS } from '../src/shm/layout.js';
+import { openRegion } from '../src/shm/region.js';
+import { type BenchCluster, startCluster } from './loadtest/cluster.js';
+import { RS_ERR_BENCH_CHILD_FAILED, RS_ERR_BENCH_TIMEOUT } from './loadtest/errors.js';
+
+const CLI = join(fileURLToPath(new URL('.', import.meta.url)), '..', 'src', 'cli.js');
+const PROMPT_TOKENS = 256;
+const WARMUP_MS = 3_000;
+
+interface Args {
+  json: boolean;
+  seconds: number;
+  model: string;
+  maxTokens: number;
+  concurrency: number;
+}
+
+function parseArgs(argv: string[]): Args {
+  const args: Args = {
+    json: false,
+    seconds: 15,
+    model: 'qwen3-30b-a3b',
+    maxTokens: 1024,
+    concurrency: 256,
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a === '--json') args.json = true;
+    else if (a === '--seconds') args.seconds = Number(argv[++i]);
+    else if (a === '--model') args.model = String(argv[++i]);
+    else if (a === '--max-tokens') args.maxTokens = Number(argv[++i]);
+    else if (a === '--concurrency') args.concurrency = Number(argv[++i]);
+    else
+      throw new RS_ERR_CONFIG_INVALID(
+        String(a),
+        'unknown argument; use --json, --seconds N, --model NAME, --max-tokens N, --concurrency N',
+      );
+  }
+  return args;
+}
+
+interface ArmResult {
+  name: string;
+  /** Tokens of answers completed in the window, per second. */
+  tokensPerS: number;
+  /** The engine's generated-token counter over the window, per second. */
+  engineTokensPerS: number;
+  answers: number;
+  errors: number;
+}
+
+/** The request body of sequence `serial`: distinct prompts (no prefix-cache help), a seed each. */
+function requestBody(serial: number, maxTokens: number): string {
+  const ids = new Array<number>(PROMPT_TOKENS);
+  for (let i = 0; i < PROMPT_TOKENS; i++) ids[i] = (serial * 7919 + i * 104729) % 100_000;
+  return JSON.stringify({
+    token_ids: ids,
+    sampling_params: {
+      temperature: 1.0,
+      top_p: 0.97,
+      top_k: 512,
+      max_tokens: maxTokens,
+      ignore_eos: true,
+      logprobs: 0,
+      seed: serial + 1,
+      return_routed_experts: true,
+    },
+  });
+}
+
+/** Closed loop: `concurrency` workers, each sending its next request once its answer is read. */
+async function runLoad(url: string, args: Args, windowMs: number, generated: () => number) {
+  const pool = new Pool(url, { connections: args.concurrency, pipelining: 1 });
+  let serial = 0;
+  let stop = false;
+  let counting = false;
+  let tokens = 0;
+  let answers = 0;
+  let errors = 0;
+  const worker = async (): Promise<void> => {
+    while (!stop) {
+      const body = requestBody(serial++, args.maxTokens);
+      try {
+        const res = await pool.request({
+          path: '/inference/v1/generate',
+          method: 'POST',
+          headers: { 'content-type': 'application/json', accept: 'application/msgpack' },
+          body,
+          headersTimeout: 600_000,
+          bodyTimeout: 600_000,
+        });
+        for await (const _ of res.body) {
+          // read and drop: the answer is counted, not decoded
+        }
+        if (res.statusCode !== 200) throw new Error(`HTTP ${res.statusCode}`);
+        if (counting && !stop) {
+          tokens += args.maxTokens;
+          answers++;
+        }
+      } catch {
+        // Requests cut by the stop (the pool destroyed under them) are not errors.
+        if (stop) return;
+        errors++;
+        await sleep(100);
+      }
+    }
+  };
+  const workers = Array.from({ length: args.concurrency }, worker);
+  await sleep(WARMUP_MS);
+  counting = true;
+  const engineBefore = generated();
+  const started = performance.now();
+  await sleep(windowMs);
+  const seconds = (performance.now() - started) / 1000;
+  const engineTokens = generated() - engineBefore;
+  stop = true;
+  await pool.destroy();
+  await Promise.allSettled(workers);
+  return {
+    tokensPerS: tokens / seconds,
+    engineTokensPerS: engineTokens / seconds,
+    answers,
+    errors,
+  };
+}
+
+function generatedCounter(cluster: BenchCluster): () => number {
+  const name = cluster.regionName();
+  if (name === null) return () => 0;
+  const region = openRegion(name);
+  return () => region.f64[(ENGINE_STATS >> 3) + STAT_GENERATION_TOKENS]!;
+}
+
+async function directArm(args: Args): Promise<ArmResult> {
+  const cluster = await startCluster(['--model', args.model, '--max-speed']);
+  try {
+    const r = await runLoad(cluster.url, args, args.seconds * 1000, generatedCounter(cluster));
+    return { name: 'direct ring path (serve --max-speed)', ...r };
+  } finally {
+    await cluster.stop();
+  }
+}
+
+async function bridgeArm(args: Args): Promise<ArmResult> {
+  const cluster = await startCluster([
+    '--model',
+    args.model,
+    '--engine',
+    'vllm',
+    '--data-parallel-address',
+    '127.0.0.1',
+    '--data-parallel-rpc-port',
+    '0',
+  ]);
+  let engine: ChildProcess | null = null;
+  try {
+    const match = /listening on tcp:\/\/([^:\s]+):(\d+)/.exec(cluster.log());
+    if (match === null) throw new RS_ERR_BENCH_CHILD_FAILED('bridge', 'no handshake endpoint');
+    engine = spawn(
+      process.execPath,
+      [
+        CLI,
+        'engine',
+        '--vllm-protocol',
+        '--data-parallel-address',
+        match[1]!,
+        '--data-parallel-rpc-port',
+        match[2]!,
+        '--enable-return-routed-experts',
+        '--model',
+        args.model,
+        '--max-speed',
+        '--log-level',
+        'warn',
+      ],
+      { stdio: ['ignore', 'ignore', 'inherit'] },
+    );
+    await waitHealthy(cluster.url, 60_000);
+    const r = await runLoad(cluster.url, args, args.seconds * 1000, generatedCounter(cluster));
+    return { name: 'vLLM bridge (serve --engine vllm + engine --vllm-protocol)', ...r };
+  } finally {
+    engine?.kill('SIGKILL');
+    await cluster.stop();
+  }
+}
+
+async function waitHealthy(url: string, timeoutMs: number): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const res = await request(`${url}/health`).catch(() => null);
+    await res?.body.dump();
+    if (res?.statusCode === 200) return;
+    if (Date.now() > end) throw new RS_ERR_BENCH_TIMEOUT('the vLLM engine to register', timeoutMs);
+    await sleep(100);
+  }
+}
+
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  const loadBefore = loadavg()[0]!;
+  const direct = await directArm(args);
+  const bridge = await bridgeArm(args);
+  const loadAfter = loadavg()[0]!;
+  const rows = [direct, bridge].sort((a, b) => b.tokensPerS - a.tokensPerS);
+  const slowest = Math.min(...rows.map((r) => r.tokensPerS)) || 1;
+  console.log(
+    `${args.concurrency} sequences, ${args.model}, max_tokens ${args.maxTokens}, logprobs + routing, ${args.seconds} s window`,
+  );
+  console.log(
+    'arm'.padEnd(62),
+    'tok/s (answers)'.padStart(16),
+    'tok/s (engine)'.padStart(15),
+    'x slowest'.padStart(10),
+  );
+  for (const r of rows) {
+    console.log(
+      r.name.padEnd(62),
+      Math.round(r.tokensPerS).toLocaleString('en-US').padStart(16),
+      Math.round(r.engineTokensPerS).toLocaleString('en-US').padStart(15),
+      (r.tokensPerS / slowest).toFixed(2).padStart(10),
+    );
+  }
+  console.log(
+    `load average (1 min): ${loadBefore.toFixed(2)} before, ${loadAfter.toFixed(2)} after`,
+  );
+  if (args.json) {
+    console.log(
+      JSON.stringify({
+        bridge_tokens_per_s: Math.round(bridge.tokensPerS),
+        direct_tokens_per_s: Math.round(direct.tokensPerS),
+        bridge_engine_tokens_per_s: Math.round(bridge.engineTokensPerS),
+        direct_engine_tokens_per_s: Math.round(direct.engineTokensPerS),
+        bridge_vs_direct: direct.tokensPerS > 0 ? bridge.tokensPerS / direct.tokensPerS : 0,
+        errors: direct.errors + bridge.errors,
+        concurrency: args.concurrency,
+        model: args.model,
+        max_tokens: args.maxTokens,
+        load_avg_1m_before: loadBefore,
+        load_avg_1m_after: loadAfter,
+      }),
+    );
+  }
+}
+
+main().then(
+  () => process.exit(ExitCode.Ok),
+  (error: unknown) => {
+    console.error(`bench:bridge: ${(error as Error).stack ?? String(error)}`);
+    process.exit(exitCodeFor(error));
+  },
+);

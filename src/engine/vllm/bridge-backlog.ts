@@ -1,0 +1,134 @@
+/**
+ * The rows a vLLM engine has produced and the core loop has not delivered yet. Outputs arrive on the
+ * event loop, between steps, whenever the engine pushes them; they are staged here in the columns of
+ * a StepOutputs, and step() moves into its `out` those that the API servers' output rings have room
+ * for (OutputRoom, the EngineCore.step contract). A server whose ring is full is held: its rows stay
+ * here, in order, and go out at a later step; the engine is never asked to wait, so what stays is
+ * bounded by what the requests in flight generate meanwhile. A row whose routing rows exceed what
+ * one output may carry (a long prompt's) goes out in pieces: routing-only rows (token -1), as the
+ * simulator emits a chunked prefill, then the row with its token.
+ *
+ * Staging and delivery copy typed-array columns; nothing is allocated per token. Kept rows are moved
+ * to a second StepOutputs, which then becomes the backlog (they swap).
+ */
+import type { OutputRoom } from '../output-room.js';
+import { StepOutputs } from '../step-outputs.js';
+
+export class BridgeBacklog {
+  #rows: StepOutputs;
+  #spare: StepOutputs;
+
+  constructor(layers: number, topk: number, numExperts: number) {
+    this.#rows = new StepOutputs(256);
+    this.#spare = new StepOutputs(256);
+    this.#rows.shapeRouting(layers, topk, numExperts);
+    this.#spare.shapeRouting(layers, topk, numExperts);
+  }
+
+  /** Where new rows are staged (addRow, reserveRoutingRows ...); valid until the next drain. */
+  get rows(): StepOutputs {
+    return this.#rows;
+  }
+
+  get count(): number {
+    return this.#rows.count;
+  }
+
+  /**
+   * Moves into `out` every staged row the room takes, oldest first (a held server keeps the rest of
+   * its rows, in order). Without a room, everything goes.
+   */
+  drainInto(out: StepOutputs, room: OutputRoom | null): void {
+    const src = this.#rows;
+    if (src.count === 0) return;
+    const kept = this.#spare;
+    kept.clear();
+    for (let i = 0; i < src.count; i++) {
+      const held = room?.isHeld(src.server[i]!) === true;
+      if (held || !this.#deliver(src, i, out, room)) copyRow(src, i, kept, src.routingRows[i]!);
+    }
+    src.clear();
+    this.#rows = kept;
+    this.#spare = src;
+  }
+
+  /** Drops every staged row of API server k (it is gone). */
+  dropServer(server: number): void {
+    const src = this.#rows;
+    const kept = this.#spare;
+    kept.clear();
+    for (let i = 0; i < src.count; i++) {
+      if (src.server[i] !== server) copyRow(src, i, kept, src.routingRows[i]!);
+    }
+    src.clear();
+    this.#rows = kept;
+    this.#spare = src;
+  }
+
+  /**
+   * Delivers row i of `src` as far as the room allows: routing-only pieces while its routing rows
+   * exceed one output's limit, then the row itself. What does not fit stays in `src` (its routing
+   * window advanced past what went out) and the server is held. True once the whole row went out.
+   */
+  #deliver(src: StepOutputs, i: number, out: StepOutputs, room: OutputRoom | null): boolean {
+    const server = src.server[i]!;
+    const mask = src.maskCount[i]!;
+    if (room !== null) {
+      const limit = room.routingRowsWithin(server, mask);
+      while (src.routingRows[i]! > limit) {
+        const piece = Math.min(src.routingRows[i]!, room.routingRowsWithin(server, 0));
+        if (piece <= 0 || !room.tryCharge(server, 0, piece)) return false;
+        const row = copyRow(src, i, out, piece);
+        out.token[row] = -1;
+        out.finish[row] = 0;
+        out.stopTokenId[row] = -1;
+        out.rejectReason[row] = 0;
+        out.maskCount[row] = 0;
+        src.routingStart[i]! += piece;
+        src.routingFirstPos[i]! += piece;
+        src.routingRows[i]! -= piece;
+      }
+      if (!room.tryCharge(server, mask, src.routingRows[i]!)) return false;
+    }
+    copyRow(src, i, out, src.routingRows[i]!);
+    return true;
+  }
+}
+
+/** Appends row i of `src` to `dst` with its mask and its first `routingRows` routing rows. */
+function copyRow(src: StepOutputs, i: number, dst: StepOutputs, routingRows: number): number {
+  const row = dst.addRow(src.server[i]!, src.slot[i]!, src.weightVersion[i]!);
+  dst.token[row] = src.token[i]!;
+  dst.logprob[row] = src.logprob[i]!;
+  dst.finish[row] = src.finish[i]!;
+  dst.stopTokenId[row] = src.stopTokenId[i]!;
+  dst.numCachedTokens[row] = src.numCachedTokens[i]!;
+  dst.rejectReason[row] = src.rejectReason[i]!;
+  const mask = src.maskCount[i]!;
+  if (mask > 0) {
+    const at = dst.reserveMask(mask);
+    copyRun(src.maskIds, src.maskStart[i]!, dst.maskIds, at, mask);
+    dst.maskStart[row] = at;
+    dst.maskCount[row] = mask;
+    dst.maskLength = at + mask;
+  }
+  if (routingRows > 0) {
+    const width = src.routingRowWidth;
+    const at = dst.reserveRoutingRows(routingRows);
+    copyRun(src.routing, src.routingStart[i]! * width, dst.routing, at, routingRows * width);
+    dst.routingRows[row] = routingRows;
+    dst.routingFirstPos[row] = src.routingFirstPos[i]!;
+    dst.routingRowCount += routingRows;
+  }
+  return row;
+}
+
+/** Runs at least this long are copied with one TypedArray.set (a view each), shorter ones by hand. */
+const BULK_COPY = 512;
+
+type Column = Int32Array | Uint8Array | Uint16Array;
+
+function copyRun(src: Column, from: number, dst: Column, at: number, n: number): void {
+  if (n >= BULK_COPY) dst.set(src.subarray(from, from + n), at);
+  else for (let k = 0; k < n; k++) dst[at + k] = src[from + k]!;
+}

@@ -1,0 +1,172 @@
+/**
+ * One EngineCoreOutput as the bridge reads it, and how it becomes step rows: the same rows the
+ * simulator writes for the same request (step-outputs.ts), so nothing above the rings can tell the
+ * engines apart. The codec's reader hands over one reused OutputView per output, its fields in
+ * scratch typed arrays or byte ranges of the message; turning it into rows allocates nothing.
+ *
+ * Routing rows (VLLM-ENGINE.md section 5): the first output with tokens carries the prompt's rows
+ * from the routed_experts_prompt_start that was sent, each later one a row per forwarded position
+ * from P + C - 1 (C tokens before it). The simulator emits the rows of position p with the step
+ * that forwards p, so with k tokens in one output the first token's row takes all rows but the last
+ * k - 1, each later token one. Rows before the client's own start (the bridge sends at most P - 1,
+ * vLLM dies on more) are dropped, as are all rows of a request that did not ask for routing (vLLM
+ * returns them for every request when enabled). A layer axis of num_hidden_layers on a card whose
+ * first layers are dense (GLM) drops those leading layers: the card's rows start at its first
+ * routed layer.
+ */
+import { RejectReason } from '../../wire/reject.js';
+import { FinishReason } from '../../wire/types.js';
+import type { StepOutputs } from '../step-outputs.js';
+import { VllmFinishReason } from './outputs.js';
+import type { OutputView } from './outputs-reader.js';
+
+/** ringserve's finish reason for a vLLM one; -1 (none) stays running. */
+export function finishFromVllm(code: number): FinishReason {
+  switch (code) {
+    case VllmFinishReason.Stop:
+    case VllmFinishReason.Repetition:
+      return FinishReason.Stop;
+    case VllmFinishReason.Length:
+      return FinishReason.Length;
+    case VllmFinishReason.Abort:
+      return FinishReason.Abort;
+    case VllmFinishReason.Error:
+      return FinishReason.Error;
+    default:
+      return FinishReason.None;
+  }
+}
+
+/** What the bridge keeps of one request in flight (one object per request, none per token). */
+export interface BridgeRequest {
+  readonly id: string;
+  readonly server: number;
+  readonly slot: number;
+  readonly promptLength: number;
+  /** Routing rows asked for, from this absolute position on. */
+  readonly routing: boolean;
+  readonly routingStart: number;
+  /** The routed_experts_prompt_start vLLM was sent (at most P - 1). */
+  readonly sentRoutingStart: number;
+  readonly masks: boolean;
+  /** The n of its request id `<nonce>-<server>-<slot>-<n>`. */
+  readonly serial: number;
+  /** Tokens received so far. */
+  tokens: number;
+  numCachedTokens: number;
+}
+
+/** The card's routing-row shape, for checking what an engine sends. */
+export interface RoutingShape {
+  layers: number;
+  hiddenLayers: number;
+  topk: number;
+}
+
+/**
+ * Stages one output's rows for `req` into `rows`; returns false (nothing staged) when its routing
+ * does not have the card's shape.
+ */
+export function stageOutput(
+  o: OutputView,
+  req: BridgeRequest,
+  shape: RoutingShape,
+  weightVersion: number,
+  rows: StepOutputs,
+): boolean {
+  const k = o.tokenCount;
+  let skipLayers = 0;
+  const routed = req.routing && o.hasRoutedExperts && o.routedRows > 0;
+  if (routed) {
+    if (o.routedTopk !== shape.topk) return false;
+    if (o.routedLayers === shape.hiddenLayers) skipLayers = shape.hiddenLayers - shape.layers;
+    else if (o.routedLayers !== shape.layers) return false;
+  }
+  const finish = finishFromVllm(o.finishReason);
+  // The routing rows' positions: the prompt's from the start sent, then one per forwarded token.
+  let pos = req.tokens === 0 ? req.sentRoutingStart : req.promptLength + req.tokens - 1;
+  let routingLeft = routed ? o.routedRows : 0;
+  let routingAt = 0;
+  if (req.numCachedTokens < 0 && o.hasPrefillStats) req.numCachedTokens = o.numCachedTokens;
+  let maskAt = 0;
+  for (let t = 0; t < Math.max(k, 1); t++) {
+    if (t >= k && finish === FinishReason.None) break;
+    const row = rows.addRow(req.server, req.slot, weightVersion);
+    rows.numCachedTokens[row] = Math.max(req.numCachedTokens, 0);
+    if (t < k) {
+      rows.token[row] = o.tokenIds[t]!;
+      const lp = o.hasLogprobs ? o.logprobs[t]! : 0;
+      rows.logprob[row] = lp < LOGPROB_FLOOR || Number.isNaN(lp) ? LOGPROB_FLOOR : lp;
+      if (req.masks && o.hasMask) {
+        const n = o.maskCounts[t]!;
+        const at = rows.reserveMask(n);
+        for (let m = 0; m < n; m++) rows.maskIds[at + m] = o.maskIds[maskAt + m]!;
+        rows.maskStart[row] = at;
+        rows.maskCount[row] = n;
+        rows.maskLength = at + n;
+        maskAt += n;
+      }
+    }
+    // The first token's row takes all routing rows but one per later token.
+    const take = t === 0 ? Math.max(routingLeft - (k - 1), 0) : Math.min(routingLeft, 1);
+    if (take > 0) {
+      stageRouting(o, routingAt, take, pos, req.routingStart, skipLayers, rows, row);
+      routingAt += take;
+      routingLeft -= take;
+      pos += take;
+    }
+    if (t === Math.max(k, 1) - 1 && finish !== FinishReason.None) {
+      rows.finish[row] = finish;
+      rows.stopTokenId[row] = o.finishReason === VllmFinishReason.Stop ? o.stopReason : -1;
+      if (finish === FinishReason.Error) rows.rejectReason[row] = RejectReason.EngineFailed;
+    }
+  }
+  req.tokens += k;
+  return true;
+}
+
+/** Floor of a logprob, as the simulator's (model-runner.ts) and the contract's "missing value". */
+const LOGPROB_FLOOR = -9999;
+
+/**
+ * Copies routing rows [from, from + n) of the output, positions pos.., into `row`, dropping those
+ * before `start` and the leading `skipLayers` layers of each.
+ */
+function stageRouting(
+  o: OutputView,
+  from: number,
+  n: number,
+  pos: number,
+  start: number,
+  skipLayers: number,
+  rows: StepOutputs,
+  row: number,
+): void {
+  const skip = Math.min(Math.max(start - pos, 0), n);
+  const count = n - skip;
+  if (count === 0) return;
+  const src = o.routedData;
+  const width = rows.routingRowWidth;
+  const srcWidth = o.routedLayers * o.routedTopk;
+  const srcSkip = skipLayers * o.routedTopk;
+  let at = rows.reserveRoutingRows(count);
+  const dst = rows.routing;
+  // Ids are read byte by byte: an inline ndarray sits at any offset of the msgpack body.
+  if (o.routedWidth === 1) {
+    for (let r = from + skip; r < from + n; r++) {
+      const base = o.routedOffset + r * srcWidth + srcSkip;
+      for (let e = 0; e < width; e++) dst[at + e] = src[base + e]!;
+      at += width;
+    }
+  } else {
+    for (let r = from + skip; r < from + n; r++) {
+      const base = o.routedOffset + (r * srcWidth + srcSkip) * 2;
+      for (let e = 0; e < width; e++)
+        dst[at + e] = src[base + 2 * e]! | (src[base + 2 * e + 1]! << 8);
+      at += width;
+    }
+  }
+  rows.routingRows[row] = count;
+  rows.routingFirstPos[row] = pos + skip;
+  rows.routingRowCount += count;
+}

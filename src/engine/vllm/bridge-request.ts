@@ -1,0 +1,152 @@
+/**
+ * From a ring request to what a vLLM engine is sent: the EngineCoreRequest fields and the
+ * SamplingParams map, with the duties vLLM leaves to its frontend done here (VLLM-ENGINE.md section
+ * 4): max_tokens always set, the EOS ids of the model card as `_eos_token_id`, `stop_token_ids` and
+ * `_all_stop_token_ids` (vLLM's SamplingParams.update_from_generation_config), the prompt checked
+ * against the engine's max_model_len, and `routed_experts_prompt_start` kept below the prompt length
+ * (vLLM dies otherwise; rows before the client's start are dropped on the way back). Every value
+ * is checked here, because an ADD that fails to decode silently kills vLLM's input thread. `n` and
+ * stop strings never reach the engine: the API server fans out and matches them.
+ */
+import type { ModelCard } from '../../wire/model-card.js';
+import { RejectReason } from '../../wire/reject.js';
+import type { EngineRequest, SamplingParams } from '../../wire/types.js';
+
+/** The SamplingParams the codec encodes (sampling-params.ts; vLLM's defaults left out on the wire). */
+export interface VllmSamplingParams {
+  maxTokens: number;
+  temperature: number;
+  topP: number;
+  topK: number;
+  minP: number;
+  presencePenalty: number;
+  frequencyPenalty: number;
+  repetitionPenalty: number;
+  seed: number | null;
+  minTokens: number;
+  ignoreEos: boolean;
+  eosTokenId: number | null;
+  stopTokenIds: number[];
+  allStopTokenIds: number[];
+  logprobs: number | null;
+  routedExpertsPromptStart: number;
+  returnSamplingMask: boolean;
+}
+
+/** The EngineCoreRequest the codec encodes (requests.ts). */
+export interface VllmAddRequest {
+  requestId: string;
+  promptTokenIds: Int32Array;
+  params: VllmSamplingParams;
+  /** Epoch seconds. */
+  arrivalTime: number;
+  cacheSalt: string | null;
+  priority: number;
+  clientIndex: number;
+}
+
+const INT32_MAX = 0x7fffffff;
+
+/** RejectReason.None when the request may be sent to an engine of `maxModelLen` and this card. */
+export function checkForEngine(req: EngineRequest, card: ModelCard, maxModelLen: number): number {
+  const prompt = req.promptTokenIds;
+  if (!(prompt instanceof Int32Array) || prompt.length === 0) return RejectReason.PromptEmpty;
+  const p = req.params;
+  if (!paramsInRange(p, card.vocabSize)) return RejectReason.BadParams;
+  if (!Number.isInteger(req.priority) || !Number.isFinite(req.arrivalTimeMs))
+    return RejectReason.BadParams;
+  if (prompt.length + p.maxTokens > maxModelLen) return RejectReason.PromptTooLong;
+  for (let i = 0; i < prompt.length; i++) {
+    const t = prompt[i]!;
+    if (t < 0 || t >= card.vocabSize) return RejectReason.TokenOutOfRange;
+  }
+  return RejectReason.None;
+}
+
+/** The ADD for a checked ring request (requests.ts encodes it, checking every field again). */
+export function toVllmAdd(
+  req: EngineRequest,
+  requestId: string,
+  card: ModelCard,
+  masks: boolean,
+): VllmAddRequest {
+  return {
+    requestId,
+    promptTokenIds: req.promptTokenIds,
+    params: vllmSamplingParams(req.params, req.promptTokenIds.length, card, masks),
+    arrivalTime: req.arrivalTimeMs / 1000,
+    cacheSalt: req.cacheSalt,
+    priority: req.priority,
+    clientIndex: 0,
+  };
+}
+
+/** @param masks the engine announced ringserve's sampling-mask extension */
+export function vllmSamplingParams(
+  p: SamplingParams,
+  promptLength: number,
+  card: ModelCard,
+  masks: boolean,
+): VllmSamplingParams {
+  const [eos, ...otherEos] = card.eosTokenIds;
+  const stops = Array.from(p.stopTokenIds);
+  const all = new Set<number>(stops);
+  if (eos !== undefined) all.add(eos);
+  for (const id of otherEos) all.add(id);
+  if (!p.ignoreEos) for (const id of otherEos) if (!stops.includes(id)) stops.push(id);
+  return {
+    maxTokens: p.maxTokens,
+    temperature: p.temperature,
+    topP: p.topP,
+    topK: p.topK,
+    minP: p.minP,
+    presencePenalty: p.presencePenalty,
+    frequencyPenalty: p.frequencyPenalty,
+    repetitionPenalty: p.repetitionPenalty,
+    seed: p.seed,
+    minTokens: p.minTokens,
+    ignoreEos: p.ignoreEos,
+    eosTokenId: p.ignoreEos || eos === undefined ? null : eos,
+    stopTokenIds: stops,
+    allStopTokenIds: [...all],
+    // 0: only the sampled token's logprob (column 0 of LogprobsLists).
+    logprobs: p.logprobs ? 0 : null,
+    routedExpertsPromptStart: Math.min(p.routedExpertsPromptStart, promptLength - 1),
+    returnSamplingMask: masks && p.returnSamplingMask,
+  };
+}
+
+/** vLLM's own SamplingParams checks (SP:428-584), so nothing the engine refuses is ever sent. */
+function paramsInRange(p: SamplingParams, vocabSize: number): boolean {
+  if (p === null || typeof p !== 'object' || !(p.stopTokenIds instanceof Int32Array)) return false;
+  for (let i = 0; i < p.stopTokenIds.length; i++) {
+    const id = p.stopTokenIds[i]!;
+    if (id < 0 || id >= vocabSize) return false;
+  }
+  return (
+    Number.isFinite(p.temperature) &&
+    p.temperature >= 0 &&
+    p.temperature <= 2 &&
+    p.topP > 0 &&
+    p.topP <= 1 &&
+    Number.isInteger(p.topK) &&
+    p.topK >= 0 &&
+    p.topK <= INT32_MAX &&
+    p.minP >= 0 &&
+    p.minP <= 1 &&
+    (p.seed === null || Number.isSafeInteger(p.seed)) &&
+    Number.isInteger(p.maxTokens) &&
+    p.maxTokens >= 1 &&
+    Number.isInteger(p.minTokens) &&
+    p.minTokens >= 0 &&
+    p.minTokens <= p.maxTokens &&
+    p.presencePenalty >= -2 &&
+    p.presencePenalty <= 2 &&
+    p.frequencyPenalty >= -2 &&
+    p.frequencyPenalty <= 2 &&
+    Number.isFinite(p.repetitionPenalty) &&
+    p.repetitionPenalty > 0 &&
+    Number.isInteger(p.routedExpertsPromptStart) &&
+    p.routedExpertsPromptStart >= 0
+  );
+}

@@ -1,0 +1,486 @@
+/**
+ * The engine core of `ringserve serve --engine vllm`: an EngineCore whose engine is a headless vLLM
+ * EngineCore in another process (VLLM-ENGINE.md). The core loop drives it exactly as it drives the
+ * simulator: ring ADDs become EngineCoreRequest ADDs with unique request ids, ring ABORTs become
+ * ABORT frames, and the engine's outputs become the simulator's step rows (bridge-output.ts),
+ * staged until the API servers' rings have room (bridge-backlog.ts). The sockets, the handshake and
+ * the liveness ping live in the link (bridge-link.ts), which attaches the bridge once an engine has
+ * registered and detaches it when the engine dies; this file holds the per-request frontend state
+ * (vLLM's output_processor.py in spirit).
+ *
+ * Two kinds of failure, as vLLM names them: request-scoped (an output with finish ERROR: that
+ * request alone ends with an error) and engine-dead (ENGINE_CORE_DEAD, or no answer to the ping):
+ * every request in flight ends with RejectReason.EngineDead (a 503 above the rings), the bridge is
+ * not ready (the API servers answer 503 and take nothing), and the link waits for a new HELLO.
+ */
+import { randomBytes } from 'node:crypto';
+import { RS_ERR_CONTROL_BAD_ARGUMENT, RS_ERR_ENGINE_DEAD } from '../../errors.js';
+import type { ModelCard } from '../../wire/model-card.js';
+import { RejectReason } from '../../wire/reject.js';
+import {
+  type EngineRequest,
+  type EngineStats,
+  FinishReason,
+  type StepTiming,
+} from '../../wire/types.js';
+import type { EngineCore } from '../engine-core.js';
+import type { OutputRoom } from '../output-room.js';
+import { StepOutputs } from '../step-outputs.js';
+import { BridgeBacklog } from './bridge-backlog.js';
+import { type BridgeRequest, type RoutingShape, stageOutput } from './bridge-output.js';
+import { checkForEngine, toVllmAdd, type VllmAddRequest } from './bridge-request.js';
+import type { OutputView, SchedulerStatsView } from './outputs-reader.js';
+
+/** What the bridge needs of the link to an attached engine. */
+export interface VllmEngineLink {
+  /** Sends an ADD; throws (nothing sent) when a field is out of vLLM's range. */
+  add(request: VllmAddRequest): void;
+  abort(ids: readonly string[]): void;
+  /** One utility call; rejects on a failure reply, past `timeoutMs`, or when the engine dies. */
+  call(method: string, args: unknown[], timeoutMs: number): Promise<unknown>;
+}
+
+/** What the engine said about itself when it registered. */
+export interface EngineRegistration {
+  maxModelLen: number;
+  numGpuBlocks: number;
+  /** The engine returns sampling masks (ringserve's extension). */
+  samplingMasks: boolean;
+}
+
+/** Figures from the engine's scheduler_stats: gauges of its last step, prefix-cache totals. */
+interface EngineFigures {
+  known: boolean;
+  running: number;
+  waiting: number;
+  kvUsage: number;
+  prefixQueries: number;
+  prefixHits: number;
+}
+
+export interface BridgeOptions {
+  card: ModelCard;
+  /** ringserve's --max-model-len: an engine's smaller one wins. */
+  maxModelLen: number;
+  blockSize: number;
+  /** Bound of pause, resume and reset_prefix_cache calls. */
+  controlTimeoutMs?: number;
+  /** Bound of update_weights (loading weights takes a while). */
+  weightsTimeoutMs?: number;
+  onEvent?: (message: string, fields?: Record<string, unknown>) => void;
+}
+
+/** How long the core loop waits for the engine's outputs before it looks at the rings again. */
+const OUTPUT_POLL_MS = 1;
+/** The same while paused: only aborts and rejects can change anything, none is urgent. */
+const PAUSED_POLL_MS = 10;
+const CONTROL_TIMEOUT_MS = 30_000;
+const WEIGHTS_TIMEOUT_MS = 600_000;
+const TWO_POW_32 = 4294967296;
+const DASH = 0x2d;
+const DIGIT_0 = 0x30;
+const DIGIT_9 = 0x39;
+
+export class VllmBridge implements EngineCore {
+  readonly model: ModelCard;
+  readonly #options: BridgeOptions;
+  readonly #shape: RoutingShape;
+  readonly #backlog: BridgeBacklog;
+  readonly #bySlot = new Map<number, BridgeRequest>();
+  /**
+   * Request ids are `<nonce>-<server>-<slot>-<n>`: unique across bridge processes and restarts,
+   * and an output's request is found from the id's bytes, without making a string per output.
+   */
+  readonly #nonce = randomBytes(4).toString('hex');
+  readonly #nonceBytes = Buffer.from(this.#nonce, 'latin1');
+  #counter = 0;
+  #link: VllmEngineLink | null = null;
+  #registration: EngineRegistration | null = null;
+  #paused = false;
+  #weightVersion = 0;
+  #wake: (() => void) | null = null;
+  #callsInFlight = 0;
+  readonly #engineStats: EngineFigures = {
+    known: false,
+    running: 0,
+    waiting: 0,
+    kvUsage: 0,
+    prefixQueries: 0,
+    prefixHits: 0,
+  };
+  readonly #counters = { promptTokens: 0, generationTokens: 0, steps: 0, lateOutputs: 0 };
+  readonly #timing: StepTiming = {
+    ms: 0,
+    sampledSeqs: 0,
+    decodeSeqs: 0,
+    prefillTokens: 0,
+    totalContext: 0,
+    generatedTokens: 0,
+  };
+
+  constructor(options: BridgeOptions) {
+    this.#options = options;
+    const card = options.card;
+    this.model = card;
+    this.#shape = {
+      layers: card.routingLayers,
+      hiddenLayers: card.numHiddenLayers,
+      topk: card.expertsPerToken,
+    };
+    this.#backlog = new BridgeBacklog(card.routingLayers, card.expertsPerToken, card.numExperts);
+  }
+
+  // ---- the link's side ---------------------------------------------------------------------------
+
+  /** An engine has registered and is READY: requests go to it from now on. */
+  attach(link: VllmEngineLink, registration: EngineRegistration): void {
+    this.#link = link;
+    this.#registration = registration;
+    this.#paused = false;
+    this.#engineStats.known = false;
+    this.notify();
+  }
+
+  /** The engine died or went silent: every request in flight ends with EngineDead. */
+  detach(): void {
+    for (const req of this.#bySlot.values())
+      this.#endRow(req.server, req.slot, RejectReason.EngineDead);
+    this.#bySlot.clear();
+    this.#link = null;
+    this.#registration = null;
+    this.#paused = false;
+    this.#engineStats.known = false;
+    this.notify();
+  }
+
+  /** One EngineCoreOutput. An output of a request that has ended (aborted here) is dropped. */
+  output(o: OutputView): void {
+    const req = this.#find(o);
+    if (req === undefined) {
+      this.#counters.lateOutputs++;
+      return;
+    }
+    const first = req.tokens === 0;
+    const rows = this.#backlog.rows;
+    if (!stageOutput(o, req, this.#shape, this.#weightVersion, rows)) {
+      this.#options.onEvent?.('routed_experts of the wrong shape: the request is failed', {
+        request_id: req.id,
+        layers: o.routedLayers,
+        topk: o.routedTopk,
+      });
+      this.#link?.abort([req.id]);
+      this.#forget(req);
+      this.#endRow(req.server, req.slot, RejectReason.EngineFailed);
+      return;
+    }
+    if (first && o.tokenCount > 0) this.#counters.promptTokens += req.promptLength;
+    this.#counters.generationTokens += o.tokenCount;
+    if (o.finishReason >= 0) this.#forget(req);
+  }
+
+  /** The engine's scheduler_stats of its last step. */
+  schedulerStats(s: SchedulerStatsView): void {
+    const e = this.#engineStats;
+    e.known = true;
+    e.running = s.numRunningReqs;
+    e.waiting = s.numWaitingReqs;
+    e.kvUsage = s.kvCacheUsage;
+    e.prefixQueries += s.prefixQueries;
+    e.prefixHits += s.prefixHits;
+  }
+
+  /** One EngineCoreOutputs message has been read. */
+  outputsDone(): void {
+    this.#counters.steps++;
+  }
+
+  /** Something came from the engine: a core loop waiting in awaitWork() goes on. */
+  notify(): void {
+    const wake = this.#wake;
+    this.#wake = null;
+    wake?.();
+  }
+
+  get ready(): boolean {
+    return this.#link !== null;
+  }
+
+  get samplingMasks(): boolean {
+    return this.#registration?.samplingMasks === true;
+  }
+
+  /** The engine's max_model_len when attached and smaller than ringserve's. */
+  get maxModelLen(): number {
+    const engine = this.#registration?.maxModelLen ?? Number.POSITIVE_INFINITY;
+    return Math.min(this.#options.maxModelLen, engine);
+  }
+
+  get inFlight(): number {
+    return this.#bySlot.size;
+  }
+
+  // ---- EngineCore ----------------------------------------------------------------------------------
+
+  get paused(): boolean {
+    return this.#paused;
+  }
+
+  get weightVersion(): number {
+    return this.#weightVersion;
+  }
+
+  newStepOutputs(): StepOutputs {
+    const out = new StepOutputs(256);
+    const card = this.model;
+    out.shapeRouting(card.routingLayers, card.expertsPerToken, card.numExperts);
+    return out;
+  }
+
+  add(request: EngineRequest): void {
+    const { server, slot } = request;
+    if (!isIndex(server) || !isIndex(slot)) {
+      this.#endRow(isIndex(server) ? server : -1, isIndex(slot) ? slot : -1, RejectReason.BadRoute);
+      return;
+    }
+    const link = this.#link;
+    if (link === null) {
+      this.#endRow(server, slot, RejectReason.EngineDead);
+      return;
+    }
+    const reason = checkForEngine(request, this.model, this.maxModelLen);
+    if (reason !== RejectReason.None) {
+      this.#endRow(server, slot, reason);
+      return;
+    }
+    if (this.#bySlot.has(slotKey(server, slot))) {
+      this.reject(server, slot, RejectReason.DuplicateSlot);
+      return;
+    }
+    const serial = this.#counter++;
+    const id = `${this.#nonce}-${server}-${slot}-${serial}`;
+    const p = request.params;
+    const req: BridgeRequest = {
+      id,
+      serial,
+      server,
+      slot,
+      promptLength: request.promptTokenIds.length,
+      routing: p.returnRoutedExperts,
+      routingStart: p.routedExpertsPromptStart,
+      sentRoutingStart: Math.min(p.routedExpertsPromptStart, request.promptTokenIds.length - 1),
+      masks: p.returnSamplingMask && this.samplingMasks,
+      tokens: 0,
+      numCachedTokens: -1,
+    };
+    try {
+      link.add(toVllmAdd(request, id, this.model, this.samplingMasks));
+    } catch (error) {
+      this.#options.onEvent?.('an ADD was not sent: a field is out of vLLM range', {
+        err: error,
+      });
+      this.#endRow(server, slot, RejectReason.BadParams);
+      return;
+    }
+    this.#bySlot.set(slotKey(server, slot), req);
+  }
+
+  reject(server: number, slot: number, reason: RejectReason = RejectReason.MalformedRecord): void {
+    const req = this.#bySlot.get(slotKey(server, slot));
+    if (req !== undefined) {
+      this.#link?.abort([req.id]);
+      this.#forget(req);
+    }
+    this.#endRow(server, slot, reason);
+  }
+
+  /** vLLM sends nothing for an aborted id: the bridge ends the request itself. */
+  abort(server: number, slot: number): void {
+    const req = this.#bySlot.get(slotKey(server, slot));
+    if (req === undefined) return;
+    this.#link?.abort([req.id]);
+    this.#forget(req);
+    const row = this.#backlog.rows.addRow(server, slot, this.#weightVersion);
+    this.#backlog.rows.finish[row] = FinishReason.Abort;
+  }
+
+  abortServer(server: number): void {
+    const ids: string[] = [];
+    for (const req of this.#bySlot.values()) {
+      if (req.server !== server) continue;
+      ids.push(req.id);
+      this.#forget(req);
+    }
+    if (ids.length > 0) this.#link?.abort(ids);
+    this.#backlog.dropServer(server);
+  }
+
+  /** vLLM's pause_scheduler(mode="keep"): requests keep their state until resume. */
+  async pause(): Promise<void> {
+    await this.#call('pause_scheduler', ['keep', false], this.#controlTimeout);
+    this.#paused = true;
+  }
+
+  async resume(): Promise<void> {
+    await this.#call('resume_scheduler', [], this.#controlTimeout);
+    this.#paused = false;
+  }
+
+  async resetPrefixCache(): Promise<boolean> {
+    return (await this.#call('reset_prefix_cache', [], this.#controlTimeout)) === true;
+  }
+
+  /**
+   * prime-rl's weight update (VLLM-ENGINE.md section 4): its worker extension's
+   * update_weights_from_path through collective_rpc, then reset_prefix_cache.
+   */
+  async updateWeights(version?: number, weightDir?: string): Promise<number> {
+    if (weightDir === undefined) {
+      throw new RS_ERR_CONTROL_BAD_ARGUMENT(
+        'UpdateWeights',
+        'a vLLM engine loads weights from a directory: weight_dir is required',
+      );
+    }
+    const timeout = this.#options.weightsTimeoutMs ?? WEIGHTS_TIMEOUT_MS;
+    await this.#call(
+      'collective_rpc',
+      ['update_weights_from_path', null, [weightDir], null],
+      timeout,
+    );
+    await this.#call('reset_prefix_cache', [], this.#controlTimeout);
+    this.#weightVersion = version ?? this.#weightVersion + 1;
+    return this.#weightVersion;
+  }
+
+  hasWork(): boolean {
+    return this.#backlog.count > 0;
+  }
+
+  /** Waits for the engine while it owes something (outputs of requests in flight, a reply). */
+  awaitWork(): Promise<void> | null {
+    if (this.#bySlot.size === 0 && this.#callsInFlight === 0) return null;
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(
+        () => {
+          if (this.#wake === wake) this.#wake = null;
+          resolve();
+        },
+        this.#paused ? PAUSED_POLL_MS : OUTPUT_POLL_MS,
+      );
+      const wake = (): void => {
+        clearTimeout(timer);
+        resolve();
+      };
+      this.#wake = wake;
+    });
+  }
+
+  step(out: StepOutputs, room?: OutputRoom): StepTiming {
+    const card = this.model;
+    out.shapeRouting(card.routingLayers, card.expertsPerToken, card.numExperts);
+    const before = out.count;
+    this.#backlog.drainInto(out, room ?? null);
+    let tokens = 0;
+    for (let i = before; i < out.count; i++) if (out.token[i]! >= 0) tokens++;
+    const t = this.#timing;
+    t.sampledSeqs = tokens;
+    t.generatedTokens = tokens;
+    t.decodeSeqs = tokens;
+    return t;
+  }
+
+  stats(into?: EngineStats): EngineStats {
+    const s = into ?? ({} as EngineStats);
+    const e = this.#engineStats;
+    const c = this.#counters;
+    s.running = e.known ? e.running : this.#bySlot.size;
+    s.waiting = e.known ? e.waiting : 0;
+    s.kvUsage = e.known ? e.kvUsage : 0;
+    s.numPreemptions = 0;
+    s.prefixQueries = e.prefixQueries;
+    s.prefixHits = e.prefixHits;
+    s.promptTokens = c.promptTokens;
+    s.generationTokens = c.generationTokens;
+    s.weightVersion = this.#weightVersion;
+    s.numGpuBlocks = this.#registration?.numGpuBlocks ?? 0;
+    s.blockSize = this.#options.blockSize;
+    s.steps = c.steps;
+    return s;
+  }
+
+  /** Outputs dropped because their request had already ended (aborted here). */
+  get lateOutputs(): number {
+    return this.#counters.lateOutputs;
+  }
+
+  // ---- internals -----------------------------------------------------------------------------------
+
+  get #controlTimeout(): number {
+    return this.#options.controlTimeoutMs ?? CONTROL_TIMEOUT_MS;
+  }
+
+  async #call(method: string, args: unknown[], timeoutMs: number): Promise<unknown> {
+    const link = this.#link;
+    if (link === null) throw new RS_ERR_ENGINE_DEAD('no vLLM engine is attached');
+    this.#callsInFlight++;
+    try {
+      return await link.call(method, args, timeoutMs);
+    } finally {
+      this.#callsInFlight--;
+    }
+  }
+
+  /** The live request an output's id names, read from its bytes; undefined for any other id. */
+  #find(o: OutputView): BridgeRequest | undefined {
+    const b = o.body;
+    const nonce = this.#nonceBytes;
+    let i = o.idOffset;
+    const end = i + o.idLength;
+    if (o.idLength <= nonce.length) return undefined;
+    for (let k = 0; k < nonce.length; k++) if (b[i + k] !== nonce[k]) return undefined;
+    i += nonce.length;
+    // Three decimal fields, each after a '-': server, slot, serial.
+    let server = -1;
+    let slot = -1;
+    let value = -1;
+    for (; i < end; i++) {
+      const c = b[i]!;
+      if (c === DASH) {
+        if (server === -1 && value === -1 && slot === -1) {
+          value = 0;
+          continue;
+        }
+        if (value < 0) return undefined;
+        if (server === -1) server = value;
+        else if (slot === -1) slot = value;
+        else return undefined;
+        value = 0;
+      } else if (c >= DIGIT_0 && c <= DIGIT_9 && value >= 0) {
+        value = value * 10 + (c - DIGIT_0);
+      } else return undefined;
+    }
+    if (slot < 0 || value < 0) return undefined;
+    const req = this.#bySlot.get(slotKey(server, slot));
+    return req !== undefined && req.serial === value ? req : undefined;
+  }
+
+  #forget(req: BridgeRequest): void {
+    this.#bySlot.delete(slotKey(req.server, req.slot));
+  }
+
+  /** Stages the final Error row of (server, slot). */
+  #endRow(server: number, slot: number, reason: RejectReason): void {
+    const rows = this.#backlog.rows;
+    const row = rows.addRow(server, slot, this.#weightVersion);
+    rows.finish[row] = FinishReason.Error;
+    rows.rejectReason[row] = reason;
+    this.notify();
+  }
+}
+
+function isIndex(v: number): boolean {
+  return Number.isInteger(v) && v >= 0 && v <= 0x7fffffff;
+}
+
+function slotKey(server: number, slot: number): number {
+  return server * TWO_POW_32 + slot;
+}

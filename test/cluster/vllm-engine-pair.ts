@@ -1,0 +1,86 @@
+/**
+ * `serve --engine vllm` with the simulator as its headless vLLM engine (`ringserve engine
+ * --vllm-protocol`), both real processes on loopback: the pair the bridge's identity tests and
+ * bench:bridge run. Every engine process started here is SIGKILLed after the test (or the file)
+ * that started it, whatever happened, as harness.ts does for clusters.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { afterAll, afterEach } from 'vitest';
+import { type Cluster, startCluster } from './harness.js';
+
+const CLI = join(import.meta.dirname, '..', '..', 'dist', 'src', 'cli.js');
+const engines = new Set<ChildProcess>();
+
+afterEach(() => killAll());
+afterAll(() => killAll());
+
+function killAll(): void {
+  for (const child of engines) if (child.exitCode === null) child.kill('SIGKILL');
+  engines.clear();
+}
+
+export interface BridgePair {
+  cluster: Cluster;
+  /** tcp://host:port of the bridge's handshake socket. */
+  endpoint: string;
+}
+
+/** A `serve --engine vllm` cluster on an ephemeral handshake port, no engine attached yet. */
+export async function startBridgeCluster(args: string[]): Promise<BridgePair> {
+  const cluster = await startCluster([
+    '--engine',
+    'vllm',
+    '--data-parallel-address',
+    '127.0.0.1',
+    '--data-parallel-rpc-port',
+    '0',
+    '--vllm-ping-timeout-s',
+    '1',
+    ...args,
+  ]);
+  const match = /vLLM bridge \(protocol [^)]+\) listening on (tcp:\/\/\S+)/.exec(cluster.log());
+  if (match === null)
+    throw new Error(`no handshake endpoint in the cluster log:\n${cluster.log()}`);
+  return { cluster, endpoint: match[1]! };
+}
+
+/** Starts `ringserve engine --vllm-protocol` dialling `endpoint`; it is killed after the test. */
+export function startHeadlessEngine(endpoint: string, args: string[]): ChildProcess {
+  const url = new URL(endpoint.replace('tcp://', 'http://'));
+  const child = spawn(
+    process.execPath,
+    [
+      CLI,
+      'engine',
+      '--vllm-protocol',
+      '--data-parallel-address',
+      url.hostname,
+      '--data-parallel-rpc-port',
+      url.port,
+      '--enable-return-routed-experts',
+      ...args,
+    ],
+    { stdio: ['ignore', 'ignore', 'inherit'] },
+  );
+  engines.add(child);
+  return child;
+}
+
+export async function healthStatus(cluster: Cluster): Promise<number> {
+  const res = await request(`${cluster.url}/health`);
+  await res.body.dump();
+  return res.statusCode;
+}
+
+export async function until(
+  what: () => Promise<boolean> | boolean,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await what())) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}

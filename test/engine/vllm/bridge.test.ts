@@ -1,0 +1,270 @@
+/**
+ * The vLLM bridge's frontend state without sockets (src/engine/vllm/bridge.ts): what an ADD carries,
+ * how outputs become the simulator's rows (tokens, logprobs, routing positions, finish reasons),
+ * aborts ended here with late outputs dropped, engine death, and rows held for a full ring.
+ */
+import { describe, expect, it } from 'vitest';
+import { OutputRoom } from '../../../src/engine/output-room.js';
+import { VllmBridge, type VllmEngineLink } from '../../../src/engine/vllm/bridge.js';
+import type { VllmAddRequest } from '../../../src/engine/vllm/bridge-request.js';
+import { VllmFinishReason as VllmFinish } from '../../../src/engine/vllm/outputs.js';
+import { OutputView } from '../../../src/engine/vllm/outputs-reader.js';
+import { getModelCard } from '../../../src/wire/model-card.js';
+import { RejectReason } from '../../../src/wire/reject.js';
+import { type EngineRequest, FinishReason, type SamplingParams } from '../../../src/wire/types.js';
+
+const CARD = getModelCard('tiny'); // 4 hidden layers, 3 routed, top-4 of 16 experts, EOS 999, 998
+
+class FakeLink implements VllmEngineLink {
+  adds: VllmAddRequest[] = [];
+  aborts: string[] = [];
+  calls: { method: string; args: unknown[] }[] = [];
+  answer: unknown = true;
+  add(request: VllmAddRequest): void {
+    this.adds.push(request);
+  }
+  abort(ids: readonly string[]): void {
+    this.aborts.push(...ids);
+  }
+  async call(method: string, args: unknown[]): Promise<unknown> {
+    this.calls.push({ method, args });
+    return this.answer;
+  }
+}
+
+function params(over: Partial<SamplingParams> = {}): SamplingParams {
+  return {
+    temperature: 1,
+    topP: 1,
+    topK: 0,
+    minP: 0,
+    seed: 7,
+    maxTokens: 8,
+    minTokens: 0,
+    stopTokenIds: new Int32Array([5]),
+    ignoreEos: false,
+    presencePenalty: 0,
+    frequencyPenalty: 0,
+    repetitionPenalty: 1,
+    logprobs: true,
+    returnSamplingMask: false,
+    returnRoutedExperts: true,
+    routedExpertsPromptStart: 0,
+    ...over,
+  };
+}
+
+function request(
+  slot: number,
+  prompt: number[],
+  over: Partial<SamplingParams> = {},
+): EngineRequest {
+  return {
+    server: 0,
+    slot,
+    promptTokenIds: new Int32Array(prompt),
+    params: params(over),
+    priority: 0,
+    cacheSalt: null,
+    arrivalTimeMs: 1_000,
+  };
+}
+
+function attached(maxModelLen = 4096) {
+  const bridge = new VllmBridge({ card: CARD, maxModelLen: 4096, blockSize: 16 });
+  const link = new FakeLink();
+  bridge.attach(link, { maxModelLen, numGpuBlocks: 100, samplingMasks: false });
+  return { bridge, link };
+}
+
+/**
+ * An output of `tokens` for request `id`, as the codec's reader presents it: the id as bytes of a
+ * body, routing rows whose expert ids are row * 10 + layer, logprobs -0.5, -1, ...
+ */
+function facts(
+  id: string,
+  tokens: number[],
+  routingRows: number,
+  layers: number,
+  finish = -1,
+  stop = -1,
+): OutputView {
+  const o = new OutputView();
+  const routing = routingRows * layers * 4;
+  o.body = new Uint8Array(3 + id.length + routing);
+  o.body.set(Buffer.from(id, 'latin1'), 3);
+  o.idOffset = 3;
+  o.idLength = id.length;
+  o.tokenIds = new Int32Array(tokens);
+  o.tokenCount = tokens.length;
+  o.hasLogprobs = true;
+  o.logprobs = new Float32Array(tokens.map((_, i) => -0.5 * (i + 1)));
+  o.finishReason = finish;
+  o.stopReason = stop;
+  o.hasRoutedExperts = routingRows > 0;
+  o.routedRows = routingRows;
+  o.routedLayers = layers;
+  o.routedTopk = 4;
+  o.routedWidth = 1;
+  o.routedData = o.body;
+  o.routedOffset = 3 + id.length;
+  for (let r = 0; r < routingRows; r++)
+    for (let l = 0; l < layers; l++)
+      for (let k = 0; k < 4; k++) o.body[o.routedOffset + (r * layers + l) * 4 + k] = r * 10 + l;
+  return o;
+}
+
+describe('VllmBridge', () => {
+  it('sends max_tokens, the card EOS as _eos_token_id, the other EOS ids as stop ids, a start below the prompt', () => {
+    const { bridge, link } = attached();
+    bridge.add(request(3, [1, 2, 3], { routedExpertsPromptStart: 9 }));
+    bridge.add(request(4, [1, 2, 3], { ignoreEos: true, logprobs: false }));
+    const [a, b] = link.adds;
+    expect(a!.params).toMatchObject({
+      maxTokens: 8,
+      seed: 7,
+      eosTokenId: 999,
+      stopTokenIds: [5, 998],
+      logprobs: 0,
+      routedExpertsPromptStart: 2,
+      returnSamplingMask: false,
+    });
+    expect([...a!.params.allStopTokenIds].sort()).toEqual([5, 998, 999]);
+    expect(b!.params).toMatchObject({ eosTokenId: null, stopTokenIds: [5], logprobs: null });
+    expect(a!.requestId).not.toBe(b!.requestId);
+    expect(a!.requestId).toMatch(/^[0-9a-f]{8}-0-3-\d+$/);
+  });
+
+  it('turns outputs into rows: prompt routing with the first token, one row per later token, finish and stop id', () => {
+    const { bridge, link } = attached();
+    bridge.add(request(1, [10, 11, 12, 13]));
+    const id = link.adds[0]!.requestId;
+    // First output: prompt rows 0..3 (4 rows, all hidden layers: the dense first one is dropped).
+    bridge.output(facts(id, [50], 4, 4));
+    // Then two tokens at once (speculative): rows for positions 4 and 5.
+    bridge.output(facts(id, [51, 52], 2, 3));
+    bridge.output(facts(id, [998], 1, 3, VllmFinish.Stop, 998));
+    const out = bridge.newStepOutputs();
+    bridge.step(out);
+    expect(Array.from(out.token.subarray(0, out.count))).toEqual([50, 51, 52, 998]);
+    expect(Array.from(out.logprob.subarray(0, out.count))).toEqual([-0.5, -0.5, -1, -0.5]);
+    expect(Array.from(out.routingFirstPos.subarray(0, out.count))).toEqual([0, 4, 5, 6]);
+    expect(Array.from(out.routingRows.subarray(0, out.count))).toEqual([4, 1, 1, 1]);
+    // Layer 0 of the 4-layer rows was dropped: the first routed layer is the engine's layer 1.
+    expect(out.routing[0]).toBe(1);
+    expect(out.routing[3 * 12]).toBe(31);
+    expect(out.finish[3]).toBe(FinishReason.Stop);
+    expect(out.stopTokenId[3]).toBe(998);
+    expect(bridge.inFlight).toBe(0);
+  });
+
+  it('drops routing rows before the client start and all of them when routing was not asked', () => {
+    const { bridge, link } = attached();
+    bridge.add(request(1, [10, 11, 12], { routedExpertsPromptStart: 4 }));
+    bridge.add(request(2, [10, 11, 12], { returnRoutedExperts: false }));
+    const [a, b] = link.adds.map((x) => x.requestId);
+    bridge.output(facts(a!, [1], 1, 3)); // position 2 (start sent: 2)
+    bridge.output(facts(a!, [2], 1, 3)); // position 3
+    bridge.output(facts(a!, [3], 1, 3, VllmFinish.Length)); // position 4
+    bridge.output(facts(b!, [1], 3, 3, VllmFinish.Length));
+    const out = bridge.newStepOutputs();
+    bridge.step(out);
+    expect(Array.from(out.routingRows.subarray(0, out.count))).toEqual([0, 0, 1, 0]);
+    expect(out.routingFirstPos[2]).toBe(4);
+    expect(out.finish[2]).toBe(FinishReason.Length);
+  });
+
+  it('ends an aborted request itself, sends ABORT, and drops the outputs still on the way', () => {
+    const { bridge, link } = attached();
+    bridge.add(request(1, [1, 2]));
+    const id = link.adds[0]!.requestId;
+    bridge.abort(0, 1);
+    bridge.abort(0, 1);
+    expect(link.aborts).toEqual([id]);
+    bridge.output(facts(id, [7], 2, 3));
+    const out = bridge.newStepOutputs();
+    bridge.step(out);
+    expect(out.count).toBe(1);
+    expect(out.finish[0]).toBe(FinishReason.Abort);
+    expect(bridge.lateOutputs).toBe(1);
+  });
+
+  it('fails every request in flight when the engine dies, and refuses new ones until one attaches', () => {
+    const { bridge, link } = attached();
+    bridge.add(request(1, [1, 2]));
+    bridge.add(request(2, [1, 2]));
+    bridge.detach();
+    expect(bridge.ready).toBe(false);
+    bridge.add(request(3, [1, 2]));
+    const out = bridge.newStepOutputs();
+    bridge.step(out);
+    expect(Array.from(out.slot.subarray(0, out.count))).toEqual([1, 2, 3]);
+    for (let i = 0; i < 3; i++) {
+      expect(out.finish[i]).toBe(FinishReason.Error);
+      expect(out.rejectReason[i]).toBe(RejectReason.EngineDead);
+    }
+    bridge.attach(link, { maxModelLen: 64, numGpuBlocks: 1, samplingMasks: false });
+    bridge.add(request(4, new Array(60).fill(1)));
+    out.clear();
+    bridge.step(out);
+    expect(out.rejectReason[0]).toBe(RejectReason.PromptTooLong);
+    expect(link.adds).toHaveLength(2);
+  });
+
+  it('holds the rows of a server whose ring is full and delivers them, in order, once it has room', () => {
+    const { bridge, link } = attached();
+    bridge.add(request(1, [1, 2]));
+    const id = link.adds[0]!.requestId;
+    bridge.output(facts(id, [7], 2, 3));
+    bridge.output(facts(id, [8], 1, 3));
+    const room = new OutputRoom(1, 12, 1);
+    room.open(0, 0, 1 << 20, 1 << 18);
+    const out = bridge.newStepOutputs();
+    bridge.step(out, room);
+    expect(out.count).toBe(0);
+    expect(bridge.hasWork()).toBe(true);
+    room.open(0, 1 << 20, 1 << 20, 1 << 18);
+    bridge.step(out, room);
+    expect(Array.from(out.token.subarray(0, out.count))).toEqual([7, 8]);
+    expect(bridge.hasWork()).toBe(false);
+  });
+
+  it('splits a prompt routing run larger than one output may carry into routing-only rows', () => {
+    const { bridge, link } = attached();
+    const prompt = new Array(2000).fill(1);
+    bridge.add(request(1, prompt, { maxTokens: 4 }));
+    bridge.output(facts(link.adds[0]!.requestId, [9], 2000, 3));
+    const room = new OutputRoom(1, 12, 1);
+    room.open(0, 1 << 20, 16_384, 4096);
+    const out = bridge.newStepOutputs();
+    let rows = 0;
+    for (let turn = 0; turn < 20 && bridge.hasWork(); turn++) {
+      out.clear();
+      room.open(0, 1 << 20, 16_384, 4096);
+      bridge.step(out, room);
+      for (let i = 0; i < out.count; i++) {
+        expect(out.routingFirstPos[i]).toBe(rows);
+        rows += out.routingRows[i]!;
+      }
+    }
+    expect(rows).toBe(2000);
+    expect(out.token[out.count - 1]).toBe(9);
+  });
+
+  it('maps pause, resume, reset_prefix_cache and update_weights to utility calls', async () => {
+    const { bridge, link } = attached();
+    await bridge.pause();
+    expect(bridge.paused).toBe(true);
+    await bridge.resume();
+    expect(await bridge.resetPrefixCache()).toBe(true);
+    expect(await bridge.updateWeights(undefined, '/w')).toBe(1);
+    await expect(bridge.updateWeights()).rejects.toThrow(/weight_dir/);
+    expect(link.calls.map((c) => [c.method, c.args])).toEqual([
+      ['pause_scheduler', ['keep', false]],
+      ['resume_scheduler', []],
+      ['reset_prefix_cache', []],
+      ['collective_rpc', ['update_weights_from_path', null, ['/w'], null]],
+      ['reset_prefix_cache', []],
+    ]);
+  });
+});
