@@ -45,7 +45,12 @@ export function vocabBytes(json: TokenizerJson): TokenBytesEntry[] {
     });
   }
   for (const t of json.added_tokens ?? []) {
-    entries.set(t.id, { id: t.id, bytes: utf8.encode(t.content), special: t.special === true });
+    entries.set(t.id, {
+      id: t.id,
+      bytes: utf8.encode(t.content),
+      special: t.special === true,
+      added: true,
+    });
   }
   return [...entries.values()];
 }
