@@ -13,6 +13,7 @@ export interface TokenizerJson {
     type?: string;
     vocab: Record<string, number> | [string, number][];
     byte_fallback?: boolean;
+    merges?: (string | [string, string])[];
   };
   added_tokens?: { id: number; content: string; special?: boolean }[];
   decoder?: DecoderJson | null;
