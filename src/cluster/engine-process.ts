@@ -13,15 +13,17 @@ import { ProcessHealth } from '../obs/process-health.js';
 import { healthIndex } from '../shm/layout.js';
 import { openRegion } from '../shm/region.js';
 import type { EngineConfig } from '../sim/engine-config.js';
+import { getPreset, type ModelPreset } from '../sim/presets.js';
 import { SimEngine } from '../sim/sim-engine.js';
+import { loadTokenizer } from '../tokenizer/load.js';
 import { readChildEnv, type SupervisorMessage, sendToParent } from './roles.js';
 
 /** A loop turn (one engine step, or one bounded idle wait) longer than this is logged as slow. */
 const SLOW_TURN_MS = 1_000;
 
-function engineConfigFrom(config: RingserveConfig): EngineConfig {
+function engineConfigFrom(config: RingserveConfig, preset: string | ModelPreset): EngineConfig {
   return {
-    preset: config.model,
+    preset,
     maxNumSeqs: config.maxNumSeqs,
     maxNumBatchedTokens: config.maxNumBatchedTokens,
     numGpuBlocks: config.numGpuBlocks,
@@ -35,12 +37,23 @@ function engineConfigFrom(config: RingserveConfig): EngineConfig {
   };
 }
 
-function main(): void {
+/**
+ * The preset, or with `--tokenizer DIR` the preset sampling only ids below that tokenizer's
+ * text vocabulary too, so every token the simulated model emits decodes to text.
+ */
+async function servedPreset(config: RingserveConfig): Promise<string | ModelPreset> {
+  if (config.tokenizer === null) return config.model;
+  const preset = getPreset(config.model);
+  const text = (await loadTokenizer(config.tokenizer)).textVocabSize;
+  return { ...preset, textVocabSize: Math.min(preset.textVocabSize ?? preset.vocabSize, text) };
+}
+
+async function main(): Promise<void> {
   process.title = 'ringserve-engine';
   const { region: name, config } = readChildEnv();
   const log = createLogger(config.logLevel, { name: 'ringserve-engine' });
   const region = openRegion(name);
-  const engine = new SimEngine(engineConfigFrom(config));
+  const engine = new SimEngine(engineConfigFrom(config, await servedPreset(config)));
   // Before the loop publishes its first (zero) counters over a predecessor's final ones.
   carryEngineCounters(region);
   const loop = new CoreLoop(region, engine, {
@@ -99,4 +112,7 @@ function main(): void {
   );
 }
 
-main();
+main().catch((error: unknown) => {
+  console.error(`ringserve-engine: ${(error as Error).stack ?? String(error)}`);
+  process.exit(ExitCode.Failure);
+});

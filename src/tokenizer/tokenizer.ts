@@ -65,6 +65,19 @@ export class Tokenizer {
     this.bosTokenId = parts.bosTokenId;
   }
 
+  /** Ids below this are all ordinary text tokens: present, neither added nor special. */
+  get textVocabSize(): number {
+    let id = 0;
+    while (
+      id < this.vocabSize &&
+      this.bytes.has(id) &&
+      !this.bytes.isAdded(id) &&
+      !this.isSpecial(id)
+    )
+      id++;
+    return id;
+  }
+
   get hasChatTemplate(): boolean {
     return this.#template !== null;
   }

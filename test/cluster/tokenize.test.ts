@@ -3,8 +3,13 @@
  * chat messages through Qwen3's template (tools, enable_thinking), long texts (tokenizer threads),
  * token strings, special tokens kept on the way back, and a 400 naming the field for each bad input.
  */
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generate } from '../../src/client/index.js';
+import { committedTokenizersDir } from '../../src/tokenizer/presets.js';
 import { type Cluster, startCluster } from './harness.js';
 
 /** An answer's JSON, read loosely: each test checks the fields it needs. */
@@ -124,5 +129,45 @@ describe('/tokenize and /detokenize', () => {
     }
     const unknown = await post(cluster, '/tokenize', { prompt: 'a', model: 'nope' });
     expect(unknown.status).toBe(404);
+  });
+});
+
+describe('--tokenizer DIR', () => {
+  let cluster: Cluster;
+  let dir: string;
+  beforeAll(async () => {
+    // tiny's tokenizer cut to its first 500 text ids (and the merges that stay inside them).
+    const tiny = join(committedTokenizersDir(), 'tiny');
+    const json = JSON.parse(await readFile(join(tiny, 'tokenizer.json'), 'utf8'));
+    const vocab = Object.fromEntries(
+      Object.entries(json.model.vocab as Record<string, number>).filter(([, id]) => id < 500),
+    );
+    json.model.vocab = vocab;
+    json.model.merges = (json.model.merges as [string, string][]).filter(
+      ([a, b]) => vocab[a + b] !== undefined,
+    );
+    dir = await mkdtemp(join(tmpdir(), 'rs-tokenizer-'));
+    await writeFile(join(dir, 'tokenizer.json'), JSON.stringify(json));
+    for (const f of ['tokenizer_config.json', 'generation_config.json']) {
+      await writeFile(join(dir, f), await readFile(join(tiny, f)));
+    }
+    cluster = await startCluster(['--model', 'tiny', '--max-speed', '--tokenizer', dir]);
+  });
+  afterAll(async () => {
+    await cluster?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('serves that tokenizer, and the simulated model samples only ids it decodes as text', async () => {
+    const res = await post(cluster, '/tokenize', { prompt: 'the answer' });
+    expect(res.status).toBe(200);
+    expect(Math.max(...res.body.tokens)).toBeLessThan(500);
+    const answer = await generate(cluster.url, {
+      token_ids: res.body.tokens,
+      sampling_params: { max_tokens: 400, ignore_eos: true, seed: 3, temperature: 1.5 },
+    });
+    const ids = Array.from(answer.choices[0]!.tokenIds);
+    expect(ids.length).toBe(400);
+    for (const id of ids) expect(id < 500 || id === 999 || id === 998, `id ${id}`).toBe(true);
   });
 });

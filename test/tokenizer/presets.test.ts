@@ -27,6 +27,7 @@ describe('model presets and their tokenizers', () => {
         }
       }
       expect(tok.bytes.isAdded(text)).toBe(true);
+      expect(tok.textVocabSize).toBe(text);
       expect(new Set(tok.eosTokenIds)).toEqual(new Set(card.eosTokenIds));
       for (const id of card.eosTokenIds) expect(tok.isSpecial(id)).toBe(true);
     });
