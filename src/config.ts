@@ -1,5 +1,7 @@
 import { isIPv4 } from 'node:net';
+import { existsSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
 import { RS_ERR_CONFIG_INVALID } from './errors.js';
 import {
   ENGINE_DEFAULTS,
@@ -61,6 +63,7 @@ export interface RingserveConfig {
   readonly dataParallelRpcPort: number;
   readonly vllmVersion: string | null;
   readonly vllmPingTimeoutS: number;
+  readonly tokenizer: string | null;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -144,6 +147,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'dataParallelRpcPort', flag: '--data-parallel-rpc-port', kind: 'int', default: 29550, min: 0, max: 65535, help: 'with --engine vllm: handshake port the vLLM engine dials (0 = any free port, logged)' },
   { key: 'vllmVersion', flag: '--vllm-version', kind: 'string', default: null, derived: 'the newest layout ringserve knows', help: 'with --engine vllm: the vLLM release whose message layouts to speak' },
   { key: 'vllmPingTimeoutS', flag: '--vllm-ping-timeout-s', kind: 'number', default: 5, min: 0.1, max: 600, help: 'with --engine vllm: a vLLM engine silent this long is dead (in-flight requests fail with 503)' },
+  { key: 'tokenizer', flag: '--tokenizer', kind: 'string', default: null, help: "a local Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json, generation_config.json) instead of the preset's" },
 ];
 
 const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(
@@ -235,6 +239,7 @@ function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): v
   values.apiKey ??= null;
   values.adminApiKey ??= null;
   values.vllmVersion ??= null;
+  values.tokenizer ??= null;
   if (values.maxModelLen === undefined) {
     values.maxModelLen = Math.min(preset.maxModelLen, MAX_MODEL_LEN_CAP);
   }
@@ -263,6 +268,10 @@ function checkCrossFields(c: RingserveConfig): void {
       '--num-gpu-blocks',
       `${c.numGpuBlocks} blocks of ${c.blockSize} tokens cannot hold one sequence of --max-model-len ${c.maxModelLen}`,
     );
+  }
+  // Checked here, not when an API server loads it: a bad directory is a usage error at startup.
+  if (c.tokenizer !== null && !existsSync(join(c.tokenizer, 'tokenizer.json'))) {
+    throw new RS_ERR_CONFIG_INVALID('--tokenizer', `${c.tokenizer} has no tokenizer.json`);
   }
 }
 

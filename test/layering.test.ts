@@ -19,9 +19,10 @@ const ALLOWED: Readonly<Record<string, readonly string[] | 'any'>> = {
   engine: ['wire', 'shm', 'errors'],
   sim: ['wire', 'engine', 'errors'],
   protocol: ['wire', 'errors'],
-  server: ['wire', 'shm', 'protocol', 'obs', 'config', 'errors'],
+  server: ['wire', 'shm', 'protocol', 'obs', 'config', 'errors', 'tokenizer'],
   client: ['protocol', 'errors'],
   router: ['protocol', 'client', 'obs', 'errors'],
+  tokenizer: ['errors'],
   cluster: 'any',
   cli: 'any',
 };

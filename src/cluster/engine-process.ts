@@ -13,16 +13,18 @@ import { ProcessHealth } from '../obs/process-health.js';
 import { healthIndex } from '../shm/layout.js';
 import { openRegion } from '../shm/region.js';
 import type { EngineConfig } from '../sim/engine-config.js';
+import { getPreset, type ModelPreset } from '../sim/presets.js';
 import { SimEngine } from '../sim/sim-engine.js';
+import { loadTokenizer } from '../tokenizer/load.js';
 import { readChildEnv, readEngineRestore, type SupervisorMessage, sendToParent } from './roles.js';
 import { startVllmBridge } from './vllm-bridge.js';
 
 /** A loop turn (one engine step, or one bounded idle wait) longer than this is logged as slow. */
 const SLOW_TURN_MS = 1_000;
 
-function engineConfigFrom(config: RingserveConfig): EngineConfig {
+function engineConfigFrom(config: RingserveConfig, preset: string | ModelPreset): EngineConfig {
   return {
-    preset: config.model,
+    preset,
     maxNumSeqs: config.maxNumSeqs,
     maxNumBatchedTokens: config.maxNumBatchedTokens,
     numGpuBlocks: config.numGpuBlocks,
@@ -40,6 +42,17 @@ function engineConfigFrom(config: RingserveConfig): EngineConfig {
   };
 }
 
+/**
+ * The preset, or with `--tokenizer DIR` the preset sampling only ids below that tokenizer's
+ * text vocabulary too, so every token the simulated model emits decodes to text.
+ */
+async function servedPreset(config: RingserveConfig): Promise<string | ModelPreset> {
+  if (config.tokenizer === null) return config.model;
+  const preset = getPreset(config.model);
+  const text = (await loadTokenizer(config.tokenizer)).textVocabSize;
+  return { ...preset, textVocabSize: Math.min(preset.textVocabSize ?? preset.vocabSize, text) };
+}
+
 async function main(): Promise<void> {
   process.title = 'ringserve-engine';
   const { region: name, config } = readChildEnv();
@@ -53,7 +66,7 @@ async function main(): Promise<void> {
   const engine =
     bridge?.engine ??
     new SimEngine({
-      ...engineConfigFrom(config),
+      ...engineConfigFrom(config, await servedPreset(config)),
       ...(restore === null ? {} : { weightVersion: restore.weightVersion }),
     });
   if (restore?.paused === true) engine.pause();

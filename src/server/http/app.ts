@@ -9,6 +9,7 @@ import type { RingserveConfig } from '../../config.js';
 import { RS_ERR_HTTP_ROUTE_NOT_FOUND, RS_ERR_REQ_INVALID_BODY, toErrorBody } from '../../errors.js';
 import { ClusterMetrics } from '../../obs/exposition.js';
 import type { GenerateRequestOptions } from '../../protocol/generate-request.js';
+import type { TokenizerPool } from '../../tokenizer/pool.js';
 import type { RequestCoordinator } from '../request-coordinator.js';
 import { FailureInjector } from './failure-injection.js';
 import { registerAuth } from './routes/auth.js';
@@ -16,11 +17,14 @@ import { type ControlDeps, registerControlRoutes } from './routes/control.js';
 import { registerGenerateRoute } from './routes/generate.js';
 import { type HealthDeps, registerHealthRoutes } from './routes/health.js';
 import { registerMetricsRoute } from './routes/metrics.js';
+import { registerTokenizeRoutes } from './routes/tokenize.js';
 
 export interface AppDeps extends HealthDeps, ControlDeps {
   config: RingserveConfig;
   coordinator: RequestCoordinator;
   requestOptions: GenerateRequestOptions;
+  /** The served tokenizer (and its threads): /tokenize, /detokenize. */
+  tokenizers: TokenizerPool;
 }
 
 export function buildApp(deps: AppDeps): FastifyInstance {
@@ -70,6 +74,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     failures: new FailureInjector(deps.config, deps.engine.server),
   });
   registerControlRoutes(app, deps);
+  registerTokenizeRoutes(app, deps);
   const { engine, config } = deps;
   registerMetricsRoute(
     app,

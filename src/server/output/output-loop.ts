@@ -5,6 +5,7 @@
 import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads';
 import { recorderFromEnvironment } from '../../obs/worker-metrics.js';
 import { RingConsumer } from '../../shm/ring.js';
+import { TokenBytesTable } from '../../tokenizer/token-bytes.js';
 import { RecordType } from '../../wire/messages.js';
 import { AccumulatorTable } from './accumulators.js';
 import { BlockArena } from './block-arena.js';
@@ -49,7 +50,10 @@ export class OutputLoop {
       data.arenaGrowStepBytes === undefined ? {} : { growStepBytes: data.arenaGrowStepBytes },
     );
     this.#arena = arena;
-    const tokens = tokenByteSource(data.preset, data.specialTokenIds);
+    const tokens =
+      data.tokenBytes === undefined
+        ? tokenByteSource(data.preset, data.specialTokenIds)
+        : new TokenBytesTable(data.tokenBytes);
     // Request metrics into the region, when the API server shared where (worker-metrics.ts).
     const metrics = recorderFromEnvironment((slot) => meta.promptLen(slot));
     this.scatter = new StepScatter({
