@@ -1,5 +1,5 @@
-import { isIPv4 } from 'node:net';
 import { existsSync } from 'node:fs';
+import { isIPv4 } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { RS_ERR_CONFIG_INVALID } from './errors.js';
