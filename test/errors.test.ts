@@ -69,6 +69,7 @@ const PINNED: ReadonlyArray<readonly [string, number]> = [
   ['RS_ERR_CLIENT_DECODE', 502],
   ['RS_ERR_CLIENT_INVARIANT', 502],
   ['RS_ERR_CLIENT_TIMEOUT', 504],
+  ['RS_ERR_OPENAI_INLINE_OUTPUT', 501],
   ['RS_ERR_SERVER_INTERNAL', 500],
 ];
 

@@ -188,10 +188,13 @@ export class RequestCoordinator implements OutputEvents {
       this.#timeline?.arrive(slot);
       output.open(record, i);
       const seed = i === 0 ? request.params.seed : childSeed(request.params.seed, i);
+      const openai = request.openai;
       this.#engine.add({
         slot,
         slotGen: gen,
-        promptTokenIds: request.promptTokenIds,
+        // An OpenAI completion may send several prompts: choice i runs prompt floor(i / n).
+        promptTokenIds:
+          openai === undefined ? request.promptTokenIds : openai.prompts[Math.floor(i / openai.n)]!,
         params: i === 0 ? request.params : { ...request.params, seed },
         priority: request.priority,
         cacheSalt,

@@ -15,11 +15,14 @@ import { type ControlDeps, registerControlRoutes } from './routes/control.js';
 import { registerGenerateRoute } from './routes/generate.js';
 import { type HealthDeps, registerHealthRoutes } from './routes/health.js';
 import { registerMetricsRoute } from './routes/metrics.js';
+import { type OpenAiDeps, registerOpenAiRoutes } from './routes/openai.js';
 
 export interface AppDeps extends HealthDeps, ControlDeps {
   config: RingserveConfig;
   coordinator: RequestCoordinator;
   requestOptions: GenerateRequestOptions;
+  /** The OpenAI routes' tokenizer and limits; absent: the routes are not served. */
+  openai?: Pick<OpenAiDeps, 'openaiOptions' | 'tokenizer'>;
 }
 
 export function buildApp(deps: AppDeps): FastifyInstance {
@@ -66,6 +69,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   registerHealthRoutes(app, deps);
   registerGenerateRoute(app, deps);
   registerControlRoutes(app, deps);
+  if (deps.openai !== undefined) registerOpenAiRoutes(app, { ...deps, ...deps.openai });
   const { engine, config } = deps;
   registerMetricsRoute(
     app,

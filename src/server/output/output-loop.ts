@@ -62,6 +62,7 @@ export class OutputLoop {
     this.#streams = new StreamEncoder(
       new ResponseView(meta, acc, data.arenaSab),
       new SlotEventList(acc.slots),
+      tokens,
     );
     this.#consumer = new RingConsumer(data.ringSab, data.ringOffset, data.ringCapacity);
     this.#port = data.port;
