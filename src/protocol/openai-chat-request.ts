@@ -10,7 +10,7 @@ import {
 /**
  * A POST /v1/chat/completions body (vLLM's ChatCompletionRequest): the messages (roles, text
  * content or text parts), `tools` and `tool_choice` for the chat template, the template switches
- * (`add_generation_prompt`, `continue_final_message`, `chat_template_kwargs`),
+ * (`add_generation_prompt`, `chat_template_kwargs`),
  * `max_completion_tokens` (or the deprecated `max_tokens`), `logprobs` + `top_logprobs`, and the
  * shared fields of openai-request.ts. Rendering and tokenizing are the tokenizer's.
  */
@@ -28,7 +28,6 @@ export interface ChatBody {
   /** The `tools` array as given (each `{type: "function", function: {name, ...}}`), or null. */
   tools: readonly Body[] | null;
   addGenerationPrompt: boolean;
-  continueFinalMessage: boolean;
   /** Extra variables for the template (Qwen3's `enable_thinking`, ...). */
   chatTemplateKwargs: Readonly<Record<string, unknown>>;
   /** Default false: the template writes the special tokens itself. */
@@ -54,9 +53,8 @@ export function parseChatBody(body: unknown, opts: OpenAiRequestOptions): ChatBo
     }
   }
   const addGenerationPrompt = optBool(body, '', 'add_generation_prompt', true);
-  const continueFinalMessage = optBool(body, '', 'continue_final_message', false);
-  if (addGenerationPrompt && continueFinalMessage) {
-    fail('continue_final_message', 'cannot be true together with add_generation_prompt');
+  if (optBool(body, '', 'continue_final_message', false)) {
+    fail('continue_final_message', 'is not supported by this server; send false');
   }
   const logprobs = optBool(body, '', 'logprobs', false);
   const top = optInt(body, '', 'top_logprobs', 0, 0, opts.maxLogprobs);
@@ -74,7 +72,6 @@ export function parseChatBody(body: unknown, opts: OpenAiRequestOptions): ChatBo
     messages,
     tools,
     addGenerationPrompt,
-    continueFinalMessage,
     chatTemplateKwargs: (kwargs as Body | undefined | null) ?? {},
     addSpecialTokens: optBool(body, '', 'add_special_tokens', false),
   };
