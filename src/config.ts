@@ -46,6 +46,7 @@ export interface RingserveConfig {
   readonly workerNice: number;
   readonly workerSchedPolicy: 'other' | 'batch' | 'idle';
   readonly responsePoolMb: number;
+  readonly tokenizer: string | null;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -111,6 +112,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'workerNice', flag: '--worker-nice', kind: 'int', default: 10, min: 0, max: 19, env: 'RINGSERVE_WORKER_NICE', help: 'nice of the output worker and packer threads above the main thread (0 = same priority)' },
   { key: 'workerSchedPolicy', flag: '--worker-sched-policy', kind: 'enum', default: 'other', choices: ['other', 'batch', 'idle'], env: 'RINGSERVE_WORKER_SCHED_POLICY', help: 'Linux scheduling policy of the output worker and packer threads' },
   { key: 'responsePoolMb', flag: '--response-pool-mb', kind: 'int', default: 256, min: 0, max: 4096, env: 'RINGSERVE_RESPONSE_POOL_MB', help: 'shared memory the packers write answers into, MiB (0 = a new buffer per answer)' },
+  { key: 'tokenizer', flag: '--tokenizer', kind: 'string', default: null, help: "a local Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json, generation_config.json) instead of the preset's" },
 ];
 
 const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(
@@ -201,6 +203,7 @@ function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): v
   values.servedModelName ??= `sim-${model}`;
   values.apiKey ??= null;
   values.adminApiKey ??= null;
+  values.tokenizer ??= null;
   if (values.maxModelLen === undefined) {
     values.maxModelLen = Math.min(preset.maxModelLen, MAX_MODEL_LEN_CAP);
   }

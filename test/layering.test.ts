@@ -19,8 +19,9 @@ const ALLOWED: Readonly<Record<string, readonly string[] | 'any'>> = {
   engine: ['wire', 'shm', 'errors'],
   sim: ['wire', 'engine', 'errors'],
   protocol: ['wire', 'errors'],
-  server: ['wire', 'shm', 'protocol', 'obs', 'config', 'errors'],
+  server: ['wire', 'shm', 'protocol', 'obs', 'config', 'errors', 'tokenizer'],
   client: ['protocol', 'errors'],
+  tokenizer: ['errors'],
   cluster: 'any',
   cli: 'any',
 };

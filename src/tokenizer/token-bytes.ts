@@ -1,0 +1,120 @@
+// Every token id's UTF-8 bytes in one SharedArrayBuffer, so the output worker (and any thread it is
+// handed to, without a copy) turns ids into text with no per-token objects: the bytes of id i are
+// bytes[offsets[i] .. offsets[i + 1]). Bytes, not strings, because a token may hold part of a
+// character (byte-level BPE splits a character's bytes over tokens; byte-fallback tokens `<0xNN>`
+// are one raw byte); text is valid UTF-8 only where tokens are concatenated.
+//
+//   sab: | offsets: Int32 x (count + 1) | flags: Uint8 x count | bytes: Uint8 x offsets[count] |
+//
+// It has the shape of the output worker's TokenByteSource (src/server/output/detokenizer.ts).
+
+/** Flag bits per id. */
+export const TokenFlag = {
+  /** The id has a token (vocabularies may have holes). */
+  Present: 1,
+  /** A special token: skipped by skip_special_tokens. */
+  Special: 2,
+} as const;
+
+/** What crosses to another thread: structured-clonable, the buffer shared. */
+export interface SharedTokenBytes {
+  sab: SharedArrayBuffer;
+  count: number;
+}
+
+/** One id's entry when building a table: its bytes and whether it is special. */
+export interface TokenBytesEntry {
+  id: number;
+  bytes: Uint8Array;
+  special: boolean;
+}
+
+export class TokenBytesTable {
+  readonly shared: SharedTokenBytes;
+  /** Ids in [0, size) may have a token; write() gives nothing for the others. */
+  readonly size: number;
+  /** The most bytes one token has. */
+  readonly maxTokenBytes: number;
+  readonly #offsets: Int32Array;
+  readonly #flags: Uint8Array;
+  readonly #bytes: Uint8Array;
+
+  constructor(shared: SharedTokenBytes) {
+    const { sab, count } = shared;
+    this.shared = shared;
+    this.size = count;
+    this.#offsets = new Int32Array(sab, 0, count + 1);
+    this.#flags = new Uint8Array(sab, 4 * (count + 1), count);
+    this.#bytes = new Uint8Array(sab, 4 * (count + 1) + count);
+    let longest = 1;
+    for (let i = 0; i < count; i++) longest = Math.max(longest, this.tokenLength(i));
+    this.maxTokenBytes = longest;
+  }
+
+  /** Packs entries (ids in any order, holes allowed) into a new shared table. */
+  static build(entries: readonly TokenBytesEntry[]): TokenBytesTable {
+    let count = 0;
+    let total = 0;
+    for (const e of entries) {
+      count = Math.max(count, e.id + 1);
+      total += e.bytes.length;
+    }
+    const sab = new SharedArrayBuffer(4 * (count + 1) + count + total);
+    const offsets = new Int32Array(sab, 0, count + 1);
+    const flags = new Uint8Array(sab, 4 * (count + 1), count);
+    const bytes = new Uint8Array(sab, 4 * (count + 1) + count);
+    const byId: (TokenBytesEntry | undefined)[] = new Array(count);
+    for (const e of entries) byId[e.id] = e;
+    let at = 0;
+    for (let id = 0; id < count; id++) {
+      offsets[id] = at;
+      const e = byId[id];
+      if (e === undefined) continue;
+      flags[id] = TokenFlag.Present | (e.special ? TokenFlag.Special : 0);
+      bytes.set(e.bytes, at);
+      at += e.bytes.length;
+    }
+    offsets[count] = at;
+    return new TokenBytesTable({ sab, count });
+  }
+
+  /** Whether `id` has a token. */
+  has(id: number): boolean {
+    return id >= 0 && id < this.size && (this.#flags[id]! & TokenFlag.Present) !== 0;
+  }
+
+  isSpecial(id: number): boolean {
+    return id >= 0 && id < this.size && (this.#flags[id]! & TokenFlag.Special) !== 0;
+  }
+
+  /** Byte length of `id`'s token (0 for an id without one). */
+  tokenLength(id: number): number {
+    if (id < 0 || id >= this.size) return 0;
+    return this.#offsets[id + 1]! - this.#offsets[id]!;
+  }
+
+  /**
+   * Writes `id`'s bytes at `out[offset..]` (room for maxTokenBytes) and returns how many; special
+   * tokens and ids without a token write nothing (TokenByteSource, skip_special_tokens).
+   */
+  write(tokenId: number, out: Uint8Array, offset: number): number {
+    return this.writeText(tokenId, out, offset, true);
+  }
+
+  /** As write(), with special tokens written as their text unless `skipSpecial`. */
+  writeText(tokenId: number, out: Uint8Array, offset: number, skipSpecial: boolean): number {
+    if (tokenId < 0 || tokenId >= this.size) return 0;
+    if (skipSpecial && (this.#flags[tokenId]! & TokenFlag.Special) !== 0) return 0;
+    const from = this.#offsets[tokenId]!;
+    const n = this.#offsets[tokenId + 1]! - from;
+    const bytes = this.#bytes;
+    for (let k = 0; k < n; k++) out[offset + k] = bytes[from + k]!;
+    return n;
+  }
+
+  /** A view of `id`'s bytes (not for per-token hot paths: it is an object). */
+  bytesOf(id: number): Uint8Array {
+    if (id < 0 || id >= this.size) return new Uint8Array(0);
+    return this.#bytes.subarray(this.#offsets[id]!, this.#offsets[id + 1]!);
+  }
+}
