@@ -9,7 +9,9 @@ import { tokenByteSource } from '../src/server/output/detokenizer.js';
 import { ResponsePacker } from '../src/server/output/pack.js';
 import type { PackerWorkerData, PackFailure, PackTask } from '../src/server/output/packer-pool.js';
 import { ResponsePool } from '../src/server/output/response-pool.js';
+import { tokenTextSource } from '../src/server/output/token-text.js';
 import { lowerThisThread } from '../src/shm/thread-priority.js';
+import { TokenBytesTable } from '../src/tokenizer/token-bytes.js';
 
 const data = workerData as PackerWorkerData;
 lowerThisThread(data.priority);
@@ -17,7 +19,11 @@ const packer = new ResponsePacker(
   data.metaSab,
   data.accSab,
   data.arenaSab,
-  tokenByteSource(data.preset, data.specialTokenIds),
+  tokenTextSource(
+    data.tokenBytes === undefined
+      ? tokenByteSource(data.preset, data.specialTokenIds)
+      : new TokenBytesTable(data.tokenBytes),
+  ),
 );
 startThreadHealth('packer');
 const pool = data.poolSab === null ? null : new ResponsePool(data.poolSab);

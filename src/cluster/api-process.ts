@@ -31,6 +31,7 @@ import {
   threadHealthIndex,
 } from '../shm/layout.js';
 import { openRegion, type Region } from '../shm/region.js';
+import { TokenizerPool } from '../tokenizer/pool.js';
 import { getModelCard } from '../wire/model-card.js';
 import { type ChildEnv, readChildEnv, type SupervisorMessage, sendToParent } from './roles.js';
 
@@ -55,13 +56,24 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
     maxModelLen: config.maxModelLen,
   });
   const coordinator = new RequestCoordinator(config, engine, { timeline, log });
-  const output = await createOutputPath(config, region, server, coordinator);
+  // The served tokenizer, here and in its threads; the output worker detokenizes with its table.
+  const tokenizers = await TokenizerPool.start({
+    source: { preset: config.model, dir: config.tokenizer },
+  });
+  const output = await createOutputPath(
+    config,
+    region,
+    server,
+    coordinator,
+    tokenizers.tokenizer.bytes,
+  );
   coordinator.attach(output);
   const preset = getModelCard(config.model);
   const app = buildApp({
     config,
     engine,
     coordinator,
+    tokenizers,
     startedAt: Date.now(),
     log: (line) => log.error(line),
     requestOptions: {
@@ -89,6 +101,7 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
     await coordinator.drain(timeoutMs);
     await app.close();
     await output.close();
+    await tokenizers.close();
     health.stop();
     process.exit(ExitCode.Ok);
   };

@@ -37,7 +37,7 @@ import {
   responseColumns,
   usageOf,
 } from './inline-sequence.js';
-import { StopStringMatcher, tokenByteSource } from './output/detokenizer.js';
+import { StopStringMatcher, type TokenByteSource, tokenByteSource } from './output/detokenizer.js';
 import { SlotMetaTable } from './output/slot-meta.js';
 import type { OutputEvents, OutputPath } from './output-path.js';
 import type { RequestRecord } from './request-record.js';
@@ -64,14 +64,20 @@ export class InlineOutputPath implements OutputPath {
   #timer: NodeJS.Timeout | null = null;
 
   /** Drains `consumer` (this server's output ring) for request slots [0, slots). */
-  constructor(consumer: RingConsumer, events: OutputEvents, presetName: string, slots: number) {
+  constructor(
+    consumer: RingConsumer,
+    events: OutputEvents,
+    presetName: string,
+    slots: number,
+    tokens?: TokenByteSource,
+  ) {
     this.#consumer = consumer;
     this.#events = events;
     const preset = getModelCard(presetName);
     this.#meta = new SlotMetaTable(slots);
     this.#stops = new StopStringMatcher(
       this.#meta,
-      tokenByteSource(preset.name, preset.eosTokenIds),
+      tokens ?? tokenByteSource(preset.name, preset.eosTokenIds),
     );
   }
 

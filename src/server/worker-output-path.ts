@@ -8,6 +8,7 @@ import type { RingserveConfig } from '../config.js';
 import { ExitCode } from '../errors.js';
 import { outputRingOffset } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
+import type { SharedTokenBytes } from '../tokenizer/token-bytes.js';
 import { getModelCard } from '../wire/model-card.js';
 import { AccumulatorTable } from './output/accumulators.js';
 import { reserveArenaBuffer } from './output/block-arena.js';
@@ -44,6 +45,7 @@ export class WorkerOutputPath implements OutputPath {
     region: Region,
     server: number,
     events: OutputEvents,
+    tokenBytes?: SharedTokenBytes,
   ): Promise<WorkerOutputPath> {
     const slots = config.maxQueueLen;
     const meta = new SlotMetaTable(slots);
@@ -60,6 +62,7 @@ export class WorkerOutputPath implements OutputPath {
       priority,
       preset: preset.name,
       specialTokenIds: preset.eosTokenIds,
+      ...(tokenBytes === undefined ? {} : { tokenBytes }),
     });
     const path = new WorkerOutputPath(meta, acc, packers, events);
     path.#worker = await OutputWorker.start({
@@ -72,6 +75,7 @@ export class WorkerOutputPath implements OutputPath {
       serverIndex: server,
       preset: preset.name,
       specialTokenIds: preset.eosTokenIds,
+      ...(tokenBytes === undefined ? {} : { tokenBytes }),
       priority,
       onBatch: (batch) => path.#onBatch(batch),
       onFailure: (error, fatal) => {

@@ -9,20 +9,25 @@ import type { RingserveConfig } from '../../config.js';
 import { RS_ERR_HTTP_ROUTE_NOT_FOUND, RS_ERR_REQ_INVALID_BODY, toErrorBody } from '../../errors.js';
 import { ClusterMetrics } from '../../obs/exposition.js';
 import type { GenerateRequestOptions } from '../../protocol/generate-request.js';
+import type { TokenizerPool } from '../../tokenizer/pool.js';
+import { poolPromptTokenizer } from '../openai/pool-tokenizer.js';
 import type { RequestCoordinator } from '../request-coordinator.js';
 import { registerAuth } from './routes/auth.js';
 import { type ControlDeps, registerControlRoutes } from './routes/control.js';
 import { registerGenerateRoute } from './routes/generate.js';
 import { type HealthDeps, registerHealthRoutes } from './routes/health.js';
 import { registerMetricsRoute } from './routes/metrics.js';
-import { type OpenAiDeps, registerOpenAiRoutes } from './routes/openai.js';
+import { registerOpenAiRoutes } from './routes/openai.js';
+
+/** The most alternatives a request may ask per position (vLLM's --max-logprobs default). */
+const OPENAI_MAX_LOGPROBS = 20;
 
 export interface AppDeps extends HealthDeps, ControlDeps {
   config: RingserveConfig;
   coordinator: RequestCoordinator;
   requestOptions: GenerateRequestOptions;
-  /** The OpenAI routes' tokenizer and limits; absent: the routes are not served. */
-  openai?: Pick<OpenAiDeps, 'openaiOptions' | 'tokenizer'>;
+  /** The served tokenizer (src/tokenizer/pool.ts): the OpenAI routes are served with one. */
+  tokenizers?: TokenizerPool;
 }
 
 export function buildApp(deps: AppDeps): FastifyInstance {
@@ -69,7 +74,17 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   registerHealthRoutes(app, deps);
   registerGenerateRoute(app, deps);
   registerControlRoutes(app, deps);
-  if (deps.openai !== undefined) registerOpenAiRoutes(app, { ...deps, ...deps.openai });
+  if (deps.tokenizers !== undefined) {
+    registerOpenAiRoutes(app, {
+      ...deps,
+      tokenizer: poolPromptTokenizer(deps.tokenizers),
+      openaiOptions: {
+        vocabSize: deps.requestOptions.vocabSize,
+        maxModelLen: deps.requestOptions.maxModelLen,
+        maxLogprobs: OPENAI_MAX_LOGPROBS,
+      },
+    });
+  }
   const { engine, config } = deps;
   registerMetricsRoute(
     app,

@@ -1,5 +1,6 @@
 import type { MessagePort } from 'node:worker_threads';
 import type { ThreadPriority } from '../../shm/thread-priority.js';
+import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
 
 /**
  * The messages between an API server's main thread and its output worker, and the worker's start
@@ -22,6 +23,8 @@ export interface OutputWorkerData {
   /** Model preset (picks the detokenizer's vocabulary) and its special token ids (decode to nothing). */
   preset: string;
   specialTokenIds: number[];
+  /** The served tokenizer's byte table (shared, not copied); absent: the preset's stand-in. */
+  tokenBytes?: SharedTokenBytes;
   /** Longest futex sleep when the ring is empty, ms (bounds how late a message is seen). */
   waitMs: number;
   /** Arena growth step, bytes. */

@@ -5,6 +5,7 @@
 import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads';
 import { recorderFromEnvironment } from '../../obs/worker-metrics.js';
 import { RingConsumer } from '../../shm/ring.js';
+import { TokenBytesTable } from '../../tokenizer/token-bytes.js';
 import { RecordType } from '../../wire/messages.js';
 import { AccumulatorTable } from './accumulators.js';
 import { BlockArena } from './block-arena.js';
@@ -20,6 +21,7 @@ import { StepScatter } from './scatter.js';
 import { SlotEventList } from './slot-events.js';
 import { SlotMetaTable } from './slot-meta.js';
 import { StreamEncoder } from './stream-encoder.js';
+import { tokenTextSource } from './token-text.js';
 
 /** Records handled per pass at most, so a flooded ring still yields messages and stream events. */
 const MAX_RECORDS_PER_PASS = 256;
@@ -49,7 +51,10 @@ export class OutputLoop {
       data.arenaGrowStepBytes === undefined ? {} : { growStepBytes: data.arenaGrowStepBytes },
     );
     this.#arena = arena;
-    const tokens = tokenByteSource(data.preset, data.specialTokenIds);
+    const tokens =
+      data.tokenBytes === undefined
+        ? tokenByteSource(data.preset, data.specialTokenIds)
+        : new TokenBytesTable(data.tokenBytes);
     // Request metrics into the region, when the API server shared where (worker-metrics.ts).
     const metrics = recorderFromEnvironment((slot) => meta.promptLen(slot));
     this.scatter = new StepScatter({
@@ -62,7 +67,7 @@ export class OutputLoop {
     this.#streams = new StreamEncoder(
       new ResponseView(meta, acc, data.arenaSab),
       new SlotEventList(acc.slots),
-      tokens,
+      tokenTextSource(tokens),
     );
     this.#consumer = new RingConsumer(data.ringSab, data.ringOffset, data.ringCapacity);
     this.#port = data.port;

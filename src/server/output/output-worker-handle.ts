@@ -10,6 +10,7 @@ import type { RingserveError } from '../../errors.js';
 import { Doorbell } from '../../shm/doorbell.js';
 import { RING_DOORBELL } from '../../shm/layout.js';
 import type { ThreadPriority } from '../../shm/thread-priority.js';
+import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
 import type { AccumulatorTable } from './accumulators.js';
 import { RS_ERR_OUTPUT_WORKER_FAILED, RS_ERR_OUTPUT_WORKER_TIMEOUT } from './errors.js';
 import type {
@@ -31,6 +32,8 @@ export interface OutputWorkerOptions {
   serverIndex: number;
   preset: string;
   specialTokenIds: readonly number[];
+  /** The served tokenizer's byte table, handed to the worker without a copy. */
+  tokenBytes?: SharedTokenBytes;
   onBatch: (batch: OutputBatch) => void;
   /** A worker error: `fatal` ones mean the worker is gone and in-flight requests must fail. */
   onFailure: (error: RingserveError, fatal: boolean) => void;
@@ -86,6 +89,7 @@ export class OutputWorker {
       preset: opts.preset,
       specialTokenIds: [...opts.specialTokenIds],
       waitMs: opts.waitMs ?? 50,
+      ...(opts.tokenBytes === undefined ? {} : { tokenBytes: opts.tokenBytes }),
       ...(opts.arenaGrowStepBytes === undefined
         ? {}
         : { arenaGrowStepBytes: opts.arenaGrowStepBytes }),

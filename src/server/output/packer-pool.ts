@@ -7,6 +7,7 @@ import { Piscina } from 'piscina';
 import { RingserveError } from '../../errors.js';
 import type { ResponseForm } from '../../protocol/generate-response.js';
 import { SAME_PRIORITY, type ThreadPriority } from '../../shm/thread-priority.js';
+import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
 import { RS_ERR_OUTPUT_PACK_TIMEOUT } from './errors.js';
 import { distPath } from './output-worker-handle.js';
 import { type PoolRun, ResponsePool, type ResponsePoolStats } from './response-pool.js';
@@ -65,6 +66,8 @@ export interface PackerWorkerData {
   /** Model preset and its special token ids: the token bytes of the OpenAI answers' logprobs. */
   preset: string;
   specialTokenIds: number[];
+  /** The served tokenizer's byte table (shared, not copied); absent: the preset's stand-in. */
+  tokenBytes?: SharedTokenBytes;
 }
 
 export interface PackerPoolOptions {
@@ -82,6 +85,7 @@ export interface PackerPoolOptions {
   /** Model preset and its special ids, for token text (default: the byte-level stand-in). */
   preset?: string;
   specialTokenIds?: readonly number[];
+  tokenBytes?: SharedTokenBytes;
 }
 
 export class PackerPool {
@@ -104,6 +108,7 @@ export class PackerPool {
       priority: opts.priority ?? SAME_PRIORITY,
       preset: opts.preset ?? '',
       specialTokenIds: [...(opts.specialTokenIds ?? [])],
+      ...(opts.tokenBytes === undefined ? {} : { tokenBytes: opts.tokenBytes }),
     };
     this.#pool = new Piscina({
       filename: distPath('workers/packer.js'),
