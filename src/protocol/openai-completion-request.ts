@@ -57,8 +57,6 @@ export function parseCompletionBody(body: unknown, opts: OpenAiRequestOptions): 
     topLogprobs,
   );
   const count = prompt.kind === 'text' ? prompt.texts.length : prompt.ids.length;
-  if (count > 1 && common.stream)
-    fail('prompt', 'several prompts are supported without stream only');
   if (count * common.n > OPENAI_CHOICES_LIMIT) {
     fail('n', `prompts x n may be at most ${OPENAI_CHOICES_LIMIT}, got ${count * common.n}`);
   }

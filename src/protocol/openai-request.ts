@@ -84,7 +84,6 @@ export function readCommon(
   const stream = optBool(body, '', 'stream', false);
   const so = readStreamOptions(body, stream);
   const n = optInt(body, '', 'n', 1, 1, OPENAI_MAX_N);
-  if (n > 1 && stream) fail('n', 'n > 1 is supported without stream only');
   const kv = body.kv_transfer_params;
   if (kv !== undefined && kv !== null && !isPlainObject(kv)) {
     fail('kv_transfer_params', `must be an object, got ${describeValue(kv)}`);

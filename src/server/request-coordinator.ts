@@ -115,15 +115,17 @@ export class RequestCoordinator implements OutputEvents {
       // The request is answered: its other sequences need not run on.
       this.#abortChoices(record, index);
       this.#free(record);
-    } else if (record.group.succeeded(index) && !record.stream) {
-      this.#encode(record);
+    } else if (record.group.succeeded(index)) {
+      if (!record.stream) this.#encode(record);
+      else if (record.group.size > 1) this.#endStream(record);
     }
   }
 
   stream(slot: number, gen: number, bytes: Buffer, last: boolean): void {
     const record = this.record(slot, gen);
     if (record === undefined || record.settled) return;
-    if (!last) {
+    // With several choices, one choice's last event does not end the stream: #endStream does.
+    if (!last || record.group.size > 1) {
       record.reply.write(bytes, false);
       return;
     }
@@ -241,6 +243,16 @@ export class RequestCoordinator implements OutputEvents {
         this.#free(record);
       },
     );
+  }
+
+  /** Every choice of a stream with several finished well: its last events end it. */
+  #endStream(record: RequestRecord): void {
+    const tail = this.#output!.streamTail(record);
+    if (this.#settle(record, 200, null)) {
+      record.reply.write(tail, true);
+      this.#done(record, true);
+    }
+    this.#free(record);
   }
 
   /** Answers with `error` unless the answer is already settled. */

@@ -6,6 +6,9 @@
  */
 import type { RingserveConfig } from '../config.js';
 import { ExitCode } from '../errors.js';
+import { JsonWriter } from '../protocol/json-writer.js';
+import { writeOpenAiUsageChunk } from '../protocol/openai-stream.js';
+import { writeStreamDone } from '../protocol/sse.js';
 import { outputRingOffset } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
 import type { SharedTokenBytes } from '../tokenizer/token-bytes.js';
@@ -115,6 +118,23 @@ export class WorkerOutputPath implements OutputPath {
       kvTransferParams: record.request.kvTransferParams,
       ...packOpenAi(record),
     });
+  }
+
+  streamTail(record: RequestRecord): Buffer {
+    const { identity, request, group } = record;
+    const w = new JsonWriter(512);
+    const openai = request.openai;
+    if (request.includeUsage && openai !== undefined) {
+      let promptTokens = 0;
+      for (const p of openai.prompts) promptTokens += p.length;
+      let completionTokens = 0;
+      for (const slot of group.slots) completionTokens += this.#acc.completionTokens(slot);
+      const usage = { promptTokens, completionTokens, cachedTokens: null };
+      const { requestId, model, created } = identity;
+      writeOpenAiUsageChunk(w, openai.kind, requestId, model, created, usage);
+    }
+    writeStreamDone(w);
+    return w.finish();
   }
 
   free(slot: number, gen: number): void {

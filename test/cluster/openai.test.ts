@@ -197,6 +197,60 @@ describe('the OpenAI routes through the official SDK', () => {
     expect(usage).toEqual(whole.usage);
   });
 
+  it('streams n choices of several prompts, each the same text as the whole answer', async () => {
+    const params = {
+      model: 'tiny',
+      prompt: ['One two', 'three four five'],
+      n: 2,
+      max_tokens: 20,
+      seed: 8,
+    };
+    const whole = await client.completions.create(params);
+    const stream = await client.completions.create({
+      ...params,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const texts = ['', '', '', ''];
+    let usage: OpenAI.CompletionUsage | undefined;
+    let finishes = 0;
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) {
+        texts[c.index] += c.text;
+        if (c.finish_reason !== null) finishes++;
+      }
+      usage = chunk.usage ?? usage;
+    }
+    expect(texts).toEqual(whole.choices.map((c) => c.text));
+    expect(finishes).toBe(4);
+    expect(usage).toEqual(whole.usage);
+    const chat = await client.chat.completions.create({
+      model: 'tiny',
+      messages: MESSAGES,
+      n: 3,
+      max_completion_tokens: 16,
+      seed: 2,
+      stream: true,
+    });
+    const contents = ['', '', ''];
+    const roles = new Set<number>();
+    for await (const chunk of chat) {
+      for (const c of chunk.choices) {
+        if (c.delta.role === 'assistant') roles.add(c.index);
+        contents[c.index] += c.delta.content ?? '';
+      }
+    }
+    const wholeChat = await client.chat.completions.create({
+      model: 'tiny',
+      messages: MESSAGES,
+      n: 3,
+      max_completion_tokens: 16,
+      seed: 2,
+    });
+    expect([...roles].sort()).toEqual([0, 1, 2]);
+    expect(contents).toEqual(wholeChat.choices.map((c) => c.message.content));
+  });
+
   it('renders a tool definition into the prompt (tool calls are not parsed from the output)', async () => {
     const tools: OpenAI.Chat.ChatCompletionTool[] = [
       {
