@@ -106,7 +106,7 @@ export function readCommon(
     minTokens: optInt(body, '', 'min_tokens', 0, 0, INT32_MAX),
     stop: readStop(body),
     includeStopStrInOutput: optBool(body, '', 'include_stop_str_in_output', false),
-    skipSpecialTokens: readSkipSpecialTokens(body),
+    skipSpecialTokens: optBool(body, '', 'skip_special_tokens', true),
     topLogprobs,
     returnTokenIds: optBool(body, '', 'return_token_ids', false),
     priority,
@@ -244,14 +244,6 @@ function refuseUnsupported(body: Body): void {
 
 function isEmptyObject(v: unknown): boolean {
   return isPlainObject(v) && Object.keys(v).length === 0;
-}
-
-function readSkipSpecialTokens(body: Body): boolean {
-  const skip = optBool(body, '', 'skip_special_tokens', true);
-  if (!skip) {
-    fail('skip_special_tokens', 'only true is supported: special tokens are left out of text');
-  }
-  return skip;
 }
 
 function readStreamOptions(

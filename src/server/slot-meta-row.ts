@@ -40,5 +40,6 @@ export function slotMetaRow(record: RequestRecord, index: number): SlotMetaField
     text: openai !== undefined,
     topLogprobs: openai?.topLogprobs ?? -1,
     returnTokenIds: openai?.returnTokenIds ?? false,
+    keepSpecialTokens: openai !== undefined && !request.skipSpecialTokens,
   };
 }

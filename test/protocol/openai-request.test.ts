@@ -114,7 +114,7 @@ describe('POST /v1/completions body', () => {
       [{ best_of: 3 }, 'best_of'],
       [{ use_beam_search: true }, 'use_beam_search'],
       [{ response_format: { type: 'json_object' } }, 'response_format.type'],
-      [{ skip_special_tokens: false }, 'skip_special_tokens'],
+      [{ skip_special_tokens: 0 }, 'skip_special_tokens'],
       [{ stop_token_ids: [1000] }, 'stop_token_ids[0]'],
       [{ presence_penalty: 3 }, 'presence_penalty'],
       [{ repetition_penalty: 0 }, 'repetition_penalty'],

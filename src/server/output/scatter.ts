@@ -29,6 +29,7 @@ import { StopStringMatcher, type TokenByteSource } from './detokenizer.js';
 import { RS_ERR_OUTPUT_BAD_STEP } from './errors.js';
 import { SlotEventList } from './slot-events.js';
 import { SlotFlag, type SlotMetaTable } from './slot-meta.js';
+import { tokenTextSource } from './token-text.js';
 
 export interface StepScatterOptions {
   meta: SlotMetaTable;
@@ -59,6 +60,8 @@ export class StepScatter {
   readonly #columns: ColumnWriter;
   readonly #stops: StopStringMatcher;
   readonly #tokens: TokenByteSource;
+  /** The same with special tokens written as their text (skip_special_tokens false). */
+  readonly #tokenText: TokenByteSource;
   readonly #rec = new StepRecordView();
   readonly #metrics: ScatterMetrics;
 
@@ -70,6 +73,7 @@ export class StepScatter {
     this.#columns = new ColumnWriter(opts.acc, opts.arena);
     this.#stops = new StopStringMatcher(opts.meta, opts.tokens);
     this.#tokens = opts.tokens;
+    this.#tokenText = tokenTextSource(opts.tokens);
     this.#metrics = opts.metrics ?? NO_METRICS;
     const slots = opts.acc.slots;
     this.finished = new SlotEventList(slots);
@@ -259,7 +263,8 @@ export class StepScatter {
       (flags & SlotFlag.Text) !== 0 &&
       (finish !== FinishReason.Stop || (flags & SlotFlag.IncludeStopStrInOutput) !== 0)
     ) {
-      this.#columns.appendText(slot, base, this.#tokens, token);
+      const source = (flags & SlotFlag.KeepSpecialTokens) !== 0 ? this.#tokenText : this.#tokens;
+      this.#columns.appendText(slot, base, source, token);
     }
     if ((flags & SlotFlag.HasStopStrings) !== 0) {
       this.#checkStop(slot, base, token, finish, flags, textBefore);

@@ -47,6 +47,8 @@ export const SlotFlag = {
   Text: 256,
   /** vLLM's return_token_ids: OpenAI choices carry their token ids. */
   ReturnTokenIds: 512,
+  /** skip_special_tokens false: special tokens' text goes into the text column too. */
+  KeepSpecialTokens: 1024,
 } as const;
 
 /**
@@ -84,6 +86,7 @@ export interface SlotMetaFields {
   text?: boolean;
   topLogprobs?: number;
   returnTokenIds?: boolean;
+  keepSpecialTokens?: boolean;
 }
 
 const encoder = new TextEncoder();
@@ -146,7 +149,8 @@ export class SlotMetaTable {
       (f.continuousUsageStats ? SlotFlag.ContinuousUsageStats : 0) |
       (f.stop.length > 0 ? SlotFlag.HasStopStrings : 0) |
       (f.text === true ? SlotFlag.Text : 0) |
-      (f.returnTokenIds === true ? SlotFlag.ReturnTokenIds : 0);
+      (f.returnTokenIds === true ? SlotFlag.ReturnTokenIds : 0) |
+      (f.keepSpecialTokens === true ? SlotFlag.KeepSpecialTokens : 0);
     words[w + W_FORM] = f.form;
     words[w + W_PROMPT_LEN] = f.promptLen;
     words[w + W_ROUTED_START] = f.routedExpertsPromptStart;

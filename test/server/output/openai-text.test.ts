@@ -6,6 +6,7 @@ import type { PackTask } from '../../../src/server/output/packer-pool.js';
 import { SlotEventList } from '../../../src/server/output/slot-events.js';
 import { ResponseFormCode, type SlotMetaFields } from '../../../src/server/output/slot-meta.js';
 import { StreamEncoder } from '../../../src/server/output/stream-encoder.js';
+import { TokenBytesTable } from '../../../src/tokenizer/token-bytes.js';
 import { FinishReason } from '../../../src/wire/types.js';
 import { type Harness, makeHarness, metaFields } from './harness.js';
 
@@ -218,5 +219,24 @@ describe('OpenAI text on the output side', () => {
       total_tokens: 7,
       prompt_tokens_details: null,
     });
+  });
+
+  it('writes special tokens into the text only with skip_special_tokens false', () => {
+    const enc = (t: string) => new TextEncoder().encode(t);
+    const table = TokenBytesTable.build([
+      { id: 0, bytes: enc('a'), special: false },
+      { id: 1, bytes: enc('<|sep|>'), special: true },
+      { id: 2, bytes: enc('b'), special: false },
+    ]);
+    for (const keep of [false, true]) {
+      const h = makeHarness({ tokens: table });
+      h.meta.write(0, 1, openAiMeta({ keepSpecialTokens: keep, logprobs: false, topLogprobs: -1 }));
+      for (const [i, token] of [0, 1, 2].entries()) {
+        h.feed([{ slot: 0, gen: 1, token, finish: i === 2 ? FinishReason.Length : 0 }]);
+      }
+      const packer = new ResponsePacker(h.meta.sab, h.acc.sab, h.arena.sab, table);
+      const res = JSON.parse(packer.pack(task('completion')).toString('utf8'));
+      expect(choice0(res).text).toBe(keep ? 'a<|sep|>b' : 'ab');
+    }
   });
 });
