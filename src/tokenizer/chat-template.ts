@@ -25,6 +25,11 @@ export interface ChatTemplateOptions {
   tools?: readonly unknown[] | null;
   /** End with the assistant turn's opening (default true, as vLLM's chat routes). */
   addGenerationPrompt?: boolean;
+  /**
+   * Leave the last message open for the model to continue (no end-of-turn after it, no generation
+   * prompt), as transformers' continue_final_message does; not with addGenerationPrompt.
+   */
+  continueFinalMessage?: boolean;
   /** Extra template variables (`enable_thinking`, ...), vLLM's chat_template_kwargs. */
   chatTemplateKwargs?: Readonly<Record<string, unknown>> | null;
 }
@@ -54,17 +59,21 @@ export class ChatTemplate {
     const template = (tools !== null && this.#toolUse) || this.#default || this.#toolUse;
     if (template === null)
       throw new RS_ERR_TOKENIZER_TEMPLATE('the tokenizer has no default chat template');
+    const flat = messages.map(flattenContent);
+    const continueFinal = opts.continueFinalMessage ?? false;
+    let text: string;
     try {
-      return template.render({
+      text = template.render({
         ...this.#specialTexts,
         ...(opts.chatTemplateKwargs ?? {}),
-        messages: messages.map(flattenContent),
+        messages: flat,
         tools,
-        add_generation_prompt: opts.addGenerationPrompt ?? true,
+        add_generation_prompt: continueFinal ? false : (opts.addGenerationPrompt ?? true),
       });
     } catch (err) {
       throw new RS_ERR_TOKENIZER_TEMPLATE((err as Error).message);
     }
+    return continueFinal ? cutAfterFinalMessage(text, flat[flat.length - 1]) : text;
   }
 }
 
@@ -74,6 +83,18 @@ function compile(text: string, name: string): Template {
   } catch (err) {
     throw new RS_ERR_TOKENIZER_TEMPLATE(`chat template "${name}": ${(err as Error).message}`);
   }
+}
+
+/** The rendered text up to the end of the last message's content (what the model continues). */
+function cutAfterFinalMessage(text: string, last: ChatMessage | undefined): string {
+  const content = typeof last?.content === 'string' ? last.content.trim() : '';
+  const at = content === '' ? -1 : text.lastIndexOf(content);
+  if (at < 0) {
+    throw new RS_ERR_TOKENIZER_TEMPLATE(
+      'continue_final_message: the last message is not in the rendered prompt',
+    );
+  }
+  return text.slice(0, at + content.length);
 }
 
 /** Content parts to one string (text parts joined by "\n"), the form string-content templates take. */

@@ -89,6 +89,7 @@ export class TokenizerPool {
       tools: opts.tools ?? null,
       addGenerationPrompt: opts.addGenerationPrompt ?? true,
       chatTemplateKwargs: opts.chatTemplateKwargs ?? null,
+      continueFinalMessage: opts.continueFinalMessage ?? false,
     };
     if (conversationChars(messages) < this.#inlineBelow) {
       const prompt = this.tokenizer.applyChatTemplate(messages, options);

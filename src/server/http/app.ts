@@ -18,6 +18,7 @@ import { registerGenerateRoute } from './routes/generate.js';
 import { type HealthDeps, registerHealthRoutes } from './routes/health.js';
 import { registerMetricsRoute } from './routes/metrics.js';
 import { registerOpenAiRoutes } from './routes/openai.js';
+import { registerTokenizeRoutes } from './routes/tokenize.js';
 
 /** The most alternatives a request may ask per position (vLLM's --max-logprobs default). */
 const OPENAI_MAX_LOGPROBS = 20;
@@ -26,8 +27,8 @@ export interface AppDeps extends HealthDeps, ControlDeps {
   config: RingserveConfig;
   coordinator: RequestCoordinator;
   requestOptions: GenerateRequestOptions;
-  /** The served tokenizer (src/tokenizer/pool.ts): the OpenAI routes are served with one. */
-  tokenizers?: TokenizerPool;
+  /** The served tokenizer (and its threads): /tokenize, /detokenize and the OpenAI routes. */
+  tokenizers: TokenizerPool;
 }
 
 export function buildApp(deps: AppDeps): FastifyInstance {
@@ -74,17 +75,16 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   registerHealthRoutes(app, deps);
   registerGenerateRoute(app, deps);
   registerControlRoutes(app, deps);
-  if (deps.tokenizers !== undefined) {
-    registerOpenAiRoutes(app, {
-      ...deps,
-      tokenizer: poolPromptTokenizer(deps.tokenizers),
-      openaiOptions: {
-        vocabSize: deps.requestOptions.vocabSize,
-        maxModelLen: deps.requestOptions.maxModelLen,
-        maxLogprobs: OPENAI_MAX_LOGPROBS,
-      },
-    });
-  }
+  registerTokenizeRoutes(app, deps);
+  registerOpenAiRoutes(app, {
+    ...deps,
+    tokenizer: poolPromptTokenizer(deps.tokenizers),
+    openaiOptions: {
+      vocabSize: deps.requestOptions.vocabSize,
+      maxModelLen: deps.requestOptions.maxModelLen,
+      maxLogprobs: OPENAI_MAX_LOGPROBS,
+    },
+  });
   const { engine, config } = deps;
   registerMetricsRoute(
     app,

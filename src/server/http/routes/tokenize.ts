@@ -1,0 +1,59 @@
+/**
+ * POST /tokenize and POST /detokenize, as vLLM serves them: a prompt, or chat messages through the
+ * model's chat template, to `{count, max_model_len, tokens, token_strs}`; token ids back to
+ * `{prompt}` (special tokens kept, as vLLM's tokenizer.decode keeps them). Long texts are encoded
+ * on the tokenizer threads (TokenizerPool), never on this event loop.
+ */
+import type { FastifyInstance } from 'fastify';
+import type { RingserveConfig } from '../../../config.js';
+import { RS_ERR_MODEL_NOT_FOUND } from '../../../errors.js';
+import {
+  parseDetokenizeRequest,
+  parseTokenizeRequest,
+} from '../../../protocol/tokenize-request.js';
+import type { TokenizerPool } from '../../../tokenizer/pool.js';
+
+export interface TokenizeDeps {
+  config: RingserveConfig;
+  tokenizers: TokenizerPool;
+}
+
+export function registerTokenizeRoutes(app: FastifyInstance, deps: TokenizeDeps): void {
+  const { config, tokenizers } = deps;
+  const tokenizer = tokenizers.tokenizer;
+  const checkModel = (model: string | null): void => {
+    if (model !== null && model !== config.servedModelName && model !== config.model) {
+      throw new RS_ERR_MODEL_NOT_FOUND(model);
+    }
+  };
+
+  app.post('/tokenize', async (request) => {
+    const req = parseTokenizeRequest(request.body);
+    checkModel(req.model);
+    const ids =
+      req.kind === 'prompt'
+        ? await tokenizers.encode(req.prompt, { addSpecialTokens: req.addSpecialTokens })
+        : (
+            await tokenizers.renderChatAndEncode(req.messages, {
+              tools: req.tools,
+              addGenerationPrompt: req.addGenerationPrompt,
+              continueFinalMessage: req.continueFinalMessage,
+              chatTemplateKwargs: req.chatTemplateKwargs,
+              addSpecialTokens: req.addSpecialTokens,
+            })
+          ).ids;
+    const tokens = Array.from(ids);
+    return {
+      count: tokens.length,
+      max_model_len: config.maxModelLen,
+      tokens,
+      token_strs: req.returnTokenStrs ? tokens.map((id) => tokenizer.idToToken(id) ?? '') : null,
+    };
+  });
+
+  app.post('/detokenize', async (request) => {
+    const req = parseDetokenizeRequest(request.body, tokenizer.vocabSize);
+    checkModel(req.model);
+    return { prompt: tokenizer.decode(req.tokens, { skipSpecialTokens: false }) };
+  });
+}
