@@ -10,7 +10,7 @@ import {
 /**
  * A POST /v1/chat/completions body (vLLM's ChatCompletionRequest): the messages (roles, text
  * content or text parts), `tools` and `tool_choice` for the chat template, the template switches
- * (`add_generation_prompt`, `chat_template_kwargs`),
+ * (`add_generation_prompt`, `continue_final_message`, `chat_template_kwargs`),
  * `max_completion_tokens` (or the deprecated `max_tokens`), `logprobs` + `top_logprobs`, and the
  * shared fields of openai-request.ts. Rendering and tokenizing are the tokenizer's.
  */
@@ -28,6 +28,8 @@ export interface ChatBody {
   /** The `tools` array as given (each `{type: "function", function: {name, ...}}`), or null. */
   tools: readonly Body[] | null;
   addGenerationPrompt: boolean;
+  /** Leave the last (assistant) message open for the model to continue. */
+  continueFinalMessage: boolean;
   /** Extra variables for the template (Qwen3's `enable_thinking`, ...). */
   chatTemplateKwargs: Readonly<Record<string, unknown>>;
   /** Default false: the template writes the special tokens itself. */
@@ -52,10 +54,12 @@ export function parseChatBody(body: unknown, opts: OpenAiRequestOptions): ChatBo
       fail(key, 'is not supported by this server; send null');
     }
   }
-  const addGenerationPrompt = optBool(body, '', 'add_generation_prompt', true);
-  if (optBool(body, '', 'continue_final_message', false)) {
-    fail('continue_final_message', 'is not supported by this server; send false');
+  const continueFinalMessage = optBool(body, '', 'continue_final_message', false);
+  // As vLLM: both set explicitly is a mistake; continuing leaves out the generation prompt.
+  if (continueFinalMessage && body.add_generation_prompt === true) {
+    fail('continue_final_message', 'cannot be true together with add_generation_prompt');
   }
+  const addGenerationPrompt = optBool(body, '', 'add_generation_prompt', !continueFinalMessage);
   const logprobs = optBool(body, '', 'logprobs', false);
   const top = optInt(body, '', 'top_logprobs', 0, 0, opts.maxLogprobs);
   if (top > 0 && !logprobs) fail('top_logprobs', 'needs logprobs set to true');
@@ -72,6 +76,7 @@ export function parseChatBody(body: unknown, opts: OpenAiRequestOptions): ChatBo
     messages,
     tools,
     addGenerationPrompt,
+    continueFinalMessage,
     chatTemplateKwargs: (kwargs as Body | undefined | null) ?? {},
     addSpecialTokens: optBool(body, '', 'add_special_tokens', false),
   };

@@ -195,6 +195,8 @@ describe('POST /v1/chat/completions body', () => {
     expect(chat({ max_tokens: 4 }).common.maxTokens).toBe(4);
     expect(chat({}).common.maxTokens).toBe(null);
     expect(chat({ logprobs: true }).common.topLogprobs).toBe(0);
+    const cont = chat({ continue_final_message: true });
+    expect([cont.continueFinalMessage, cont.addGenerationPrompt]).toEqual([true, false]);
   });
 
   it('answers a bad field with a 400 naming it', () => {
@@ -215,7 +217,7 @@ describe('POST /v1/chat/completions body', () => {
       [{ tool_choice: 'required' }, 'tool_choice'],
       [{ response_format: { type: 'json_schema' } }, 'response_format.type'],
       [{ chat_template_kwargs: 3 }, 'chat_template_kwargs'],
-      [{ continue_final_message: true }, 'continue_final_message'],
+      [{ continue_final_message: true, add_generation_prompt: true }, 'continue_final_message'],
       [{ chat_template: '{{x}}' }, 'chat_template'],
     ];
     for (const [body, field] of cases)

@@ -10,6 +10,7 @@ export function poolPromptTokenizer(pool: TokenizerPool): PromptTokenizer {
         await pool.renderChatAndEncode(messages, {
           tools: o.tools,
           addGenerationPrompt: o.addGenerationPrompt,
+          continueFinalMessage: o.continueFinalMessage,
           chatTemplateKwargs: o.chatTemplateKwargs,
           addSpecialTokens: o.addSpecialTokens,
         })

@@ -8,6 +8,7 @@ import type { ChatMessage } from '../../protocol/openai-chat-request.js';
 export interface ChatTemplateOptions {
   tools: readonly Readonly<Record<string, unknown>>[] | null;
   addGenerationPrompt: boolean;
+  continueFinalMessage: boolean;
   chatTemplateKwargs: Readonly<Record<string, unknown>>;
   addSpecialTokens: boolean;
 }

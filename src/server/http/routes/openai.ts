@@ -69,6 +69,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
     const ids = await tokenizer.encodeChat(body.messages, {
       tools: body.tools,
       addGenerationPrompt: body.addGenerationPrompt,
+      continueFinalMessage: body.continueFinalMessage,
       chatTemplateKwargs: body.chatTemplateKwargs,
       addSpecialTokens: body.addSpecialTokens,
     });
