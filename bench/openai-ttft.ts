@@ -11,6 +11,7 @@
  *
  *   npm run bench:openai-ttft -- [--json] [--requests 12] [--prompt-tokens 4096] [--streams 100]
  */
+import { setMaxListeners } from 'node:events';
 import { request } from 'undici';
 import { ExitCode, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
 import { HEALTH_HEAP_USED, healthIndex } from '../src/shm/layout.js';
@@ -127,6 +128,8 @@ async function heapWithStreams(
   count: number,
 ): Promise<{ heapMb: number; peakMb: number }> {
   const controller = new AbortController();
+  // One signal for every stream: each request listens to it.
+  setMaxListeners(count + 10, controller.signal);
   let started = 0;
   const streams = Array.from({ length: count }, async (_, i) => {
     const res = await request(cluster.url + route.path, {
