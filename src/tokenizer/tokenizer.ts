@@ -1,8 +1,12 @@
-// One model's tokenizer: text <-> ids with Hugging Face's tokenizer.json semantics (by
-// @huggingface/tokenizers, the pure-JS port of the Rust crate, which loads the file offline), its
-// chat template, its end-of-sequence ids, and the packed byte table the output worker detokenizes
-// with. Built by load.ts from a directory or a preset's files.
+// One model's tokenizer: text <-> ids with Hugging Face's tokenizer.json semantics, its chat
+// template, its end-of-sequence ids, and the packed byte table the output worker detokenizes with.
+// Byte-level BPE vocabularies (Qwen, GLM, GPT-2 style) are encoded by ByteLevelBpe over typed
+// arrays and decoded from the byte table, so a loaded tokenizer keeps almost nothing on the
+// garbage-collected heap; any other tokenizer.json family goes through @huggingface/tokenizers,
+// the pure-JS port of the Rust crate. Built by load.ts from a directory or a preset's files.
 import type { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
+import { BYTE_TO_CHAR } from './byte-level.js';
+import type { ByteLevelBpe } from './byte-level-bpe.js';
 import type { ChatMessage, ChatTemplate, ChatTemplateOptions } from './chat-template.js';
 import { RS_ERR_TOKENIZER_TEMPLATE } from './errors.js';
 import type { TokenBytesTable } from './token-bytes.js';
@@ -17,11 +21,18 @@ export interface DecodeOptions {
   skipSpecialTokens?: boolean;
 }
 
+/** How a tokenizer turns text into ids: ours for byte-level BPE, else tokenizers.js. */
+export type TokenizerEngine =
+  | { kind: 'byte-level'; bpe: ByteLevelBpe }
+  | { kind: 'hf'; hf: HfTokenizer };
+
 /** What load.ts hands the constructor. */
 export interface TokenizerParts {
   name: string;
-  hf: HfTokenizer;
+  engine: TokenizerEngine;
   bytes: TokenBytesTable;
+  /** Added tokens' texts -> ids (`<|im_end|>` -> 151645). */
+  addedTokens: ReadonlyMap<string, number>;
   chatTemplate: ChatTemplate | null;
   eosTokenIds: readonly number[];
   bosTokenId: number | null;
@@ -39,14 +50,16 @@ export class Tokenizer {
   readonly bosTokenId: number | null;
   /** Each id's UTF-8 bytes over a SharedArrayBuffer (the output worker's TokenByteSource). */
   readonly bytes: TokenBytesTable;
-  readonly #hf: HfTokenizer;
+  readonly #engine: TokenizerEngine;
+  readonly #added: ReadonlyMap<string, number>;
   readonly #template: ChatTemplate | null;
 
   constructor(parts: TokenizerParts) {
     this.name = parts.name;
-    this.#hf = parts.hf;
+    this.#engine = parts.engine;
     this.bytes = parts.bytes;
     this.vocabSize = parts.bytes.size;
+    this.#added = parts.addedTokens;
     this.#template = parts.chatTemplate;
     this.eosTokenIds = parts.eosTokenIds;
     this.bosTokenId = parts.bosTokenId;
@@ -57,15 +70,27 @@ export class Tokenizer {
   }
 
   encode(text: string, opts: EncodeOptions = {}): Int32Array {
-    const { ids } = this.#hf.encode(text, { add_special_tokens: opts.addSpecialTokens ?? true });
-    return Int32Array.from(ids);
+    const add = opts.addSpecialTokens ?? true;
+    const engine = this.#engine;
+    if (engine.kind === 'byte-level') return engine.bpe.encode(text, add);
+    return Int32Array.from(engine.hf.encode(text, { add_special_tokens: add }).ids);
   }
 
-  /** Ids outside the vocabulary decode to nothing. */
+  /** Ids outside the vocabulary decode to nothing; a part of a character left alone to U+FFFD. */
   decode(ids: ArrayLike<number>, opts: DecodeOptions = {}): string {
-    const known: number[] = [];
-    for (let i = 0; i < ids.length; i++) if (this.bytes.has(ids[i]!)) known.push(ids[i]!);
-    return this.#hf.decode(known, { skip_special_tokens: opts.skipSpecialTokens ?? true });
+    const skip = opts.skipSpecialTokens ?? true;
+    const engine = this.#engine;
+    if (engine.kind === 'hf') {
+      const known: number[] = [];
+      for (let i = 0; i < ids.length; i++) if (this.bytes.has(ids[i]!)) known.push(ids[i]!);
+      return engine.hf.decode(known, { skip_special_tokens: skip });
+    }
+    let length = 0;
+    for (let i = 0; i < ids.length; i++) length += this.bytes.tokenLength(ids[i]!);
+    const out = new Uint8Array(length);
+    let at = 0;
+    for (let i = 0; i < ids.length; i++) at += this.bytes.writeText(ids[i]!, out, at, skip);
+    return textDecoder.decode(out.subarray(0, at));
   }
 
   /** The conversation as the model's prompt text. */
@@ -90,11 +115,25 @@ export class Tokenizer {
 
   /** The vocabulary's own spelling of a token (`Ġworld`), vLLM's /tokenize `token_strs`; null for none. */
   idToToken(id: number): string | null {
-    return this.#hf.id_to_token(id) ?? null;
+    const engine = this.#engine;
+    if (engine.kind === 'hf') return engine.hf.id_to_token(id) ?? null;
+    if (!this.bytes.has(id)) return null;
+    if (this.bytes.isAdded(id)) return this.tokenText(id);
+    let spelling = '';
+    for (const b of this.bytes.bytesOf(id)) spelling += BYTE_TO_CHAR[b];
+    return spelling;
   }
 
-  /** The id of a vocabulary spelling or added token (`<|im_end|>`), or null. */
+  /** The id of an added token's text (`<|im_end|>`) or of a vocabulary spelling (`Ġworld`), or null. */
   tokenToId(token: string): number | null {
-    return this.#hf.token_to_id(token) ?? null;
+    const added = this.#added.get(token);
+    if (added !== undefined) return added;
+    const engine = this.#engine;
+    if (engine.kind === 'hf') return engine.hf.token_to_id(token) ?? null;
+    // Rare (not per request): a scan of the byte table.
+    for (let id = 0; id < this.vocabSize; id++) {
+      if (!this.bytes.isAdded(id) && this.idToToken(id) === token) return id;
+    }
+    return null;
   }
 }

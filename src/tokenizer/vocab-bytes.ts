@@ -13,6 +13,7 @@ export interface TokenizerJson {
     type?: string;
     vocab: Record<string, number> | [string, number][];
     byte_fallback?: boolean;
+    merges?: (string | [string, string])[];
   };
   added_tokens?: { id: number; content: string; special?: boolean }[];
   decoder?: DecoderJson | null;
@@ -45,7 +46,12 @@ export function vocabBytes(json: TokenizerJson): TokenBytesEntry[] {
     });
   }
   for (const t of json.added_tokens ?? []) {
-    entries.set(t.id, { id: t.id, bytes: utf8.encode(t.content), special: t.special === true });
+    entries.set(t.id, {
+      id: t.id,
+      bytes: utf8.encode(t.content),
+      special: t.special === true,
+      added: true,
+    });
   }
   return [...entries.values()];
 }

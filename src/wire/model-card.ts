@@ -10,6 +10,12 @@ import { ENGINE_LIMITS } from './engine-defaults.js';
 export interface ModelCard {
   name: string;
   vocabSize: number;
+  /**
+   * Ids below this are the tokenizer's ordinary text tokens (special and added tokens, and the
+   * padding rows of the embedding, come after): the simulated model samples only these, and EOS.
+   * Absent: the whole vocabulary.
+   */
+  textVocabSize?: number;
   numHiddenLayers: number;
   /** Layers that route to experts, i.e. routing-row layers (hidden layers minus dense ones). */
   routingLayers: number;
@@ -43,6 +49,8 @@ export function defaultNumGpuBlocks(card: ModelCard, blockSize: number): number 
 const QWEN3_30B_A3B: ModelCard = {
   name: 'qwen3-30b-a3b',
   vocabSize: 151936,
+  // Qwen3's tokenizer: 151643 BPE tokens, then <|endoftext|> (151643) and 25 more added tokens.
+  textVocabSize: 151643,
   numHiddenLayers: 48,
   routingLayers: 48,
   numExperts: 128,
@@ -67,6 +75,8 @@ const QWEN3_30B_A3B: ModelCard = {
 const GLM_45_AIR: ModelCard = {
   name: 'glm-4.5-air',
   vocabSize: 151552,
+  // GLM-4.5's tokenizer: BPE tokens below <|endoftext|> (151329), its first special token.
+  textVocabSize: 151329,
   numHiddenLayers: 46,
   routingLayers: 45,
   numExperts: 128,
@@ -83,6 +93,8 @@ const GLM_45_AIR: ModelCard = {
 const TINY: ModelCard = {
   name: 'tiny',
   vocabSize: 1000,
+  // tokenizers/tiny: 997 byte-level BPE tokens, then <|im_start|>, <|endoftext|>, <|im_end|>.
+  textVocabSize: 997,
   numHiddenLayers: 4,
   routingLayers: 3,
   numExperts: 16,
@@ -134,6 +146,8 @@ export function validateModelCard<T extends ModelCard>(c: T): T {
     fail('expertsPerToken must be in [1, numExperts]');
   if (!isInt(c.routingLayers, 0, c.numHiddenLayers))
     fail('routingLayers must be in [0, numHiddenLayers]');
+  if (c.textVocabSize !== undefined && !isInt(c.textVocabSize, 1, c.vocabSize))
+    fail('textVocabSize must be an integer in [1, vocabSize]');
   if (c.eosTokenIds.length === 0) fail('eosTokenIds is empty');
   for (const id of c.eosTokenIds)
     if (!isInt(id, 0, c.vocabSize - 1)) fail(`eos id ${id} not in vocab`);

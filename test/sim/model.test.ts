@@ -30,7 +30,7 @@ describe('the simulated model', () => {
     expect(large / n).toBeLessThan(0.1);
   });
 
-  it('maps ranks to token ids and back as a bijection over the non-EOS ids', () => {
+  it('maps ranks to token ids and back as a bijection over the non-EOS text ids', () => {
     const model = new SimModel(tiny, 1, 3);
     const shape = new PositionShape();
     model.shapeAt(12345, 6, shape);
@@ -38,10 +38,13 @@ describe('the simulated model', () => {
     for (let r = 0; r < model.streamSize; r++) {
       const id = model.tokenAtRank(r, shape);
       expect(model.isEos(id)).toBe(false);
+      expect(id).toBeLessThan(tiny.textVocabSize!);
       expect(model.rankOfToken(id, shape)).toBe(r);
       seen.add(id);
     }
-    expect(seen.size).toBe(tiny.vocabSize - tiny.eosTokenIds.length);
+    // Every text token, and none of the special ones (997 is <|im_start|>).
+    expect(seen.size).toBe(tiny.textVocabSize);
     expect(model.rankOfToken(tiny.eosTokenIds[0] as number, shape)).toBe(-1);
+    expect(model.rankOfToken(997, shape)).toBe(-1);
   });
 });
