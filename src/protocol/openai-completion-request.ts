@@ -35,6 +35,8 @@ export interface CompletionBody {
 
 /** Prompts per request: each becomes n engine sequences. */
 export const MAX_PROMPTS = 64;
+/** Engine sequences one request may fan out into (prompts x n). */
+export const OPENAI_CHOICES_LIMIT = 256;
 const DEFAULT_MAX_TOKENS = 16;
 
 export function parseCompletionBody(body: unknown, opts: OpenAiRequestOptions): CompletionBody {
@@ -67,9 +69,6 @@ export function parseCompletionBody(body: unknown, opts: OpenAiRequestOptions): 
     addSpecialTokens: optBool(body, '', 'add_special_tokens', true),
   };
 }
-
-/** Engine sequences one request may fan out into (prompts x n). */
-export const OPENAI_CHOICES_LIMIT = 256;
 
 /** logprobs: null -> -1 (none); an integer in [0, maxLogprobs]. */
 function readLogprobs(body: Body, maxLogprobs: number): number {

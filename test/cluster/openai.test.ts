@@ -288,4 +288,22 @@ describe('the OpenAI routes through the official SDK', () => {
     expect(bad).toBeInstanceOf(OpenAI.BadRequestError);
     expect((bad as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('temperature');
   });
+
+  it('the inline baseline answers the OpenAI routes with a 501 naming the flag', async () => {
+    const inline = await startCluster([
+      '--model',
+      'tiny',
+      '--max-speed',
+      '--output-processing',
+      'inline',
+    ]);
+    const sdk = new OpenAI({ baseURL: `${inline.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const err = await sdk.chat.completions
+      .create({ model: 'tiny', messages: MESSAGES })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect((err as InstanceType<typeof OpenAI.APIError>).status).toBe(501);
+    expect(String((err as Error).message)).toContain('--output-processing workers');
+    await inline.stop();
+  });
 });

@@ -36,7 +36,8 @@ function denseLogits(
     let l: number;
     if (id === model.primaryEos) l = eosLogit;
     else if (model.isEos(id)) l = -Infinity;
-    else if (model.rankOfToken(id, shape) < 0) l = -Infinity; // special: never sampled
+    else if (model.rankOfToken(id, shape) < 0)
+      l = -Infinity; // special: never sampled
     else l = model.logitAtRank(model.rankOfToken(id, shape), shape);
     if (suppress && (id === model.primaryEos || p.stopTokenIds.includes(id))) l = -Infinity;
     if (counts !== null && l > -Infinity) {
