@@ -1,4 +1,6 @@
+import { existsSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
 import { RS_ERR_CONFIG_INVALID } from './errors.js';
 import {
   ENGINE_DEFAULTS,
@@ -230,5 +232,9 @@ function checkCrossFields(c: RingserveConfig): void {
       '--num-gpu-blocks',
       `${c.numGpuBlocks} blocks of ${c.blockSize} tokens cannot hold one sequence of --max-model-len ${c.maxModelLen}`,
     );
+  }
+  // Checked here, not when an API server loads it: a bad directory is a usage error at startup.
+  if (c.tokenizer !== null && !existsSync(join(c.tokenizer, 'tokenizer.json'))) {
+    throw new RS_ERR_CONFIG_INVALID('--tokenizer', `${c.tokenizer} has no tokenizer.json`);
   }
 }

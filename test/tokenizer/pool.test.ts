@@ -2,6 +2,7 @@ import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseArgs } from '../../src/cli-args.js';
 import { loadTokenizer } from '../../src/tokenizer/load.js';
 import { TokenizerPool } from '../../src/tokenizer/pool.js';
 import { committedTokenizersDir } from '../../src/tokenizer/presets.js';
@@ -79,5 +80,14 @@ describe('a tokenizer directory without a chat template', () => {
       code: 'RS_ERR_CONFIG_INVALID',
       param: '--tokenizer',
     });
+  });
+});
+
+describe('--tokenizer', () => {
+  it('is refused at startup when the directory has no tokenizer.json', () => {
+    expect(() => parseArgs(['--tokenizer', tmpdir()], {})).toThrow(/--tokenizer/);
+    const dir = join(committedTokenizersDir(), 'tiny');
+    expect(parseArgs(['--tokenizer', dir], {}).tokenizer).toBe(dir);
+    expect(parseArgs([], {}).tokenizer).toBeNull();
   });
 });
