@@ -336,6 +336,13 @@ export const RS_ERR_ROUTER_NO_INSTANCE = createError(
   503,
 );
 
+// The OpenAI routes.
+export const RS_ERR_OPENAI_INLINE_OUTPUT = createError(
+  'RS_ERR_OPENAI_INLINE_OUTPUT',
+  '%s needs --output-processing workers: the inline baseline answers /inference/v1/generate only',
+  501,
+);
+
 export const RS_ERR_SERVER_INTERNAL = createError(
   'RS_ERR_SERVER_INTERNAL',
   'internal error: %s',
@@ -423,6 +430,7 @@ const TYPE_BY_STATUS: ReadonlyMap<number, string> = new Map([
   [429, 'RateLimitError'],
   [499, 'RequestAbortedError'],
   [500, 'InternalServerError'],
+  [501, 'NotImplementedError'],
   [502, 'BadGatewayError'],
   [503, 'ServiceUnavailableError'],
   [504, 'TimeoutError'],

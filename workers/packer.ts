@@ -5,14 +5,26 @@
 import { move, workerData } from 'piscina';
 import { toRingserveError } from '../src/errors.js';
 import { startThreadHealth } from '../src/obs/thread-health-share.js';
+import { tokenByteSource } from '../src/server/output/detokenizer.js';
 import { ResponsePacker } from '../src/server/output/pack.js';
 import type { PackerWorkerData, PackFailure, PackTask } from '../src/server/output/packer-pool.js';
 import { ResponsePool } from '../src/server/output/response-pool.js';
+import { tokenTextSource } from '../src/server/output/token-text.js';
 import { lowerThisThread } from '../src/shm/thread-priority.js';
+import { TokenBytesTable } from '../src/tokenizer/token-bytes.js';
 
 const data = workerData as PackerWorkerData;
 lowerThisThread(data.priority);
-const packer = new ResponsePacker(data.metaSab, data.accSab, data.arenaSab);
+const packer = new ResponsePacker(
+  data.metaSab,
+  data.accSab,
+  data.arenaSab,
+  tokenTextSource(
+    data.tokenBytes === undefined
+      ? tokenByteSource(data.preset, data.specialTokenIds)
+      : new TokenBytesTable(data.tokenBytes),
+  ),
+);
 startThreadHealth('packer');
 const pool = data.poolSab === null ? null : new ResponsePool(data.poolSab);
 

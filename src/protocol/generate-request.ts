@@ -12,6 +12,7 @@ import {
   optNumber,
   optString,
 } from './fields.js';
+import type { OpenAiAnswer } from './openai-request.js';
 import { stopStringsProblem } from './stop-strings.js';
 
 /**
@@ -52,6 +53,8 @@ export interface GenerateRequest {
   detokenize: boolean;
   skipSpecialTokens: boolean;
   includeStopStrInOutput: boolean;
+  /** Set by the OpenAI routes (openai-request.ts): the answer is text, shaped as OpenAI's. */
+  openai?: OpenAiAnswer;
 }
 
 const INT32_MIN = -2_147_483_648;

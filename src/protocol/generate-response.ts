@@ -17,12 +17,15 @@ import {
  * array). Every field of the contract is present, nulls included.
  */
 
-export type ResponseForm = 'packed' | 'legacy' | 'msgpack';
+/** The generate route's three forms, and the OpenAI routes' answers (openai-response.ts). */
+export type ResponseForm = 'packed' | 'legacy' | 'msgpack' | 'completion' | 'chat';
 
 export const CONTENT_TYPE: Readonly<Record<ResponseForm, string>> = {
   packed: 'application/json',
   legacy: 'application/json',
   msgpack: 'application/msgpack',
+  completion: 'application/json',
+  chat: 'application/json',
 };
 
 /** Write the JSON response (packed or legacy) into `w` (the caller resets it and calls finish). */

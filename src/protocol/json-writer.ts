@@ -1,6 +1,7 @@
 import { base64Length, encodeBase64Into } from './base64.js';
 import { ByteWriter, checkPacked, type PackedDtype, type PackedView } from './byte-writer.js';
 import { MAX_NUMBER_TEXT, writeFloat32Text, writeIntText } from './number-text.js';
+import { sequenceAt } from './utf8.js';
 
 /**
  * Builds a JSON document as bytes, without JS objects: the caller writes the punctuation and keys
@@ -57,6 +58,45 @@ export class JsonWriter extends ByteWriter {
         buf[o++] = 0xe0 | (c >> 12);
         buf[o++] = 0x80 | ((c >> 6) & 63);
         buf[o++] = 0x80 | (c & 63);
+      }
+    }
+    buf[o++] = QUOTE;
+    this.len = o;
+    return this;
+  }
+
+  /**
+   * A JSON string literal of the UTF-8 bytes `src[from..to)` (text detokenized from token bytes),
+   * escaped as string() escapes, with each ill-formed subpart written as one U+FFFD.
+   */
+  utf8String(src: Uint8Array, from: number, to: number): this {
+    // Worst case: every byte becomes a 6-byte escape or a 3-byte U+FFFD.
+    this.reserve((to - from) * 6 + 2);
+    const buf = this.buf;
+    let o = this.len;
+    buf[o++] = QUOTE;
+    let at = from;
+    while (at < to) {
+      const c = src[at]!;
+      if (c >= 0x20 && c < 0x80 && c !== QUOTE && c !== BACKSLASH) {
+        buf[o++] = c;
+        at++;
+        continue;
+      }
+      if (c < 0x80) {
+        o = writeEscape(buf, o, c);
+        at++;
+        continue;
+      }
+      const n = sequenceAt(src, at, to);
+      if (n > 0) {
+        for (let k = 0; k < n; k++) buf[o++] = src[at + k]!;
+        at += n;
+      } else {
+        buf[o++] = 0xef;
+        buf[o++] = 0xbf;
+        buf[o++] = 0xbd;
+        at -= n;
       }
     }
     buf[o++] = QUOTE;

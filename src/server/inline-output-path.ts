@@ -19,6 +19,7 @@ import { JsonWriter } from '../protocol/json-writer.js';
 import { type ChoiceFinishReason, choiceFinishReason } from '../protocol/response-columns.js';
 import { stringifyGenerateResponse } from '../protocol/response-object.js';
 import {
+  SSE_DONE,
   writeStreamChunk,
   writeStreamDone,
   writeStreamEventText,
@@ -101,6 +102,14 @@ export class InlineOutputPath implements OutputPath {
     const columns = responseColumns(sequences);
     if (record.form === 'msgpack') return encodeGenerateResponse(columns, 'msgpack');
     return Buffer.from(stringifyGenerateResponse(columns, false));
+  }
+
+  /**
+   * Only [DONE]: streams with several choices are OpenAI answers, which the inline baseline does not
+   * serve (the generate route refuses n > 1 with stream).
+   */
+  streamTail(_record: RequestRecord): Buffer {
+    return SSE_DONE;
   }
 
   free(slot: number, gen: number): void {

@@ -31,6 +31,11 @@ export interface OutputPath {
   open(record: RequestRecord, index: number): void;
   /** Every choice of a non-streaming request finished well: its answer in record.form. */
   encode(record: RequestRecord): Promise<Buffer>;
+  /**
+   * A stream with several choices (OpenAI's n, or several prompts) whose every choice has sent its
+   * last event: the events that end it (the usage event when asked, then [DONE]).
+   */
+  streamTail(record: RequestRecord): Buffer;
   /** The answer is settled and the engine released the slot: its output state may be reused. */
   free(slot: number, gen: number): void;
   /** The engine died: forget every request's partial output. */

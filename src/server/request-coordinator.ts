@@ -117,15 +117,17 @@ export class RequestCoordinator implements OutputEvents {
       // The request is answered: its other sequences need not run on.
       this.#abortChoices(record, index);
       this.#free(record);
-    } else if (record.group.succeeded(index) && !record.stream) {
-      this.#encode(record);
+    } else if (record.group.succeeded(index)) {
+      if (!record.stream) this.#encode(record);
+      else if (record.group.size > 1) this.#endStream(record);
     }
   }
 
   stream(slot: number, gen: number, bytes: Buffer, last: boolean): void {
     const record = this.record(slot, gen);
     if (record === undefined || record.settled) return;
-    if (!last) {
+    // With several choices, one choice's last event does not end the stream: #endStream does.
+    if (!last || record.group.size > 1) {
       record.reply.write(bytes, false);
       return;
     }
@@ -193,10 +195,13 @@ export class RequestCoordinator implements OutputEvents {
       this.#timeline?.arrive(slot);
       output.open(record, i);
       const seed = i === 0 ? request.params.seed : childSeed(request.params.seed, i);
+      const openai = request.openai;
       this.#engine.add({
         slot,
         slotGen: gen,
-        promptTokenIds: request.promptTokenIds,
+        // An OpenAI completion may send several prompts: choice i runs prompt floor(i / n).
+        promptTokenIds:
+          openai === undefined ? request.promptTokenIds : openai.prompts[Math.floor(i / openai.n)]!,
         params: i === 0 ? request.params : { ...request.params, seed },
         priority: request.priority,
         cacheSalt,
@@ -245,6 +250,16 @@ export class RequestCoordinator implements OutputEvents {
         this.#free(record);
       },
     );
+  }
+
+  /** Every choice of a stream with several finished well: its last events end it. */
+  #endStream(record: RequestRecord): void {
+    const tail = this.#output!.streamTail(record);
+    if (this.#settle(record, 200, null)) {
+      record.reply.write(tail, true);
+      this.#done(record, true);
+    }
+    this.#free(record);
   }
 
   /** Answers with `error` unless the answer is already settled. */

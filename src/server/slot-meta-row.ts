@@ -10,11 +10,14 @@ const FORM_CODE: Readonly<Record<ResponseForm, ResponseFormCode>> = {
   packed: ResponseFormCode.Packed,
   legacy: ResponseFormCode.Legacy,
   msgpack: ResponseFormCode.Msgpack,
+  completion: ResponseFormCode.Completion,
+  chat: ResponseFormCode.Chat,
 };
 
 export function slotMetaRow(record: RequestRecord, index: number): SlotMetaFields {
   const { request } = record;
   const p = request.params;
+  const openai = request.openai;
   return {
     stream: request.stream,
     logprobs: p.logprobs,
@@ -24,12 +27,19 @@ export function slotMetaRow(record: RequestRecord, index: number): SlotMetaField
     includeUsage: request.includeUsage,
     continuousUsageStats: request.continuousUsageStats,
     form: FORM_CODE[record.form],
-    promptLen: request.promptTokenIds.length,
+    promptLen:
+      openai === undefined
+        ? request.promptTokenIds.length
+        : openai.prompts[Math.floor(index / openai.n)]!.length,
     routedExpertsPromptStart: p.routedExpertsPromptStart,
     maxTokens: p.maxTokens,
     minTokens: p.minTokens,
     stop: request.stop,
     choiceIndex: index,
     choiceCount: record.group.size,
+    text: openai !== undefined,
+    topLogprobs: openai?.topLogprobs ?? -1,
+    returnTokenIds: openai?.returnTokenIds ?? false,
+    keepSpecialTokens: openai !== undefined && !request.skipSpecialTokens,
   };
 }

@@ -6,6 +6,9 @@
  */
 import type { RingserveConfig } from '../config.js';
 import { ExitCode } from '../errors.js';
+import { JsonWriter } from '../protocol/json-writer.js';
+import { writeOpenAiUsageChunk } from '../protocol/openai-stream.js';
+import { writeStreamDone } from '../protocol/sse.js';
 import { outputRingOffset } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
 import type { SharedTokenBytes } from '../tokenizer/token-bytes.js';
@@ -14,7 +17,7 @@ import { AccumulatorTable } from './output/accumulators.js';
 import { reserveArenaBuffer } from './output/block-arena.js';
 import type { OutputBatch } from './output/messages.js';
 import { OutputWorker } from './output/output-worker-handle.js';
-import { PackerPool } from './output/packer-pool.js';
+import { PackerPool, type PackOpenAi } from './output/packer-pool.js';
 import { requestFailure } from './output/response-view.js';
 import { SlotMetaTable } from './output/slot-meta.js';
 import type { OutputEvents, OutputPath } from './output-path.js';
@@ -52,6 +55,7 @@ export class WorkerOutputPath implements OutputPath {
     const acc = new AccumulatorTable(slots);
     const arenaSab = reserveArenaBuffer();
     const priority = { nice: config.workerNice, policy: config.workerSchedPolicy };
+    const preset = getModelCard(config.model);
     const packers = new PackerPool({
       metaSab: meta.sab,
       accSab: acc.sab,
@@ -59,9 +63,11 @@ export class WorkerOutputPath implements OutputPath {
       threads: config.packerThreads,
       responsePoolBytes: config.responsePoolMb * 1024 * 1024,
       priority,
+      preset: preset.name,
+      specialTokenIds: preset.eosTokenIds,
+      ...(tokenBytes === undefined ? {} : { tokenBytes }),
     });
     const path = new WorkerOutputPath(meta, acc, packers, events);
-    const preset = getModelCard(config.model);
     path.#worker = await OutputWorker.start({
       ringSab: region.sab,
       ringOffset: outputRingOffset(region.params, server),
@@ -91,7 +97,12 @@ export class WorkerOutputPath implements OutputPath {
     const gen = group.gens[index]!;
     this.#meta.write(slot, gen, slotMetaRow(record, index));
     if (request.stream) {
-      this.#worker!.stream(slot, gen, identity.requestId, identity.model, identity.created);
+      const openai = request.openai;
+      const prompt = openai === undefined ? 0 : Math.floor(index / openai.n);
+      this.#worker!.stream(slot, gen, identity.requestId, identity.model, identity.created, {
+        echo: openai?.echo?.[prompt] ?? null,
+        promptTokenIds: openai?.returnTokenIds ? openai.prompts[prompt]! : null,
+      });
     }
   }
 
@@ -105,7 +116,25 @@ export class WorkerOutputPath implements OutputPath {
       model: identity.model,
       created: identity.created,
       kvTransferParams: record.request.kvTransferParams,
+      ...packOpenAi(record),
     });
+  }
+
+  streamTail(record: RequestRecord): Buffer {
+    const { identity, request, group } = record;
+    const w = new JsonWriter(512);
+    const openai = request.openai;
+    if (request.includeUsage && openai !== undefined) {
+      let promptTokens = 0;
+      for (const p of openai.prompts) promptTokens += p.length;
+      let completionTokens = 0;
+      for (const slot of group.slots) completionTokens += this.#acc.completionTokens(slot);
+      const usage = { promptTokens, completionTokens, cachedTokens: null };
+      const { requestId, model, created } = identity;
+      writeOpenAiUsageChunk(w, openai.kind, requestId, model, created, usage);
+    }
+    writeStreamDone(w);
+    return w.finish();
   }
 
   free(slot: number, gen: number): void {
@@ -158,4 +187,20 @@ export class WorkerOutputPath implements OutputPath {
     if (record === undefined) return;
     this.#events.finished(slot, gen, requestFailure(this.#acc, slot, record.identity.requestId));
   }
+}
+
+/** What a packer needs besides the columns to write an OpenAI answer (nothing for generate). */
+function packOpenAi(record: RequestRecord): { openai?: PackOpenAi } {
+  const openai = record.request.openai;
+  if (openai === undefined) return {};
+  return {
+    openai: {
+      n: openai.n,
+      promptLens: openai.prompts.map((p) => p.length),
+      echo: openai.echo,
+      promptTokenIds: openai.returnTokenIds ? openai.prompts : null,
+      topLogprobs: openai.topLogprobs,
+      returnTokenIds: openai.returnTokenIds,
+    },
+  };
 }

@@ -10,6 +10,7 @@ import { RS_ERR_HTTP_ROUTE_NOT_FOUND, RS_ERR_REQ_INVALID_BODY, toErrorBody } fro
 import { ClusterMetrics } from '../../obs/exposition.js';
 import type { GenerateRequestOptions } from '../../protocol/generate-request.js';
 import type { TokenizerPool } from '../../tokenizer/pool.js';
+import { poolPromptTokenizer } from '../openai/pool-tokenizer.js';
 import type { RequestCoordinator } from '../request-coordinator.js';
 import { FailureInjector } from './failure-injection.js';
 import { registerAuth } from './routes/auth.js';
@@ -17,13 +18,17 @@ import { type ControlDeps, registerControlRoutes } from './routes/control.js';
 import { registerGenerateRoute } from './routes/generate.js';
 import { type HealthDeps, registerHealthRoutes } from './routes/health.js';
 import { registerMetricsRoute } from './routes/metrics.js';
+import { registerOpenAiRoutes } from './routes/openai.js';
 import { registerTokenizeRoutes } from './routes/tokenize.js';
+
+/** The most alternatives a request may ask per position (vLLM's --max-logprobs default). */
+const OPENAI_MAX_LOGPROBS = 20;
 
 export interface AppDeps extends HealthDeps, ControlDeps {
   config: RingserveConfig;
   coordinator: RequestCoordinator;
   requestOptions: GenerateRequestOptions;
-  /** The served tokenizer (and its threads): /tokenize, /detokenize. */
+  /** The served tokenizer (and its threads): /tokenize, /detokenize and the OpenAI routes. */
   tokenizers: TokenizerPool;
 }
 
@@ -75,6 +80,15 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   });
   registerControlRoutes(app, deps);
   registerTokenizeRoutes(app, deps);
+  registerOpenAiRoutes(app, {
+    ...deps,
+    tokenizer: poolPromptTokenizer(deps.tokenizers),
+    openaiOptions: {
+      vocabSize: deps.requestOptions.vocabSize,
+      maxModelLen: deps.requestOptions.maxModelLen,
+      maxLogprobs: OPENAI_MAX_LOGPROBS,
+    },
+  });
   const { engine, config } = deps;
   registerMetricsRoute(
     app,

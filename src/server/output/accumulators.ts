@@ -14,7 +14,7 @@
 //
 // Column element counts are derived, not stored twice: tokens, logprobs, mask counts and weight
 // versions hold COMPLETION elements, mask ids MASK_IDS, routing ROUTING_ROWS * LAYERS * TOPK ids of
-// ROUTING_ID_BYTES each. A column whose class is -1 has no block (not asked, or nothing yet).
+// ROUTING_ID_BYTES each, text TEXT_BYTES bytes. A column whose class is -1 has no block (not asked, or nothing yet).
 import { RS_ERR_OUTPUT_BAD_SLOT } from './errors.js';
 
 export const Column = {
@@ -25,8 +25,10 @@ export const Column = {
   Routing: 4,
   /** The weight version each completion token was sampled under (int32, one per token). */
   WeightVersions: 5,
+  /** The completion's detokenized text, UTF-8 bytes (OpenAI routes only; SlotFlag.Text). */
+  Text: 6,
 } as const;
-export const COLUMN_COUNT = 6;
+export const COLUMN_COUNT = 7;
 
 /** Lifecycle of a slot as the output worker sees it. */
 export const SlotState = {
@@ -78,6 +80,13 @@ export const AccWord = {
   RejectReason: 19,
   /** Column c's size class is at ClassBase + c. */
   ClassBase: 20,
+  /** Bytes in the Text column. */
+  TextBytes: 27,
+  /** Text bytes already streamed, and their characters (completions' logprobs text_offset). */
+  StreamedText: 28,
+  StreamedChars: 29,
+  /** Where the answer's text ends after a stop string cut it, or -1: all TEXT_BYTES. */
+  TextEnd: 30,
 } as const;
 
 const MAGIC = 0x4341_5352; // 'RSAC'
@@ -147,6 +156,7 @@ export class AccumulatorTable {
     this.words[base + AccWord.FirstWeightVersion] = -1;
     this.words[base + AccWord.LastWeightVersion] = -1;
     this.words[base + AccWord.RoutingIdBytes] = 1;
+    this.words[base + AccWord.TextEnd] = -1;
     for (let c = 0; c < COLUMN_COUNT; c++) this.words[base + AccWord.ClassBase + c] = -1;
   }
 
@@ -207,6 +217,12 @@ export class AccumulatorTable {
   /** OutputError code: why the worker failed the request itself (0: it did not). */
   outputError(slot: number): number {
     return this.get(slot, AccWord.Error);
+  }
+
+  /** Bytes of the answer's text: up to a stop string's cut, else all that was detokenized. */
+  textLength(slot: number): number {
+    const end = this.get(slot, AccWord.TextEnd);
+    return end >= 0 ? end : this.get(slot, AccWord.TextBytes);
   }
 
   columnClass(slot: number, column: number): number {

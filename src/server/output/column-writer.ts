@@ -12,6 +12,7 @@
 import type { RegionViews, StepRecordView } from '../../wire/messages.js';
 import { type AccumulatorTable, AccWord, COLUMN_COUNT, Column } from './accumulators.js';
 import { type BlockArena, CLASS_COUNT, classBytes, classForBytes } from './block-arena.js';
+import type { TokenByteSource } from './detokenizer.js';
 import { RS_ERR_OUTPUT_BAD_STEP } from './errors.js';
 
 /** Routing copies of at least this many bytes use one TypedArray.set (one view object per copy). */
@@ -145,6 +146,16 @@ export class ColumnWriter {
     }
     stored = end;
     words[base + AccWord.RoutingRows] = stored;
+  }
+
+  /** Appends the UTF-8 bytes of `token` to the slot's text column; returns how many. */
+  appendText(slot: number, base: number, tokens: TokenByteSource, token: number): number {
+    const words = this.#words;
+    const used = words[base + AccWord.TextBytes]!;
+    const at = this.#ensure(slot, base, Column.Text, used, used + tokens.maxTokenBytes, 1);
+    const added = tokens.write(token, this.#arena.bytes, at + used);
+    words[base + AccWord.TextBytes] = used + added;
+    return added;
   }
 
   /** Gives every block of the slot back to the arena (the slot's figures are left as they are). */

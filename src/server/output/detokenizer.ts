@@ -117,6 +117,8 @@ export class VocabTable implements TokenByteSource {
  * for the slot's longest stop string, and the match test. Only slots with stop strings use it.
  */
 export class StopStringMatcher {
+  /** After push() found a stop string: how many of the new token's bytes reach its end. */
+  matchEnd = 0;
   readonly #source: TokenByteSource;
   readonly #meta: SlotMetaTable;
   readonly #windowBytes: number;
@@ -176,7 +178,10 @@ export class StopStringMatcher {
         let k = 0;
         const from = base + end - n;
         while (k < n && win[from + k] === stopBytes[stopAt + k]) k++;
-        if (k === n) return i;
+        if (k === n) {
+          this.matchEnd = end - oldLen;
+          return i;
+        }
       }
       stopAt += n;
     }

@@ -60,6 +60,10 @@ export interface StreamMessage {
   requestId: string;
   model: string;
   created: number;
+  /** OpenAI completions' echo: the prompt text the first chunk starts with. */
+  echo?: string | null;
+  /** With return_token_ids: the prompt ids the first chunk carries. */
+  promptTokenIds?: Int32Array | null;
 }
 
 export interface StopMessage {

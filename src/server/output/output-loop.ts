@@ -21,6 +21,7 @@ import { StepScatter } from './scatter.js';
 import { SlotEventList } from './slot-events.js';
 import { SlotMetaTable } from './slot-meta.js';
 import { StreamEncoder } from './stream-encoder.js';
+import { tokenTextSource } from './token-text.js';
 
 /** Records handled per pass at most, so a flooded ring still yields messages and stream events. */
 const MAX_RECORDS_PER_PASS = 256;
@@ -66,6 +67,7 @@ export class OutputLoop {
     this.#streams = new StreamEncoder(
       new ResponseView(meta, acc, data.arenaSab),
       new SlotEventList(acc.slots),
+      tokenTextSource(tokens),
     );
     this.#consumer = new RingConsumer(data.ringSab, data.ringOffset, data.ringCapacity);
     this.#port = data.port;

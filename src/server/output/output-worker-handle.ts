@@ -17,6 +17,7 @@ import type {
   FromOutputWorker,
   OutputBatch,
   OutputWorkerData,
+  StreamMessage,
   ToOutputWorker,
 } from './messages.js';
 import type { SlotMetaTable } from './slot-meta.js';
@@ -148,8 +149,9 @@ export class OutputWorker {
     requestId: string,
     model: string,
     created: number,
+    openai?: Pick<StreamMessage, 'echo' | 'promptTokenIds'>,
   ): void {
-    this.#send({ type: 'stream', slot, generation, requestId, model, created });
+    this.#send({ type: 'stream', slot, generation, requestId, model, created, ...openai });
   }
 
   /** The slot's response is sent (or abandoned): return its blocks. Generation defaults to the meta's. */

@@ -9,8 +9,15 @@ import {
 } from '../../protocol/generate-response.js';
 import { JsonWriter } from '../../protocol/json-writer.js';
 import { MsgpackWriter } from '../../protocol/msgpack-writer.js';
+import { LogprobsWriter, type TokenBytes } from '../../protocol/openai-logprobs.js';
+import {
+  type OpenAiChoice,
+  type OpenAiResponseColumns,
+  writeOpenAiResponse,
+} from '../../protocol/openai-response.js';
 import type { ChoiceColumns, GenerateResponseColumns } from '../../protocol/response-columns.js';
 import { AccumulatorTable, SlotState } from './accumulators.js';
+import { ByteLevelStandIn } from './detokenizer.js';
 import { RS_ERR_OUTPUT_BAD_SLOT, RS_ERR_OUTPUT_NOT_FINISHED } from './errors.js';
 import type { PackTask } from './packer-pool.js';
 import type { PoolRun, ResponsePool } from './response-pool.js';
@@ -21,13 +28,57 @@ export class ResponsePacker {
   readonly view: ResponseView;
   readonly #json = new JsonWriter();
   readonly #msgpack = new MsgpackWriter();
+  readonly #logprobs: LogprobsWriter;
 
-  constructor(metaSab: SharedArrayBuffer, accSab: SharedArrayBuffer, arenaSab: SharedArrayBuffer) {
+  /** `tokens`: the token bytes of the OpenAI answers' logprobs (the output worker's source). */
+  constructor(
+    metaSab: SharedArrayBuffer,
+    accSab: SharedArrayBuffer,
+    arenaSab: SharedArrayBuffer,
+    tokens: TokenBytes = new ByteLevelStandIn(),
+  ) {
     this.view = new ResponseView(
       new SlotMetaTable(metaSab),
       new AccumulatorTable(accSab),
       arenaSab,
     );
+    this.#logprobs = new LogprobsWriter(tokens);
+  }
+
+  /** The OpenAI answer's columns: each choice's text up to where a stop string cut it. */
+  openAiColumns(task: PackTask): OpenAiResponseColumns {
+    const { view } = this;
+    const o = task.openai;
+    if (o === undefined || (task.form !== 'completion' && task.form !== 'chat')) {
+      throw new RS_ERR_OUTPUT_BAD_SLOT('task', `form ${task.form} is not an OpenAI answer`);
+    }
+    const choices: OpenAiChoice[] = [];
+    let completion = 0;
+    for (let i = 0; i < task.slots.length; i++) {
+      const slot = task.slots[i]!;
+      this.#checkSlot(task, i, slot);
+      const prompt = Math.floor(i / o.n);
+      completion += view.acc.completionTokens(slot);
+      choices.push({
+        columns: view.choice(slot, i),
+        text: view.text(slot, 0, view.acc.textLength(slot)),
+        echo: o.echo?.[prompt] ?? null,
+        promptTokenIds: o.promptTokenIds?.[prompt] ?? null,
+      });
+    }
+    let promptTokens = 0;
+    for (const len of o.promptLens) promptTokens += len;
+    return {
+      kind: task.form,
+      requestId: task.requestId,
+      model: task.model,
+      created: task.created,
+      choices,
+      usage: { promptTokens, completionTokens: completion, cachedTokens: null },
+      topLogprobs: o.topLogprobs,
+      returnTokenIds: o.returnTokenIds,
+      kvTransferParams: task.kvTransferParams ?? null,
+    };
   }
 
   /** The columns of the request made of `task.slots` (choice i is slot i). */
@@ -65,6 +116,10 @@ export class ResponsePacker {
 
   /** The writer holding the encoded response (until the next encode). */
   #encode(task: PackTask): ByteWriter {
+    if (task.openai !== undefined) {
+      writeOpenAiResponse(this.#json.reset(), this.openAiColumns(task), this.#logprobs);
+      return this.#json;
+    }
     const columns = this.columns(task);
     if (task.form === 'msgpack') {
       writeGenerateResponseMsgpack(this.#msgpack.reset(), columns);

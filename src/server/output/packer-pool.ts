@@ -7,6 +7,7 @@ import { Piscina } from 'piscina';
 import { RingserveError } from '../../errors.js';
 import type { ResponseForm } from '../../protocol/generate-response.js';
 import { SAME_PRIORITY, type ThreadPriority } from '../../shm/thread-priority.js';
+import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
 import { RS_ERR_OUTPUT_PACK_TIMEOUT } from './errors.js';
 import { distPath } from './output-worker-handle.js';
 import { type PoolRun, ResponsePool, type ResponsePoolStats } from './response-pool.js';
@@ -31,6 +32,21 @@ export interface PackTask {
   /** Unix seconds. */
   created: number;
   kvTransferParams?: unknown;
+  /** The OpenAI routes' answer (form `completion` or `chat`): what the columns alone do not say. */
+  openai?: PackOpenAi;
+}
+
+export interface PackOpenAi {
+  /** Choices per prompt: choice i answers prompt floor(i / n). */
+  n: number;
+  /** Each prompt's length in tokens (usage counts each prompt once). */
+  promptLens: number[];
+  /** Completions' echo: each prompt's text; else null. */
+  echo: readonly string[] | null;
+  /** With return_token_ids: each prompt's ids; else null. */
+  promptTokenIds: readonly Int32Array[] | null;
+  topLogprobs: number;
+  returnTokenIds: boolean;
 }
 
 /** What a packer returns instead of bytes when a request cannot be packed. */
@@ -47,6 +63,11 @@ export interface PackerWorkerData {
   /** The response pool's buffer, or null: every answer in a Buffer of its own. */
   poolSab: SharedArrayBuffer | null;
   priority: ThreadPriority;
+  /** Model preset and its special token ids: the token bytes of the OpenAI answers' logprobs. */
+  preset: string;
+  specialTokenIds: number[];
+  /** The served tokenizer's byte table (shared, not copied); absent: the preset's stand-in. */
+  tokenBytes?: SharedTokenBytes;
 }
 
 export interface PackerPoolOptions {
@@ -61,6 +82,10 @@ export interface PackerPoolOptions {
   responsePoolBytes?: number;
   /** How far the packer threads lower themselves below the main thread (default: not at all). */
   priority?: ThreadPriority;
+  /** Model preset and its special ids, for token text (default: the byte-level stand-in). */
+  preset?: string;
+  specialTokenIds?: readonly number[];
+  tokenBytes?: SharedTokenBytes;
 }
 
 export class PackerPool {
@@ -81,6 +106,9 @@ export class PackerPool {
       arenaSab: opts.arenaSab,
       poolSab: this.#answers?.sab ?? null,
       priority: opts.priority ?? SAME_PRIORITY,
+      preset: opts.preset ?? '',
+      specialTokenIds: [...(opts.specialTokenIds ?? [])],
+      ...(opts.tokenBytes === undefined ? {} : { tokenBytes: opts.tokenBytes }),
     };
     this.#pool = new Piscina({
       filename: distPath('workers/packer.js'),

@@ -104,6 +104,12 @@ export class ResponseView {
     };
   }
 
+  /** Bytes `from..to` of the slot's text column (a view into the arena; empty without text). */
+  text(slot: number, from: number, to: number): Uint8Array {
+    if (to <= from || this.acc.columnClass(slot, Column.Text) < 0) return new Uint8Array(0);
+    return new Uint8Array(this.#arena, this.acc.columnOffset(slot, Column.Text) + from, to - from);
+  }
+
   /** Usage of a request made of `slots` (its n choices share one prompt). */
   usage(slots: readonly number[]): UsageFigures {
     let completion = 0;

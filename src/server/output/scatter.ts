@@ -29,6 +29,7 @@ import { StopStringMatcher, type TokenByteSource } from './detokenizer.js';
 import { RS_ERR_OUTPUT_BAD_STEP } from './errors.js';
 import { SlotEventList } from './slot-events.js';
 import { SlotFlag, type SlotMetaTable } from './slot-meta.js';
+import { tokenTextSource } from './token-text.js';
 
 export interface StepScatterOptions {
   meta: SlotMetaTable;
@@ -58,6 +59,9 @@ export class StepScatter {
   readonly #metaWords: Int32Array;
   readonly #columns: ColumnWriter;
   readonly #stops: StopStringMatcher;
+  readonly #tokens: TokenByteSource;
+  /** The same with special tokens written as their text (skip_special_tokens false). */
+  readonly #tokenText: TokenByteSource;
   readonly #rec = new StepRecordView();
   readonly #metrics: ScatterMetrics;
 
@@ -68,6 +72,8 @@ export class StepScatter {
     this.#metaWords = opts.meta.words;
     this.#columns = new ColumnWriter(opts.acc, opts.arena);
     this.#stops = new StopStringMatcher(opts.meta, opts.tokens);
+    this.#tokens = opts.tokens;
+    this.#tokenText = tokenTextSource(opts.tokens);
     this.#metrics = opts.metrics ?? NO_METRICS;
     const slots = opts.acc.slots;
     this.finished = new SlotEventList(slots);
@@ -249,8 +255,19 @@ export class StepScatter {
     if ((flags & SlotFlag.Stream) !== 0 && !this.streamed.has(slot)) {
       this.streamed.push(slot, words[base + AccWord.Gen]!);
     }
+    const finish = i32[rec.at(StepColumn.Finish, j)]!;
+    const textBefore = words[base + AccWord.TextBytes]!;
+    // vLLM's detokenizer leaves out the token the engine stopped on (EOS, a stop id) unless
+    // include_stop_str_in_output.
+    if (
+      (flags & SlotFlag.Text) !== 0 &&
+      (finish !== FinishReason.Stop || (flags & SlotFlag.IncludeStopStrInOutput) !== 0)
+    ) {
+      const source = (flags & SlotFlag.KeepSpecialTokens) !== 0 ? this.#tokenText : this.#tokens;
+      this.#columns.appendText(slot, base, source, token);
+    }
     if ((flags & SlotFlag.HasStopStrings) !== 0) {
-      this.#checkStop(slot, base, token, i32[rec.at(StepColumn.Finish, j)]!);
+      this.#checkStop(slot, base, token, finish, flags, textBefore);
     }
   }
 
@@ -259,13 +276,28 @@ export class StepScatter {
    * itself stopped on (EOS or a stop id, which is never detokenized); a max_tokens finish is checked,
    * and a match there turns it into a stop-string finish.
    */
-  #checkStop(slot: number, base: number, token: number, finish: number): void {
+  #checkStop(
+    slot: number,
+    base: number,
+    token: number,
+    finish: number,
+    flags: number,
+    textBefore: number,
+  ): void {
     const words = this.#words;
     const check =
       finish !== FinishReason.Stop &&
       words[base + AccWord.Completion]! > this.#meta.minTokens(slot);
     const matched = this.#stops.push(slot, token, check);
     if (matched < 0) return;
+    if ((flags & SlotFlag.Text) !== 0) {
+      // The text ends at the stop string's end, or before it unless include_stop_str_in_output.
+      const end = textBefore + this.#stops.matchEnd;
+      words[base + AccWord.TextEnd] =
+        (flags & SlotFlag.IncludeStopStrInOutput) !== 0
+          ? end
+          : end - this.#meta.stopLength(slot, matched);
+    }
     words[base + AccWord.Finish] = FinishReason.Stop;
     words[base + AccWord.StopString] = matched;
     words[base + AccWord.StopTokenId] = -1;

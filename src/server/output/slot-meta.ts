@@ -9,7 +9,7 @@
 //   64       +--------------------------------------------------------------+
 //            | slot 0 words: GEN FLAGS FORM PROMPT_LEN ROUTED_START         |
 //            |   MAX_TOKENS MIN_TOKENS STOP_COUNT CHOICE_INDEX CHOICE_COUNT |
-//            |   (reserved) | STOP_LENGTHS x MAX_STOP_STRINGS               |
+//            |   TOP_LOGPROBS (reserved) | STOP_LENGTHS x MAX_STOP_STRINGS  |
 //            | slot 1 words ...                                             |
 //   64+S*128 +--------------------------------------------------------------+
 //            | slot 0 stop bytes: STOP_BYTES_LIMIT bytes, strings back to back |
@@ -31,6 +31,7 @@ const W_MIN_TOKENS = 6;
 const W_STOP_COUNT = 7;
 const W_CHOICE_INDEX = 8;
 const W_CHOICE_COUNT = 9;
+const W_TOP_LOGPROBS = 10;
 const W_STOP_LENGTHS = 16;
 
 export const SlotFlag = {
@@ -42,10 +43,25 @@ export const SlotFlag = {
   IncludeUsage: 32,
   ContinuousUsageStats: 64,
   HasStopStrings: 128,
+  /** Detokenize the completion into the text column (the OpenAI routes answer text). */
+  Text: 256,
+  /** vLLM's return_token_ids: OpenAI choices carry their token ids. */
+  ReturnTokenIds: 512,
+  /** skip_special_tokens false: special tokens' text goes into the text column too. */
+  KeepSpecialTokens: 1024,
 } as const;
 
-/** The response form: 0 packed JSON, 1 legacy JSON, 2 msgpack (streams are JSON: 2 means 0). */
-export const ResponseFormCode = { Packed: 0, Legacy: 1, Msgpack: 2 } as const;
+/**
+ * The response form: 0 packed JSON, 1 legacy JSON, 2 msgpack (streams are JSON: 2 means 0), 3 an
+ * OpenAI completion, 4 an OpenAI chat completion.
+ */
+export const ResponseFormCode = {
+  Packed: 0,
+  Legacy: 1,
+  Msgpack: 2,
+  Completion: 3,
+  Chat: 4,
+} as const;
 export type ResponseFormCode = (typeof ResponseFormCode)[keyof typeof ResponseFormCode];
 
 export interface SlotMetaFields {
@@ -66,6 +82,11 @@ export interface SlotMetaFields {
   /** This sequence's index among the request's n choices, and n (default 0 of 1). */
   choiceIndex?: number;
   choiceCount?: number;
+  /** OpenAI routes: detokenize into the text column; alternatives asked per position (-1: none). */
+  text?: boolean;
+  topLogprobs?: number;
+  returnTokenIds?: boolean;
+  keepSpecialTokens?: boolean;
 }
 
 const encoder = new TextEncoder();
@@ -126,7 +147,10 @@ export class SlotMetaTable {
       (f.includeStopStrInOutput ? SlotFlag.IncludeStopStrInOutput : 0) |
       (f.includeUsage ? SlotFlag.IncludeUsage : 0) |
       (f.continuousUsageStats ? SlotFlag.ContinuousUsageStats : 0) |
-      (f.stop.length > 0 ? SlotFlag.HasStopStrings : 0);
+      (f.stop.length > 0 ? SlotFlag.HasStopStrings : 0) |
+      (f.text === true ? SlotFlag.Text : 0) |
+      (f.returnTokenIds === true ? SlotFlag.ReturnTokenIds : 0) |
+      (f.keepSpecialTokens === true ? SlotFlag.KeepSpecialTokens : 0);
     words[w + W_FORM] = f.form;
     words[w + W_PROMPT_LEN] = f.promptLen;
     words[w + W_ROUTED_START] = f.routedExpertsPromptStart;
@@ -134,6 +158,7 @@ export class SlotMetaTable {
     words[w + W_MIN_TOKENS] = f.minTokens;
     words[w + W_CHOICE_INDEX] = f.choiceIndex ?? 0;
     words[w + W_CHOICE_COUNT] = f.choiceCount ?? 1;
+    words[w + W_TOP_LOGPROBS] = f.topLogprobs ?? -1;
     let at = this.#stopBase + slot * STOP_BYTES_LIMIT;
     for (let i = 0; i < f.stop.length; i++) {
       const { written } = encoder.encodeInto(
@@ -192,6 +217,19 @@ export class SlotMetaTable {
 
   choiceCount(slot: number): number {
     return this.#words[this.#base(slot) + W_CHOICE_COUNT]!;
+  }
+
+  /** OpenAI alternatives per position (completions' logprobs, chat's top_logprobs); -1: none. */
+  topLogprobs(slot: number): number {
+    return this.#words[this.#base(slot) + W_TOP_LOGPROBS]!;
+  }
+
+  /** Bytes of the slot's longest stop string (0 without stop strings). */
+  longestStop(slot: number): number {
+    let longest = 0;
+    const count = this.stopCount(slot);
+    for (let i = 0; i < count; i++) longest = Math.max(longest, this.stopLength(slot, i));
+    return longest;
   }
 
   stopCount(slot: number): number {

@@ -4,6 +4,9 @@
 // slices it per request and writes the slices to the sockets.
 
 import { JsonWriter } from '../../protocol/json-writer.js';
+import { LogprobsWriter, type TokenBytes } from '../../protocol/openai-logprobs.js';
+import type { OpenAiKind } from '../../protocol/openai-response.js';
+import { writeOpenAiChunk, writeOpenAiUsageChunk } from '../../protocol/openai-stream.js';
 import {
   writeStreamChunk,
   writeStreamDone,
@@ -16,6 +19,7 @@ import type { StreamBytes } from './messages.js';
 import { type ResponseView, requestFailure } from './response-view.js';
 import type { SlotEventList } from './slot-events.js';
 import { ResponseFormCode, SlotFlag, type SlotMetaTable } from './slot-meta.js';
+import { openAiDelta } from './stream-text.js';
 
 /** What the main thread tells the worker about a streaming request (strings stay off shared memory). */
 export interface StreamHeader {
@@ -23,6 +27,10 @@ export interface StreamHeader {
   requestId: string;
   model: string;
   created: number;
+  /** OpenAI completions' echo: the prompt text the first chunk starts with. */
+  echo?: string | null;
+  /** With return_token_ids: the prompt ids the first chunk carries. */
+  promptTokenIds?: Int32Array | null;
 }
 
 export class StreamEncoder {
@@ -37,8 +45,11 @@ export class StreamEncoder {
   readonly #done: Uint8Array;
   readonly #slots: Int32Array;
   readonly #generations: Int32Array;
+  /** Per slot: 1 once the current request's first OpenAI chunk is written. */
+  readonly #started: Uint8Array;
+  readonly #logprobs: LogprobsWriter;
 
-  constructor(view: ResponseView, waiting: SlotEventList) {
+  constructor(view: ResponseView, waiting: SlotEventList, tokens: TokenBytes) {
     this.#view = view;
     this.#meta = view.meta;
     this.#acc = view.acc;
@@ -49,10 +60,14 @@ export class StreamEncoder {
     this.#done = new Uint8Array(n);
     this.#slots = new Int32Array(n);
     this.#generations = new Int32Array(n);
+    this.#started = new Uint8Array(n);
+    this.#logprobs = new LogprobsWriter(tokens);
   }
 
   setHeader(slot: number, header: StreamHeader): void {
-    if (slot >= 0 && slot < this.#headers.length) this.#headers[slot] = header;
+    if (!(slot >= 0 && slot < this.#headers.length)) return;
+    this.#headers[slot] = header;
+    this.#started[slot] = 0;
   }
 
   /**
@@ -121,6 +136,11 @@ export class StreamEncoder {
       if (endsStream) writeStreamDone(w);
       return true;
     }
+    const form = this.#meta.form(slot);
+    if (form === ResponseFormCode.Completion || form === ResponseFormCode.Chat) {
+      const kind: OpenAiKind = form === ResponseFormCode.Chat ? 'chat' : 'completion';
+      return this.#encodeOpenAi(w, slot, h, kind, final, endsStream);
+    }
     const from = {
       tokens: words[base + AccWord.StreamedTokens]!,
       maskIds: words[base + AccWord.StreamedMaskIds]!,
@@ -143,6 +163,54 @@ export class StreamEncoder {
     if (endsStream) {
       if ((flags & SlotFlag.IncludeUsage) !== 0) {
         writeStreamUsageChunk(w, h.requestId, h.model, h.created, this.#view.usage([slot]));
+      }
+      writeStreamDone(w);
+    }
+    return true;
+  }
+
+  /** The OpenAI form of #encodeSlot: text deltas (held back as stream-text.ts says) and logprobs. */
+  #encodeOpenAi(
+    w: JsonWriter,
+    slot: number,
+    h: StreamHeader,
+    kind: OpenAiKind,
+    final: boolean,
+    endsStream: boolean,
+  ): boolean {
+    const flags = this.#meta.flags(slot);
+    const delta = openAiDelta(this.#view, slot, final);
+    if (delta.choice.tokenIds.length > 0 || delta.text.length > 0 || final) {
+      const first = this.#started[slot] === 0;
+      this.#started[slot] = 1;
+      writeOpenAiChunk(
+        w,
+        {
+          kind,
+          requestId: h.requestId,
+          model: h.model,
+          created: h.created,
+          choice: {
+            columns: delta.choice,
+            text: delta.text,
+            echo: h.echo ?? null,
+            promptTokenIds: h.promptTokenIds ?? null,
+          },
+          first,
+          textOffset: delta.textOffset,
+          usage: (flags & SlotFlag.ContinuousUsageStats) !== 0 ? this.#view.usage([slot]) : null,
+          topLogprobs: this.#meta.topLogprobs(slot),
+          returnTokenIds: (flags & SlotFlag.ReturnTokenIds) !== 0,
+        },
+        this.#logprobs,
+      );
+    }
+    delta.commit();
+    if (!final) return false;
+    if (endsStream) {
+      if ((flags & SlotFlag.IncludeUsage) !== 0) {
+        const usage = this.#view.usage([slot]);
+        writeOpenAiUsageChunk(w, kind, h.requestId, h.model, h.created, usage);
       }
       writeStreamDone(w);
     }

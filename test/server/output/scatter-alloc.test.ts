@@ -10,7 +10,7 @@ const probe = (...args: string[]): Probe =>
   runAllocProbe<Probe>(new URL('../../fixtures/output-scatter-alloc.mjs', import.meta.url), args);
 
 describe('scatter path allocation', () => {
-  it('allocates nothing per token: ~100k tokens with logprobs, masks, routing and stop strings', () => {
+  it('allocates nothing per token: ~100k tokens with logprobs, masks, routing, stop strings and text', () => {
     const control = probe('--control');
     // The probe sees per-token garbage when there is some (one small object per token)...
     expect(control.gcsDuring).toBe(0);

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SseParser, StreamAccumulator } from '../../../src/client/stream.js';
+import { ByteLevelStandIn } from '../../../src/server/output/detokenizer.js';
 import type { StreamBytes } from '../../../src/server/output/messages.js';
 import { SlotEventList } from '../../../src/server/output/slot-events.js';
 import { ResponseFormCode } from '../../../src/server/output/slot-meta.js';
@@ -7,7 +8,7 @@ import { StreamEncoder } from '../../../src/server/output/stream-encoder.js';
 import { type Harness, makeHarness, metaFields } from './harness.js';
 
 function encoderFor(h: Harness): StreamEncoder {
-  return new StreamEncoder(h.view, new SlotEventList(h.acc.slots));
+  return new StreamEncoder(h.view, new SlotEventList(h.acc.slots), new ByteLevelStandIn());
 }
 
 /** The SSE events of one slot in a pass's bytes. */

@@ -1,0 +1,117 @@
+import type { JsonWriter } from './json-writer.js';
+import { countChars, sequenceAt } from './utf8.js';
+
+/**
+ * The per-token `logprobs` objects of the OpenAI answers, written byte by byte from the logprob
+ * column and the tokenizer's byte table (no per-token JS object or string):
+ *   completions: `{"text_offset": [..], "token_logprobs": [..], "tokens": [..], "top_logprobs": [{tok: lp}, ..]}`
+ *   chat:        `{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}`
+ * A token's text is its bytes decoded with U+FFFD for a character split across tokens, as vLLM's
+ * `tokenizer.decode([id])` gives it; `bytes` are that text's UTF-8 bytes.
+ *
+ * The engine reports the sampled token's logprob only, not the alternatives: `top_logprobs` holds
+ * the sampled token alone (vLLM puts it first in both routes), whatever the k asked.
+ */
+
+/** Token id -> UTF-8 bytes (the output side's TokenByteSource has this shape). */
+export interface TokenBytes {
+  readonly maxTokenBytes: number;
+  write(tokenId: number, out: Uint8Array, offset: number): number;
+}
+
+const FLOOR = -9999;
+
+export class LogprobsWriter {
+  readonly #tokens: TokenBytes;
+  readonly #scratch: Uint8Array;
+
+  constructor(tokens: TokenBytes) {
+    this.#tokens = tokens;
+    this.#scratch = new Uint8Array(tokens.maxTokenBytes);
+  }
+
+  /**
+   * Completions' object for `ids` (logprobs `lps`); offsets start at `textOffset` characters and
+   * grow by each token's text length, as vLLM counts them.
+   */
+  completion(w: JsonWriter, ids: Int32Array, lps: Float32Array, textOffset: number): void {
+    w.raw('{"text_offset":[');
+    let offset = textOffset;
+    for (let i = 0; i < ids.length; i++) {
+      if (i > 0) w.raw(',');
+      w.int(offset);
+      const n = this.#tokens.write(ids[i]!, this.#scratch, 0);
+      offset += countChars(this.#scratch, 0, n);
+    }
+    w.raw('],"token_logprobs":[');
+    for (let i = 0; i < lps.length; i++) {
+      if (i > 0) w.raw(',');
+      w.number(Math.max(lps[i]!, FLOOR));
+    }
+    w.raw('],"tokens":[');
+    for (let i = 0; i < ids.length; i++) {
+      if (i > 0) w.raw(',');
+      this.#tokenText(w, ids[i]!);
+    }
+    w.raw('],"top_logprobs":[');
+    for (let i = 0; i < ids.length; i++) {
+      w.raw(i > 0 ? ',{' : '{');
+      this.#tokenText(w, ids[i]!);
+      w.raw(':').number(Math.max(lps[i]!, FLOOR)).raw('}');
+    }
+    w.raw(']}');
+  }
+
+  /** Chat's object for `ids`; `top` > 0 lists the sampled token under `top_logprobs`. */
+  chat(w: JsonWriter, ids: Int32Array, lps: Float32Array, top: number): void {
+    w.raw('{"content":[');
+    for (let i = 0; i < ids.length; i++) {
+      w.raw(i > 0 ? ',{' : '{');
+      this.#chatEntry(w, ids[i]!, lps[i]!);
+      w.raw(',"top_logprobs":[');
+      if (top > 0) {
+        w.raw('{');
+        this.#chatEntry(w, ids[i]!, lps[i]!);
+        w.raw('}');
+      }
+      w.raw(']}');
+    }
+    w.raw(']}');
+  }
+
+  #chatEntry(w: JsonWriter, id: number, lp: number): void {
+    w.raw('"token":');
+    const n = this.#tokenText(w, id);
+    w.raw(',"logprob":').number(Math.max(lp, FLOOR)).raw(',"bytes":[');
+    writeLossyBytes(w, this.#scratch, n);
+    w.raw(']');
+  }
+
+  /** Writes the token's text as a JSON string; returns its byte count (left in the scratch). */
+  #tokenText(w: JsonWriter, id: number): number {
+    const n = this.#tokens.write(id, this.#scratch, 0);
+    w.utf8String(this.#scratch, 0, n);
+    return n;
+  }
+}
+
+/** The UTF-8 bytes of the text `bytes[0..n)` decodes to (an ill-formed part becomes EF BF BD). */
+function writeLossyBytes(w: JsonWriter, bytes: Uint8Array, n: number): void {
+  let at = 0;
+  let first = true;
+  while (at < n) {
+    const len = sequenceAt(bytes, at, n);
+    if (len > 0) {
+      for (let k = 0; k < len; k++) {
+        if (!first) w.raw(',');
+        w.int(bytes[at + k]!);
+        first = false;
+      }
+      at += len;
+    } else {
+      w.raw(first ? '239,191,189' : ',239,191,189');
+      first = false;
+      at -= len;
+    }
+  }
+}

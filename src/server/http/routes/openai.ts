@@ -1,0 +1,90 @@
+/**
+ * POST /v1/completions and POST /v1/chat/completions (vLLM's OpenAI-compatible routes): parse
+ * (every 400, naming the field), check the model (404 in OpenAI's error shape), tokenize (the
+ * tokenizer's pool, off this thread for long prompts), then the same path as the generate route:
+ * the coordinator fans out n, the output worker detokenizes and streams, a packer writes the answer.
+ */
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { RingserveConfig } from '../../../config.js';
+import { RS_ERR_MODEL_NOT_FOUND, RS_ERR_OPENAI_INLINE_OUTPUT } from '../../../errors.js';
+import { parseChatBody } from '../../../protocol/openai-chat-request.js';
+import { parseCompletionBody } from '../../../protocol/openai-completion-request.js';
+import { type OpenAiRequestOptions, toGenerateRequest } from '../../../protocol/openai-request.js';
+import type { PromptTokenizer } from '../../openai/prompt-tokenizer.js';
+import type { RequestCoordinator } from '../../request-coordinator.js';
+import { HttpReply } from '../http-reply.js';
+
+export interface OpenAiDeps {
+  config: RingserveConfig;
+  coordinator: RequestCoordinator;
+  openaiOptions: OpenAiRequestOptions;
+  tokenizer: PromptTokenizer;
+}
+
+export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): void {
+  const { config, coordinator, tokenizer } = deps;
+  const opts: OpenAiRequestOptions = {
+    ...deps.openaiOptions,
+    priorityScheduling: config.schedulingPolicy === 'priority',
+  };
+  const checkModel = (model: string | null): void => {
+    if (model !== null && model !== config.servedModelName && model !== config.model) {
+      throw new RS_ERR_MODEL_NOT_FOUND(model);
+    }
+  };
+  const checkOutput = (route: string): void => {
+    if (config.outputProcessing === 'inline') throw new RS_ERR_OPENAI_INLINE_OUTPUT(route);
+  };
+
+  app.post('/v1/completions', async (request, reply) => {
+    checkOutput('/v1/completions');
+    const body = parseCompletionBody(request.body, opts);
+    checkModel(body.common.model);
+    const { prompt } = body;
+    const prompts =
+      prompt.kind === 'ids'
+        ? prompt.ids
+        : await Promise.all(prompt.texts.map((t) => tokenizer.encode(t, body.addSpecialTokens)));
+    let echo: string[] | null = null;
+    if (body.echo) {
+      echo =
+        prompt.kind === 'text'
+          ? prompt.texts
+          : await Promise.all(prompt.ids.map((ids) => tokenizer.decode(ids)));
+    }
+    const parsed = toGenerateRequest(
+      body.common,
+      { kind: 'completion', prompts, echo },
+      'prompt',
+      opts,
+    );
+    coordinator.submit(parsed, new HttpReply(reply), 'completion', headerRequestId(request));
+    return reply;
+  });
+
+  app.post('/v1/chat/completions', async (request, reply) => {
+    checkOutput('/v1/chat/completions');
+    const body = parseChatBody(request.body, opts);
+    checkModel(body.common.model);
+    const ids = await tokenizer.encodeChat(body.messages, {
+      tools: body.tools,
+      addGenerationPrompt: body.addGenerationPrompt,
+      continueFinalMessage: body.continueFinalMessage,
+      chatTemplateKwargs: body.chatTemplateKwargs,
+      addSpecialTokens: body.addSpecialTokens,
+    });
+    const parsed = toGenerateRequest(
+      body.common,
+      { kind: 'chat', prompts: [ids], echo: null },
+      'messages',
+      opts,
+    );
+    coordinator.submit(parsed, new HttpReply(reply), 'chat', headerRequestId(request));
+    return reply;
+  });
+}
+
+function headerRequestId(request: FastifyRequest): string | undefined {
+  const header = request.headers['x-request-id'];
+  return typeof header === 'string' && header !== '' ? header : undefined;
+}
