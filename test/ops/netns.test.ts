@@ -1,0 +1,183 @@
+/**
+ * Three ringserve hosts behind HAProxy, each in its own network namespace (ops/netns/cluster.sh),
+ * under closed-loop rollouts from the balancer's namespace (ops/netns/load.ts). One node is
+ * SIGKILLed whole, another SIGSTOPped for 10 s, the killed one restarted; then:
+ * - no request is lost: every one ends with an answer or an error, within its deadline;
+ * - the only failures are the requests the killed node had in flight, each answered with an error;
+ * - the balancer stops sending to the dead node within its check budget (3 checks at 1 s, plus
+ *   the 5 s check timeout) and takes it back once it serves again;
+ * - a session (X-Session-ID) stays on its node while that node lives (the stopped one included);
+ * - HAProxy's Prometheus exporter serves every haproxy_* name the Grafana dashboard queries.
+ *
+ * Root only, with `ip` (iproute2) and `haproxy` installed (.ci/run installs them when it runs as
+ * root); elsewhere the test is skipped and says why. `npm run test:netns` runs it alone.
+ */
+import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, expect, it } from 'vitest';
+import { analyze, type FaultTimes } from '../../ops/netns/failover-report.js';
+import { serverStates } from '../../ops/netns/haproxy-socket.js';
+import type { LoadResult } from '../../ops/netns/load.js';
+import { dashboardMetricNames, exposedNames } from './dashboard-names.js';
+
+const run = promisify(execFile);
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const SCRIPT = join(ROOT, 'ops/netns/cluster.sh');
+const LOAD = join(ROOT, 'dist/ops/netns/load.js');
+const BACKEND = 'ringserve_nodes';
+const MAX_TOKENS = 128;
+const STOP_MS = 10_000;
+/** fall 3 x inter 1 s, plus the check timeout of 5 s (ops/lb/haproxy.cfg). */
+const FAILOVER_BUDGET_MS = 3 * 1_000 + 5_000;
+
+function skipReason(): string | null {
+  if (process.platform !== 'linux') return 'network namespaces are Linux only';
+  if (process.getuid?.() !== 0) return 'needs root (ip netns)';
+  for (const tool of ['ip', 'haproxy']) {
+    try {
+      execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' });
+    } catch {
+      return `needs ${tool} (apt-get install haproxy iproute2)`;
+    }
+  }
+  return null;
+}
+
+const reason = skipReason();
+const dir = mkdtempSync(join(tmpdir(), 'ringserve-netns-'));
+let load: ChildProcess | null = null;
+
+afterAll(async () => {
+  load?.kill('SIGKILL');
+  // Tears down whatever `up` made, also after a failure half-way (up tears itself down on its own).
+  if (reason === null) await run(SCRIPT, ['down', dir], { timeout: 60_000 });
+  rmSync(dir, { recursive: true, force: true });
+}, 90_000);
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function cluster(command: string, node: number): Promise<void> {
+  await run(SCRIPT, [command, dir, String(node)], { timeout: 60_000 });
+}
+
+/** Polls HAProxy's view of a server until `accept` holds; resolves with the time it first did. */
+async function waitState(
+  socket: string,
+  server: string,
+  accept: (state: string) => boolean,
+  timeoutMs: number,
+): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const state = (await serverStates(socket, BACKEND)).get(server) ?? 'absent';
+    if (accept(state)) return Date.now();
+    if (Date.now() > deadline) throw new Error(`${server} still ${state} after ${timeoutMs} ms`);
+    await sleep(100);
+  }
+}
+
+const isDown = (s: string) => s.startsWith('DOWN');
+const isUp = (s: string) => s === 'UP';
+
+it.skipIf(reason !== null)(
+  `survives a killed and a stopped node behind HAProxy${reason === null ? '' : ` (skipped: ${reason})`}`,
+  async () => {
+    await run(SCRIPT, ['up', dir], { timeout: 120_000 });
+    const state = JSON.parse(readFileSync(join(dir, 'state.json'), 'utf8'));
+    const socket: string = state.stats_socket;
+    for (const node of state.nodes) await waitState(socket, node.name, isUp, 15_000);
+
+    // Watches the stopped node the whole time: it lives, so it must never be taken out.
+    let stoppedWentDown = false;
+    let watching = true;
+    const watch = (async () => {
+      while (watching) {
+        const s = (await serverStates(socket, BACKEND)).get('node1') ?? '';
+        if (isDown(s)) stoppedWentDown = true;
+        await sleep(100);
+      }
+    })();
+
+    const out = join(dir, 'records.json');
+    load = spawn(
+      'ip',
+      [
+        ...['netns', 'exec', state.lb.ns, process.execPath, LOAD],
+        ...['--url', state.lb.url, '--api-key', state.api_key, '--out', out],
+        ...['--max-tokens', String(MAX_TOKENS), '--concurrency', '24'],
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    const loadExit = new Promise<number | null>((r) => load!.once('exit', r));
+    let loadOut = '';
+    load.stdout!.on('data', (c: Buffer) => {
+      loadOut += c.toString();
+    });
+    await sleep(3_000);
+
+    const t = { killed: 'node0', stopped: 'node1' } as FaultTimes;
+    t.kill = Date.now();
+    await cluster('kill-node', 0);
+    t.down = await waitState(socket, 'node0', isDown, 15_000);
+
+    t.stop = Date.now();
+    await cluster('stop-node', 1);
+    t.restart = Date.now();
+    await cluster('start-node', 0);
+    t.ready = Date.now();
+    t.up = await waitState(socket, 'node0', isUp, 20_000);
+    await sleep(Math.max(0, t.stop + STOP_MS - Date.now()));
+    t.cont = Date.now();
+    await cluster('cont-node', 1);
+    // New rollouts meet the rejoined node; the stopped node's held requests finish.
+    await sleep(4_000);
+
+    load.kill('SIGTERM');
+    expect(await loadExit).toBe(0);
+    watching = false;
+    await watch;
+    expect(loadOut).toMatch(/load: sent \d+/);
+    const result = JSON.parse(readFileSync(out, 'utf8')) as LoadResult;
+    const report = analyze(result, t, MAX_TOKENS);
+
+    const { stdout: haproxyMetrics } = await run(
+      'ip',
+      [
+        ...['netns', 'exec', state.lb.ns, process.execPath, '-e'],
+        'fetch(process.argv[1]).then((r) => r.text()).then((t) => process.stdout.write(t))',
+        state.lb.prometheus,
+      ],
+      { maxBuffer: 64 * 1024 * 1024 },
+    );
+
+    console.log(
+      [
+        `netns failover: requests sent ${report.sent}, lost ${report.lost}, failed ${report.failed}`,
+        `(on the killed node ${report.failedOnKilled}, elsewhere ${report.failedElsewhere.length});`,
+        `failover ${report.failoverMs} ms (budget ${FAILOVER_BUDGET_MS});`,
+        `rejoin ${report.rejoinMs} ms from restart (node serving after ${t.ready - t.restart} ms),`,
+        `first answer after ${report.rejoinFirstAnswerMs} ms;`,
+        `${report.sessions} sessions, ${report.stickyViolations.length} moved while their node lived;`,
+        `${report.heldThroughStop} requests held through the 10 s stop and answered`,
+      ].join(' '),
+    );
+
+    expect(report.lost).toBe(0);
+    expect(report.failedElsewhere).toEqual([]);
+    expect(report.failedOnKilled).toBeGreaterThan(0);
+    expect(report.failoverMs).toBeLessThanOrEqual(FAILOVER_BUDGET_MS);
+    expect(report.sentToDeadNode).toBe(0);
+    expect(report.rejoinFirstAnswerMs).not.toBeNull();
+    expect(report.stickyViolations).toEqual([]);
+    expect(report.sessions).toBeGreaterThan(0);
+    expect(stoppedWentDown).toBe(false);
+    expect(report.heldThroughStop).toBeGreaterThan(0);
+    const exposed = exposedNames(haproxyMetrics);
+    expect(dashboardMetricNames().haproxy.filter((n) => !exposed.has(n))).toEqual([]);
+  },
+  180_000,
+);
