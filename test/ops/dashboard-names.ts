@@ -11,7 +11,7 @@ export const DASHBOARD_PATH = fileURLToPath(
   new URL('../../ops/grafana/ringserve.json', import.meta.url),
 );
 
-const METRIC = /\b(?:vllm:[a-z_:]+|(?:ringserve|nodejs|process|haproxy)_[a-z_]+)/g;
+const METRIC = /\b(?:vllm:[a-z0-9_:]+|(?:ringserve|nodejs|process|haproxy)_[a-z0-9_]+)/g;
 
 export interface DashboardTarget {
   panel: string;
@@ -39,8 +39,9 @@ export function dashboardTargets(): DashboardTarget[] {
   return out;
 }
 
+/** The metric names in a PromQL expression (label values, in quotes, are not names). */
 export function metricNames(expr: string): string[] {
-  return [...new Set(expr.match(METRIC) ?? [])];
+  return [...new Set(expr.replace(/"[^"]*"/g, '""').match(METRIC) ?? [])];
 }
 
 /** Every name the dashboard queries, split into ringserve's and HAProxy's. */
