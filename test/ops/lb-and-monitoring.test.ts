@@ -157,6 +157,7 @@ describe('ops/grafana/ringserve.json', () => {
       expect(p.gridPos.x + p.gridPos.w, p.title).toBeLessThanOrEqual(24);
       expect(p.gridPos.w * p.gridPos.h, p.title).toBeGreaterThan(0);
       if (p.type === 'row') continue;
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: Grafana's variable, the chosen source
       expect(p.datasource?.uid, p.title).toBe('${datasource}');
       expect(p.targets?.length, p.title).toBeGreaterThan(0);
     }
