@@ -10,8 +10,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { parseArgs } from '../../src/cli-args.js';
 import { mib, shmBytes } from '../../ops/shm-size.js';
+import { parseArgs } from '../../src/cli-args.js';
 import { quantityBytes, type Schema, schemaErrors } from './schema.js';
 import { hasTool, titleNeeding } from './tools.js';
 
