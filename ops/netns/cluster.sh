@@ -10,6 +10,7 @@
 #   cluster.sh kill-node DIR I  SIGKILL every process of node I (the whole host dies at once)
 #   cluster.sh start-node DIR I start node I's ringserve again (same namespace and address)
 #   cluster.sh stop-node DIR I  SIGSTOP every process of node I;  cont-node DIR I: SIGCONT
+#   cluster.sh drain-node DIR I SIGTERM node I's supervisor: it drains (/health 503) and exits
 #
 # Environment: RS_NODES (3), RS_API_KEY (random), RS_SERVE_ARGS (the ringserve flags besides
 # --host, --port and --api-key). The load comes from inside the balancer's namespace
@@ -208,7 +209,7 @@ cmd=${1:-}
 case "$cmd" in
 up) up "${2:?cluster.sh up DIR}" ;;
 down) down "${2:?cluster.sh down DIR}" ;;
-kill-node | start-node | stop-node | cont-node)
+kill-node | start-node | stop-node | cont-node | drain-node)
   load_env "${2:?cluster.sh $cmd DIR I}"
   i=${3:?cluster.sh $cmd DIR I}
   case "$cmd" in
@@ -220,7 +221,8 @@ kill-node | start-node | stop-node | cont-node)
   start-node) start_node "$i" && wait_ready "$i" ;;
   stop-node) signal_ns "$(node_ns "$i")" STOP ;;
   cont-node) signal_ns "$(node_ns "$i")" CONT ;;
+  drain-node) kill -TERM "$(cat "$DIR/node$i.pid")" ;;
   esac
   ;;
-*) die "usage: cluster.sh up|down DIR | kill-node|start-node|stop-node|cont-node DIR I" ;;
+*) die "usage: cluster.sh up|down DIR | kill-node|start-node|stop-node|cont-node|drain-node DIR I" ;;
 esac

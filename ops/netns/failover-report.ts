@@ -1,8 +1,8 @@
 /**
  * What the load generator's records (load.ts) say about one failover run: which requests failed
  * and whether each was one the dead node had taken, how long the balancer took to stop sending to
- * the dead node and to take it back, and whether each session stayed on its node while that node
- * lived. Pure: the netns test (test/ops/netns.test.ts) feeds it the records and the times of its
+ * the dead node and to take it back, whether the drained node finished what it had, and whether
+ * each session stayed on its node while that node lived and served. Pure: the netns test (test/ops/netns.test.ts) feeds it the records and the times of its
  * faults, and its unit test feeds it made-up ones.
  */
 import type { LoadRecord, LoadResult } from './load.js';
@@ -22,6 +22,10 @@ export interface FaultTimes {
   ready: number;
   /** First poll that showed the restarted node UP. */
   up: number;
+  /** The node sent SIGTERM (it drains: /health 503, then exits), and when it was marked DOWN. */
+  drained: string;
+  drain: number;
+  drainDown: number;
 }
 
 export interface FailoverReport {
@@ -45,6 +49,9 @@ export interface FailoverReport {
   stickyViolations: string[];
   /** Requests the stopped node held through its stop and then answered. */
   heldThroughStop: number;
+  /** SIGTERM to DOWN for the drained node, and the requests it had then and still answered. */
+  drainMs: number;
+  drainedAnswered: number;
 }
 
 /** A failure is the killed node's if that node took it and it was running when the node died. */
@@ -70,8 +77,9 @@ function stickyViolations(records: readonly LoadRecord[], t: FaultTimes): [numbe
       const before = list[i - 1]!;
       const after = list[i]!;
       if (before.servedBy === after.servedBy) continue;
-      // Only a session whose node died may move, and only once it has died.
+      // Only a session whose node died or drains may move, and only once it has.
       if (before.servedBy === t.killed && after.start >= t.kill) continue;
+      if (before.servedBy === t.drained && after.start >= t.drain) continue;
       violations.push(
         `${session}: turn ${before.turn} on ${before.servedBy}, turn ${after.turn} on ${after.servedBy}`,
       );
@@ -107,6 +115,10 @@ export function analyze(result: LoadResult, t: FaultTimes, maxTokens: number): F
     stickyViolations: violations,
     heldThroughStop: records.filter(
       (r) => r.servedBy === t.stopped && r.status === 200 && r.start < t.cont && r.end > t.cont,
+    ).length,
+    drainMs: t.drainDown - t.drain,
+    drainedAnswered: records.filter(
+      (r) => r.servedBy === t.drained && r.status === 200 && r.start < t.drain && r.end > t.drain,
     ).length,
   };
 }

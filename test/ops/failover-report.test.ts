@@ -17,6 +17,9 @@ const T: FaultTimes = {
   ready: 6_000,
   up: 8_000,
   cont: 13_600,
+  drained: 'node2',
+  drain: 20_000,
+  drainDown: 23_000,
 };
 
 function rec(over: Partial<LoadRecord>): LoadRecord {
@@ -66,14 +69,20 @@ describe('analyze', () => {
       rec({ session: 'c', turn: 1, start: 600, servedBy: 'node2' }),
       rec({ session: 'd', turn: 0, start: 0, servedBy: 'node0' }),
       rec({ session: 'd', turn: 1, start: 600, servedBy: 'node2' }),
+      rec({ session: 'e', turn: 0, start: 19_800, end: 20_300, servedBy: 'node2' }),
+      rec({ session: 'e', turn: 1, start: 20_400, servedBy: 'node0' }),
+      rec({ session: 'f', turn: 0, start: 19_000, end: 19_500, servedBy: 'node2' }),
+      rec({ session: 'f', turn: 1, start: 19_600, servedBy: 'node1' }),
     ];
     const report = analyze({ sent: records.length, records }, T, 8);
-    expect(report.sessions).toBe(4);
+    expect(report.sessions).toBe(6);
     expect(report.stickyViolations).toEqual([
       'c: turn 0 on node1, turn 1 on node2',
       'd: turn 0 on node0, turn 1 on node2',
+      'f: turn 0 on node2, turn 1 on node1',
     ]);
     expect(report.heldThroughStop).toBe(1);
+    expect(report.drainedAnswered).toBe(1);
   });
 
   it('times the failover and the rejoin from the fault times and the first answer', () => {
@@ -86,5 +95,6 @@ describe('analyze', () => {
     expect(report.rejoinMs).toBe(4_300);
     expect(report.rejoinFirstAnswerMs).toBe(4_900);
     expect(report.sentToDeadNode).toBe(0);
+    expect(report.drainMs).toBe(3_000);
   });
 });

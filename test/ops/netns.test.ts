@@ -1,11 +1,14 @@
 /**
  * Three ringserve hosts behind HAProxy, each in its own network namespace (ops/netns/cluster.sh),
  * under closed-loop rollouts from the balancer's namespace (ops/netns/load.ts). One node is
- * SIGKILLed whole, another SIGSTOPped for 10 s, the killed one restarted; then:
+ * SIGKILLed whole, another SIGSTOPped for 10 s, the killed one restarted, and the third drained
+ * (SIGTERM: /health answers 503, the node finishes what it has and exits); then:
  * - no request is lost: every one ends with an answer or an error, within its deadline;
  * - the only failures are the requests the killed node had in flight, each answered with an error;
  * - the balancer stops sending to the dead node within its check budget (3 checks at 1 s, plus
  *   the 5 s check timeout) and takes it back once it serves again;
+ * - the drained node is marked down within the same budget, and answers what it had; the requests
+ *   it declines meanwhile (503) are retried on another node, so none fails;
  * - a session (X-Session-ID) stays on its node while that node lives (the stopped one included);
  * - HAProxy's Prometheus exporter serves every haproxy_* name the Grafana dashboard queries.
  *
@@ -119,7 +122,7 @@ it.skipIf(reason !== null)(
     });
     await sleep(3_000);
 
-    const t = { killed: 'node0', stopped: 'node1' } as FaultTimes;
+    const t = { killed: 'node0', stopped: 'node1', drained: 'node2' } as FaultTimes;
     t.kill = Date.now();
     await cluster('kill-node', 0);
     t.down = await waitState(socket, 'node0', isDown, 15_000);
@@ -134,7 +137,11 @@ it.skipIf(reason !== null)(
     t.cont = Date.now();
     await cluster('cont-node', 1);
     // New rollouts meet the rejoined node; the stopped node's held requests finish.
-    await sleep(4_000);
+    await sleep(3_000);
+    t.drain = Date.now();
+    await cluster('drain-node', 2);
+    t.drainDown = await waitState(socket, 'node2', isDown, 15_000);
+    await sleep(2_000);
 
     load.kill('SIGTERM');
     expect(await loadExit).toBe(0);
@@ -154,6 +161,8 @@ it.skipIf(reason !== null)(
       { maxBuffer: 64 * 1024 * 1024 },
     );
 
+    const backendCounter = (name: string) =>
+      new RegExp(`^${name}\\{proxy="${BACKEND}"\\} (\\S+)$`, 'm').exec(haproxyMetrics)?.[1];
     console.log(
       [
         `netns failover: requests sent ${report.sent}, lost ${report.lost}, failed ${report.failed}`,
@@ -162,7 +171,10 @@ it.skipIf(reason !== null)(
         `rejoin ${report.rejoinMs} ms from restart (node serving after ${t.ready - t.restart} ms),`,
         `first answer after ${report.rejoinFirstAnswerMs} ms;`,
         `${report.sessions} sessions, ${report.stickyViolations.length} moved while their node lived;`,
-        `${report.heldThroughStop} requests held through the 10 s stop and answered`,
+        `${report.heldThroughStop} requests held through the 10 s stop and answered;`,
+        `drained node down after ${report.drainMs} ms, ${report.drainedAnswered} of its requests answered;`,
+        `HAProxy retries ${backendCounter('haproxy_backend_retry_warnings_total')},`,
+        `redispatches ${backendCounter('haproxy_backend_redispatch_warnings_total')}`,
       ].join(' '),
     );
 
@@ -176,6 +188,8 @@ it.skipIf(reason !== null)(
     expect(report.sessions).toBeGreaterThan(0);
     expect(stoppedWentDown).toBe(false);
     expect(report.heldThroughStop).toBeGreaterThan(0);
+    expect(report.drainMs).toBeLessThanOrEqual(FAILOVER_BUDGET_MS);
+    expect(report.drainedAnswered).toBeGreaterThan(0);
     const exposed = exposedNames(haproxyMetrics);
     expect(dashboardMetricNames().haproxy.filter((n) => !exposed.has(n))).toEqual([]);
   },
