@@ -81,6 +81,7 @@ wait_ready() {
 signal_ns() {
   local pids
   pids=$(ip netns pids "$1" 2>/dev/null || true)
+  # shellcheck disable=SC2086 # one pid per word
   [ -z "$pids" ] || kill "-$2" $pids 2>/dev/null || true
 }
 
