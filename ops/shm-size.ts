@@ -13,7 +13,9 @@ import { regionBytes } from '../src/shm/layout.js';
 
 /** Bytes of the shared region a node started with `argv` creates in /dev/shm. */
 export function shmBytes(argv: readonly string[]): number {
-  return regionBytes(layoutParamsFor(parseArgs(argv, {})));
+  // Keys do not size anything; one is given so that flags a keyless node may not combine with (a
+  // public --host) still parse.
+  return regionBytes(layoutParamsFor(parseArgs(argv, { VLLM_API_KEY: 'not-used' })));
 }
 
 export function mib(bytes: number): string {

@@ -17,6 +17,8 @@ import { hasTool, titleNeeding } from './tools.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const read = (path: string) => readFileSync(join(ROOT, path), 'utf8');
+/** Every deployment gives the node its key through the environment (VLLM_API_KEY). */
+const DEPLOY_ENV = { VLLM_API_KEY: 'from-the-environment' };
 /** How every file words the default node's need: "<bytes> bytes (<MiB> MiB)". */
 const SHM_PER_SERVER = `${shmBytes([])} bytes (${mib(shmBytes([]))} MiB) per API server`;
 
@@ -77,7 +79,7 @@ describe('ops/systemd/ringserve.service', () => {
     expect(['always', 'on-failure']).toContain(value('Service', 'Restart'));
     expect(value('Service', 'KillSignal')).toBe('SIGTERM');
     expect(value('Service', 'KillMode')).toBe('mixed');
-    const drain = parseArgs([], {}).drainTimeoutS;
+    const drain = parseArgs([], DEPLOY_ENV).drainTimeoutS;
     expect(Number.parseInt(value('Service', 'TimeoutStopSec')!, 10)).toBeGreaterThan(drain);
     expect(Number.parseInt(value('Service', 'LimitNOFILE')!, 10)).toBeGreaterThanOrEqual(65536);
     expect(value('Service', 'User')).not.toBe('root');
@@ -85,7 +87,7 @@ describe('ops/systemd/ringserve.service', () => {
     const exec = value('Service', 'ExecStart')!.split(' ');
     expect(exec[0]).toMatch(/^\//);
     expect(exec.slice(1, 3)).toEqual(['/opt/ringserve/dist/src/cli.js', 'serve']);
-    expect(() => parseArgs(exec.slice(3), {})).not.toThrow();
+    expect(() => parseArgs(exec.slice(3), DEPLOY_ENV)).not.toThrow();
   });
 
   it('states the /dev/shm the node needs', () => {
@@ -169,7 +171,7 @@ describe('ops/docker/Dockerfile', () => {
     const entry = JSON.parse(runtime.find((i) => i.op === 'ENTRYPOINT')!.args) as string[];
     expect(entry).toEqual(['node', 'dist/src/cli.js', 'serve']);
     const cmd = JSON.parse(runtime.find((i) => i.op === 'CMD')!.args) as string[];
-    expect(() => parseArgs(cmd, {})).not.toThrow();
+    expect(() => parseArgs(cmd, DEPLOY_ENV)).not.toThrow();
   });
 
   it("uses a Node the package's engines allow, the same in both stages", () => {
@@ -274,7 +276,7 @@ describe('ops/k8s', () => {
     const ports = container.ports.map((p: Manifest) => p.name);
     expect(ports).toContain(container.readinessProbe.httpGet.port);
     expect(ports).toContain(container.livenessProbe.httpGet.port);
-    const config = parseArgs(container.args, {});
+    const config = parseArgs(container.args, DEPLOY_ENV);
     expect(container.ports[0].containerPort).toBe(config.port);
     expect(pod.spec.terminationGracePeriodSeconds).toBeGreaterThan(config.drainTimeoutS);
     expect(quantityBytes(container.resources.requests.memory)).toBeGreaterThan(0);
