@@ -128,7 +128,9 @@ up() {
   mkdir -p "$DIR"
   [ ! -e "$DIR/env" ] || die "$DIR already holds a cluster"
   local id a b
+  # A fresh id: `down` signals whatever runs in rs-<id>-*, so an id in use must never be taken.
   id=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+  while ip netns list | grep -q "^rs-$id-"; do id=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n'); done
   a=$((100 + 16#${id:0:2} % 100))
   b=$((16#${id:2:2}))
   {

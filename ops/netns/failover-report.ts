@@ -12,7 +12,9 @@ export interface FaultTimes {
   /** The node SIGKILLed, and the one SIGSTOPped (HAProxy server names). */
   killed: string;
   stopped: string;
+  /** Just before the SIGKILL was sent, and once every process of the node was gone. */
   kill: number;
+  killDone: number;
   /** First poll that showed the killed node DOWN. */
   down: number;
   stop: number;
@@ -54,9 +56,12 @@ export interface FailoverReport {
   drainedAnswered: number;
 }
 
-/** A failure is the killed node's if that node took it and it was running when the node died. */
+/**
+ * A failure is the killed node's if that node took it and it was running when the node died: sent
+ * before the node was gone, ended after the kill began.
+ */
 function inFlightOnKilled(r: LoadRecord, t: FaultTimes): boolean {
-  return r.servedBy === t.killed && r.start <= t.kill && r.end >= t.kill;
+  return r.servedBy === t.killed && r.start <= t.killDone && r.end >= t.kill;
 }
 
 function stickyViolations(records: readonly LoadRecord[], t: FaultTimes): [number, string[]] {

@@ -11,6 +11,7 @@ const T: FaultTimes = {
   killed: 'node0',
   stopped: 'node1',
   kill: 1_000,
+  killDone: 1_050,
   down: 3_500,
   stop: 3_600,
   restart: 3_700,
@@ -41,13 +42,14 @@ describe('analyze', () => {
     const records = [
       rec({ servedBy: 'node0', start: 900, end: 1_001, status: 502, tokens: 0 }),
       rec({ servedBy: 'node2', start: 900, end: 1_001, status: 502, tokens: 0 }),
+      rec({ servedBy: 'node0', start: 1_040, end: 1_060, status: 502, tokens: 0 }),
       rec({ servedBy: 'node0', start: 1_100, end: 1_200, status: 502, tokens: 0 }),
       rec({ servedBy: 'node2', status: 200, tokens: 7 }),
       rec({ servedBy: null, start: 900, end: 1_002, status: 0, error: 'UND_ERR_SOCKET' }),
     ];
     const report = analyze({ sent: records.length, records }, T, 8);
-    expect(report.failed).toBe(5);
-    expect(report.failedOnKilled).toBe(1);
+    expect(report.failed).toBe(6);
+    expect(report.failedOnKilled).toBe(2);
     expect(report.failedElsewhere).toHaveLength(4);
     expect(report.lost).toBe(0);
   });

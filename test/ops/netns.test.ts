@@ -125,6 +125,7 @@ it.skipIf(reason !== null)(
     const t = { killed: 'node0', stopped: 'node1', drained: 'node2' } as FaultTimes;
     t.kill = Date.now();
     await cluster('kill-node', 0);
+    t.killDone = Date.now();
     t.down = await waitState(socket, 'node0', isDown, 15_000);
 
     t.stop = Date.now();
