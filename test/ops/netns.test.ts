@@ -179,6 +179,8 @@ it.skipIf(reason !== null)(
       ].join(' '),
     );
 
+    // The fault times, to read any failed record below against.
+    console.log(`netns fault times (Date.now() ms): ${JSON.stringify(t)}`);
     expect(report.lost).toBe(0);
     expect(report.failedElsewhere).toEqual([]);
     expect(report.failedOnKilled).toBeGreaterThan(0);
