@@ -87,23 +87,26 @@ async function waitState(
 const LONG_TOKENS = 2_500;
 
 /**
- * One generation of LONG_TOKENS sent straight to a node from the balancer's namespace; resolves
- * with its status and the wall-clock ms it ended at.
+ * One streamed generation of LONG_TOKENS sent straight to a node from the balancer's namespace.
+ * `admitted` resolves once the node has taken it (the stream's headers came); `answer` with
+ * whether the whole stream came (a "length" finish, no error event) and when it ended.
  */
-async function longRequest(
+function longRequest(
   ns: string,
   url: string,
   key: string,
-): Promise<{ status: number; end: number }> {
+): { admitted: Promise<void>; answer: Promise<{ complete: boolean; end: number }> } {
   const body = JSON.stringify({
     token_ids: [1, 2, 3],
+    stream: true,
     sampling_params: { max_tokens: LONG_TOKENS, ignore_eos: true },
   });
   const script = `fetch(process.argv[1], { method: 'POST', headers: { 'content-type':
     'application/json', authorization: 'Bearer ' + process.argv[2] }, body: process.argv[3],
-    signal: AbortSignal.timeout(60000) }).then(async (r) => { await r.arrayBuffer();
-    console.log(r.status); }, () => console.log(0))`;
-  const { stdout } = await run(
+    signal: AbortSignal.timeout(60000) }).then(async (r) => { console.log('admitted ' + r.status);
+    const text = await r.text(); console.log(/"finish_reason":\\s*"length"/.test(text) &&
+    !text.includes('"error"') ? 'complete' : 'broken'); }, (e) => console.log('failed ' + e))`;
+  const child = spawn(
     'ip',
     [
       'netns',
@@ -116,9 +119,37 @@ async function longRequest(
       key,
       body,
     ],
-    { timeout: 90_000 },
+    { stdio: ['ignore', 'pipe', 'inherit'] },
   );
-  return { status: Number(stdout.trim()), end: Date.now() };
+  let out = '';
+  let exited = false;
+  const waiters: (() => void)[] = [];
+  child.stdout!.on('data', (c: Buffer) => {
+    out += c.toString();
+    for (const wake of waiters) wake();
+  });
+  child.once('exit', () => {
+    exited = true;
+    for (const wake of waiters) wake();
+  });
+  const seen = (line: RegExp) =>
+    new Promise<string>((resolve, reject) => {
+      waiters.push(() => {
+        const match = line.exec(out);
+        if (match !== null) resolve(match[0]);
+        else if (exited) reject(new Error(`long request: ${out.trim() || 'no output'}`));
+      });
+    });
+  const admitted = seen(/^(admitted 200|failed.*)$/m).then((line) => {
+    if (line !== 'admitted 200') throw new Error(`long request not admitted: ${line}`);
+  });
+  const answer = seen(/^(complete|broken|failed.*)$/m).then((line) => ({
+    complete: line === 'complete',
+    end: Date.now(),
+  }));
+  admitted.catch(() => undefined);
+  answer.catch(() => undefined);
+  return { admitted, answer };
 }
 
 const isDown = (s: string) => s.startsWith('DOWN');
@@ -168,21 +199,25 @@ it.skipIf(reason !== null)(
 
     t.stop = Date.now();
     await cluster('stop-node', 1);
+    // Node 1 resumes after 10 s however long node 0 takes to come back meanwhile.
+    const resume = (async () => {
+      await sleep(Math.max(0, t.stop + STOP_MS - Date.now()));
+      t.cont = Date.now();
+      await cluster('cont-node', 1);
+    })();
+    resume.catch(() => undefined); // awaited below; a failure before that must not go unhandled
     t.restart = Date.now();
     await cluster('start-node', 0);
     t.ready = Date.now();
     t.up = await waitState(socket, 'node0', isUp, 20_000);
-    await sleep(Math.max(0, t.stop + STOP_MS - Date.now()));
-    t.cont = Date.now();
-    await cluster('cont-node', 1);
+    await resume;
     // New rollouts meet the rejoined node; the stopped node's held requests finish.
     await sleep(3_000);
     // A long generation on node 2 keeps its drain going past the checks that mark it down, as an
     // RL rollout's minutes do. (A drain that ends sooner closes the listener while the balancer may
     // still send: such a request gets a 502; README, "Running many nodes".)
     const long = longRequest(state.lb.ns, state.nodes[2].url, state.api_key);
-    long.catch(() => undefined); // awaited below; a failure before that must not go unhandled
-    await sleep(500);
+    await long.admitted;
     t.drain = Date.now();
     await cluster('drain-node', 2);
     t.drainDown = await waitState(socket, 'node2', isDown, 15_000);
@@ -237,8 +272,8 @@ it.skipIf(reason !== null)(
     expect(report.heldThroughStop).toBeGreaterThan(0);
     expect(report.drainMs).toBeLessThanOrEqual(FAILOVER_BUDGET_MS);
     expect(report.drainedAnswered).toBeGreaterThan(0);
-    const longAnswer = await long;
-    expect(longAnswer.status).toBe(200);
+    const longAnswer = await long.answer;
+    expect(longAnswer.complete).toBe(true);
     expect(longAnswer.end).toBeGreaterThan(t.drainDown);
     const exposed = exposedNames(haproxyMetrics);
     expect(dashboardMetricNames().haproxy.filter((n) => !exposed.has(n))).toEqual([]);
