@@ -6,7 +6,8 @@
 //   glm-4.5-air    a stand-in of GLM-4.5's shape over Qwen3's vocabulary (glm-vocabulary.ts), its
 //                  tokenizer_config.json (chat template, added tokens) and generation_config.json
 //                  under tokenizers/glm-4.5-air/.
-//   tiny           a 1000-id byte-level BPE the project trains (scripts/build-tiny-tokenizer.mjs).
+//   tiny           a 1000-id byte-level BPE the project trains (scripts/build-tiny-tokenizer.mjs);
+//                  tiny-wide (tiny with 384 experts) uses it too.
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
@@ -60,6 +61,8 @@ const LOADERS: Readonly<Record<string, () => Promise<Tokenizer>>> = {
     });
   },
   tiny: () => loadTokenizer(join(committedTokenizersDir(), 'tiny')),
+  // tiny with 384 experts (uint16 routing rows): the same vocabulary.
+  'tiny-wide': () => loadTokenizer(join(committedTokenizersDir(), 'tiny')),
 };
 
 /** Model presets that have a tokenizer. */
