@@ -77,6 +77,28 @@ describe('failure injection, forced by the header', () => {
     expect((await generateWith(cluster.url, body(4))).status).toBe(200);
   });
 
+  it('injects on the OpenAI routes too, after their own validation', async () => {
+    const post = async (path: string, payload: unknown, kind: string) => {
+      const res = await request(`${cluster.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-ringserve-fail': kind },
+        body: JSON.stringify(payload),
+      });
+      return { status: res.statusCode, body: (await res.body.json()) as { error?: unknown } };
+    };
+    const completion = { prompt: 'Hello', max_tokens: 4 };
+    const chat = { messages: [{ role: 'user', content: 'Hello' }], max_tokens: 4 };
+    const limited = await post('/v1/completions', completion, 'rate_limit');
+    expect(limited.status).toBe(429);
+    expect(limited.body.error).toMatchObject({ type: 'RateLimitError', code: 429 });
+    expect((await post('/v1/chat/completions', chat, 'unavailable')).status).toBe(503);
+    // Bad input is its own 400 first.
+    const bad = await post('/v1/completions', { ...completion, max_tokens: 'x' }, 'unavailable');
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toMatchObject({ param: 'max_tokens' });
+    expect((await post('/v1/completions', completion, 'none-such')).status).toBe(400);
+  });
+
   it('cuts a finished answer half-way (abort)', async () => {
     const o = await generateWith(cluster.url, body(8), { 'x-ringserve-fail': 'abort' });
     expect(o.status).toBe(200);

@@ -74,14 +74,14 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   });
   registerAuth(app, deps.config);
   registerHealthRoutes(app, deps);
-  registerGenerateRoute(app, {
-    ...deps,
-    failures: new FailureInjector(deps.config, deps.engine.server),
-  });
+  // One seeded draw sequence per API server, whichever inference route a request takes.
+  const failures = new FailureInjector(deps.config, deps.engine.server);
+  registerGenerateRoute(app, { ...deps, failures });
   registerControlRoutes(app, deps);
   registerTokenizeRoutes(app, deps);
   registerOpenAiRoutes(app, {
     ...deps,
+    failures,
     tokenizer: poolPromptTokenizer(deps.tokenizers),
     openaiOptions: {
       vocabSize: deps.requestOptions.vocabSize,

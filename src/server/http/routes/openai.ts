@@ -4,14 +4,16 @@
  * tokenizer's pool, off this thread for long prompts), then the same path as the generate route:
  * the coordinator fans out n, the output worker detokenizes and streams, a packer writes the answer.
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { RingserveConfig } from '../../../config.js';
 import { RS_ERR_MODEL_NOT_FOUND, RS_ERR_OPENAI_INLINE_OUTPUT } from '../../../errors.js';
 import { parseChatBody } from '../../../protocol/openai-chat-request.js';
 import { parseCompletionBody } from '../../../protocol/openai-completion-request.js';
 import { type OpenAiRequestOptions, toGenerateRequest } from '../../../protocol/openai-request.js';
 import type { PromptTokenizer } from '../../openai/prompt-tokenizer.js';
+import type { ReplySink } from '../../reply-sink.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
+import { AbortingReply, type FailureInjector } from '../failure-injection.js';
 import { HttpReply } from '../http-reply.js';
 
 export interface OpenAiDeps {
@@ -19,6 +21,8 @@ export interface OpenAiDeps {
   coordinator: RequestCoordinator;
   openaiOptions: OpenAiRequestOptions;
   tokenizer: PromptTokenizer;
+  /** Injected failures for clients' tests (failure-injection.ts); absent: none. */
+  failures?: FailureInjector;
 }
 
 export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): void {
@@ -34,6 +38,12 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
   };
   const checkOutput = (route: string): void => {
     if (config.outputProcessing === 'inline') throw new RS_ERR_OPENAI_INLINE_OUTPUT(route);
+  };
+  /** The reply sink, after any injected failure (which bad input never reaches: it is a 400 first). */
+  const sinkFor = (request: FastifyRequest, reply: FastifyReply): ReplySink => {
+    const injected = deps.failures?.active ? deps.failures.check(request, reply) : null;
+    const sink = new HttpReply(reply);
+    return injected === 'abort' ? new AbortingReply(sink, reply) : sink;
   };
 
   app.post('/v1/completions', async (request, reply) => {
@@ -52,13 +62,14 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
           ? prompt.texts
           : await Promise.all(prompt.ids.map((ids) => tokenizer.decode(ids)));
     }
+    const sink = sinkFor(request, reply);
     const parsed = toGenerateRequest(
       body.common,
       { kind: 'completion', prompts, echo },
       'prompt',
       opts,
     );
-    coordinator.submit(parsed, new HttpReply(reply), 'completion', headerRequestId(request));
+    coordinator.submit(parsed, sink, 'completion', headerRequestId(request));
     return reply;
   });
 
@@ -73,13 +84,14 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
       chatTemplateKwargs: body.chatTemplateKwargs,
       addSpecialTokens: body.addSpecialTokens,
     });
+    const sink = sinkFor(request, reply);
     const parsed = toGenerateRequest(
       body.common,
       { kind: 'chat', prompts: [ids], echo: null },
       'messages',
       opts,
     );
-    coordinator.submit(parsed, new HttpReply(reply), 'chat', headerRequestId(request));
+    coordinator.submit(parsed, sink, 'chat', headerRequestId(request));
     return reply;
   });
 }
