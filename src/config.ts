@@ -46,6 +46,8 @@ export interface RingserveConfig {
   readonly workerNice: number;
   readonly workerSchedPolicy: 'other' | 'batch' | 'idle';
   readonly responsePoolMb: number;
+  readonly maxUnreadBytes: number;
+  readonly requestTimeout: number;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -111,6 +113,8 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'workerNice', flag: '--worker-nice', kind: 'int', default: 10, min: 0, max: 19, env: 'RINGSERVE_WORKER_NICE', help: 'nice of the output worker and packer threads above the main thread (0 = same priority)' },
   { key: 'workerSchedPolicy', flag: '--worker-sched-policy', kind: 'enum', default: 'other', choices: ['other', 'batch', 'idle'], env: 'RINGSERVE_WORKER_SCHED_POLICY', help: 'Linux scheduling policy of the output worker and packer threads' },
   { key: 'responsePoolMb', flag: '--response-pool-mb', kind: 'int', default: 256, min: 0, max: 4096, env: 'RINGSERVE_RESPONSE_POOL_MB', help: 'shared memory the packers write answers into, MiB (0 = a new buffer per answer)' },
+  { key: 'maxUnreadBytes', flag: '--max-unread-bytes', kind: 'int', default: 64 * 1024 * 1024, min: 65_536, max: 4_294_967_296, help: 'a stream whose client leaves this many bytes unread is aborted and its memory freed (default: about 4 whole 16k-token answers with masks and routing)' },
+  { key: 'requestTimeout', flag: '--request-timeout', kind: 'number', default: 3600, min: 0, max: 604_800, help: 'seconds a generate request may take from arrival before it is answered 504 and aborted in the engine (0 = none); the header x-request-deadline-ms can shorten it' },
 ];
 
 const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(

@@ -10,11 +10,15 @@ import { RS_ERR_HTTP_ROUTE_NOT_FOUND, RS_ERR_REQ_INVALID_BODY, toErrorBody } fro
 import { ClusterMetrics } from '../../obs/exposition.js';
 import type { GenerateRequestOptions } from '../../protocol/generate-request.js';
 import type { RequestCoordinator } from '../request-coordinator.js';
+import { answerClientError } from './client-error.js';
 import { registerAuth } from './routes/auth.js';
 import { type ControlDeps, registerControlRoutes } from './routes/control.js';
 import { registerGenerateRoute } from './routes/generate.js';
 import { type HealthDeps, registerHealthRoutes } from './routes/health.js';
 import { registerMetricsRoute } from './routes/metrics.js';
+
+/** Seconds a client told 429 waits: long rollouts free slots every few seconds at worst. */
+const RETRY_AFTER_S = '1';
 
 export interface AppDeps extends HealthDeps, ControlDeps {
   config: RingserveConfig;
@@ -30,6 +34,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     keepAliveTimeout: 75_000,
     forceCloseConnections: true,
     return503OnClosing: true,
+    clientErrorHandler: answerClientError,
   });
   app.addContentTypeParser(
     ['application/msgpack', 'application/x-msgpack'],
@@ -56,6 +61,8 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     if (body.error.code === 500) {
       deps.log?.(`ringserve-api: ${(error as Error).stack ?? String(error)}`);
     }
+    // A full queue is a moment, not a state: say when to come back (RFC 9110, Retry-After).
+    if (body.error.code === 429) reply.header('retry-after', RETRY_AFTER_S);
     reply.code(body.error.code).send(body);
   });
   app.setNotFoundHandler((request, reply) => {
