@@ -429,6 +429,8 @@ export function toRingserveError(err: unknown): RingserveError {
     out = Reflect.construct(RingserveError, [code, message, known.statusCode, null], known);
   } else if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
     out = new RS_ERR_HTTP_BODY_TOO_LARGE('over the server limit (--body-limit-mb)');
+  } else if (code === 'FST_ERR_BAD_URL') {
+    out = new RS_ERR_HTTP_MALFORMED(message);
   } else if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
     out = new RS_ERR_HTTP_UNSUPPORTED_MEDIA_TYPE(
       message.replace(/^Unsupported Media Type:?\s*/, ''),

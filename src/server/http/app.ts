@@ -3,7 +3,7 @@
  * for every failure (never a 500 for bad input), 404 for unknown routes, and the routes (/metrics
  * renders the whole cluster's figures from the shared region: src/obs/exposition.ts).
  */
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import { unpack } from 'msgpackr';
 import type { RingserveConfig } from '../../config.js';
 import { RS_ERR_HTTP_ROUTE_NOT_FOUND, RS_ERR_REQ_INVALID_BODY, toErrorBody } from '../../errors.js';
@@ -35,6 +35,11 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     forceCloseConnections: true,
     return503OnClosing: true,
     clientErrorHandler: answerClientError,
+    // A URL fastify cannot decode (`/%`) is refused before routing: the contract's body too.
+    frameworkErrors: (error, _request, reply) => {
+      const body = toErrorBody(error);
+      (reply as FastifyReply).code(body.error.code).send(body);
+    },
   });
   app.addContentTypeParser(
     ['application/msgpack', 'application/x-msgpack'],
