@@ -3,6 +3,9 @@
  * `ringserve serve | soak`. `serve` (what `npm start` runs) starts the supervisor, which
  * forks the engine core and the API servers; flags are named like vLLM's (`--help` lists them).
  */
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { formatHelp, isHelpRequested, parseArgs } from './cli-args.js';
 import { Supervisor } from './cluster/supervisor.js';
 import type { RingserveConfig } from './config.js';
@@ -13,7 +16,7 @@ const USAGE = `usage: ringserve <command> [flags]
 
 commands:
   serve   run the API servers and the engine core (default)
-  soak    not built yet: the long-running soak test
+  soak    the long-running soak test under faults (ops/soak/; 'ringserve soak --help')
 
 'ringserve serve --help' lists the server's flags; the before/after benchmark is\n'ringserve-bench' (npm run bench).`;
 
@@ -63,6 +66,23 @@ function loggableConfig(config: RingserveConfig): Record<string, unknown> {
   };
 }
 
+/**
+ * The soak is its own program (ops/soak/main.js): it starts a cluster, kills parts of it and judges
+ * it, so it runs as a separate process beside the cluster, and src/ never imports ops/ (the layering
+ * test). Its exit code is ours; SIGINT/SIGTERM reach it through the shared process group or are
+ * passed on.
+ */
+function runSoak(argv: readonly string[]): Promise<ExitCode> {
+  const entry = join(dirname(fileURLToPath(import.meta.url)), '..', 'ops', 'soak', 'main.js');
+  const child = spawn(process.execPath, [entry, ...argv], { stdio: 'inherit' });
+  const pass = (signal: NodeJS.Signals) => () => child.kill(signal);
+  process.on('SIGTERM', pass('SIGTERM'));
+  process.on('SIGINT', pass('SIGINT'));
+  return new Promise((resolve) => {
+    child.once('exit', (code) => resolve((code ?? ExitCode.Failure) as ExitCode));
+  });
+}
+
 async function main(argv: readonly string[]): Promise<ExitCode | null> {
   const [command, ...rest] = argv;
   if (command === undefined || command.startsWith('--')) return serve(argv);
@@ -77,10 +97,7 @@ async function main(argv: readonly string[]): Promise<ExitCode | null> {
     );
     return ExitCode.Usage;
   }
-  if (command === 'soak') {
-    console.error(`ringserve ${command}: not built yet in this version.`);
-    return ExitCode.Usage;
-  }
+  if (command === 'soak') return runSoak(rest);
   console.error(`ringserve: unknown command '${command}'\n\n${USAGE}`);
   return ExitCode.Usage;
 }
