@@ -152,7 +152,8 @@ async function soak(
     while (running && Date.now() < endMs - 20_000) {
       const fault = await faults.injectNext();
       if (fault !== null) progressLine(`fault ${fault.kind} (${fault.title}) ${describe(fault)}`);
-      await sleep(o.faultEveryS * 1000);
+      // Not past the end: the drain starts on time.
+      await sleep(Math.min(o.faultEveryS * 1000, Math.max(0, endMs - Date.now())));
     }
   })();
 
