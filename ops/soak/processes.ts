@@ -46,7 +46,7 @@ export async function clusterProcesses(primaryPid: number): Promise<ProcessInfo[
     const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
     if (ppid !== primaryPid) continue;
     const info = await read(Number(entry));
-    if (info !== null && info.title.startsWith('ringserve-')) {
+    if (info?.title.startsWith('ringserve-')) {
       out.push({ pid: Number(entry), title: info.title, rssBytes: info.rss, state: info.state });
     }
   }
