@@ -1,9 +1,12 @@
 #!/usr/bin/env node
 /**
- * `ringserve serve | engine | soak`. `serve` (what `npm start` runs) starts the supervisor, which
+ * `ringserve serve | router | engine | soak`. `serve` (what `npm start` runs) starts the supervisor, which
  * forks the engine core and the API servers; `engine --vllm-protocol` runs the simulator as a
  * headless vLLM engine. Flags are named like vLLM's (`--help` lists them).
  */
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { formatHelp, isHelpRequested, parseArgs } from './cli-args.js';
 import { Supervisor } from './cluster/supervisor.js';
 import { runEngineCommand } from './cluster/vllm-engine-command.js';
@@ -19,7 +22,7 @@ commands:
   serve   run the API servers and the engine core (default)
   router  a prefill/decode proxy in front of --role prefill and --role decode instances
   engine  the simulator as a headless vLLM engine (--vllm-protocol) dialling a vLLM frontend
-  soak    not built yet: the long-running soak test
+  soak    the long-running soak test under faults (ops/soak/; 'ringserve soak --help')
 
 'ringserve serve --help' lists the server's flags; the before/after benchmark is\n'ringserve-bench' (npm run bench).`;
 
@@ -93,6 +96,23 @@ function loggableConfig(config: RingserveConfig): Record<string, unknown> {
   };
 }
 
+/**
+ * The soak is its own program (ops/soak/main.js): it starts a cluster, kills parts of it and judges
+ * it, so it runs as a separate process beside the cluster, and src/ never imports ops/ (the layering
+ * test). Its exit code is ours; SIGINT/SIGTERM reach it through the shared process group or are
+ * passed on.
+ */
+function runSoak(argv: readonly string[]): Promise<ExitCode> {
+  const entry = join(dirname(fileURLToPath(import.meta.url)), '..', 'ops', 'soak', 'main.js');
+  const child = spawn(process.execPath, [entry, ...argv], { stdio: 'inherit' });
+  const pass = (signal: NodeJS.Signals) => () => child.kill(signal);
+  process.on('SIGTERM', pass('SIGTERM'));
+  process.on('SIGINT', pass('SIGINT'));
+  return new Promise((resolve) => {
+    child.once('exit', (code) => resolve((code ?? ExitCode.Failure) as ExitCode));
+  });
+}
+
 async function main(argv: readonly string[]): Promise<ExitCode | null> {
   const [command, ...rest] = argv;
   if (command === undefined || command.startsWith('--')) return serve(argv);
@@ -109,10 +129,7 @@ async function main(argv: readonly string[]): Promise<ExitCode | null> {
     );
     return ExitCode.Usage;
   }
-  if (command === 'soak') {
-    console.error(`ringserve ${command}: not built yet in this version.`);
-    return ExitCode.Usage;
-  }
+  if (command === 'soak') return runSoak(rest);
   console.error(`ringserve: unknown command '${command}'\n\n${USAGE}`);
   return ExitCode.Usage;
 }

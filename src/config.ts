@@ -64,6 +64,8 @@ export interface RingserveConfig {
   readonly vllmVersion: string | null;
   readonly vllmPingTimeoutS: number;
   readonly tokenizer: string | null;
+  readonly maxUnreadBytes: number;
+  readonly requestTimeout: number;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -126,8 +128,8 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'apiKey', flag: '--api-key', kind: 'string', default: null, env: 'VLLM_API_KEY', help: 'require "Authorization: Bearer <key>" on API routes' },
   { key: 'adminApiKey', flag: '--admin-api-key', kind: 'string', default: null, env: 'RINGSERVE_ADMIN_API_KEY', help: 'require this key on control routes (pause, update_weights, ...)' },
   { key: 'logLevel', flag: '--log-level', kind: 'enum', default: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], help: 'pino log level' },
-  { key: 'maxQueueLen', flag: '--max-queue-len', kind: 'int', default: 4096, min: 1, max: MAX_SLOTS_PER_SERVER, help: 'requests in flight per API server (running or queued) before answering 429' },
-  { key: 'bodyLimitMb', flag: '--body-limit-mb', kind: 'number', default: 32, min: 0, minExclusive: true, max: 1024, help: 'largest request body in MiB (413 above)' },
+  { key: 'maxQueueLen', flag: '--max-queue-len', kind: 'int', default: 4096, min: 1, max: MAX_SLOTS_PER_SERVER, help: 'requests in flight per API server (running or queued) before answering 429 with Retry-After (the default is far above 300 RL clients)' },
+  { key: 'bodyLimitMb', flag: '--body-limit-mb', kind: 'number', default: 32, min: 0, minExclusive: true, max: 1024, help: 'largest request body in MiB (413 above; a 128k-token prompt is under 1 MiB of JSON)' },
   { key: 'drainTimeoutS', flag: '--drain-timeout-s', kind: 'number', default: 30, min: 0, max: 3600, help: 'on SIGTERM, wait this long for in-flight requests, then abort them' },
   { key: 'packerThreads', flag: '--packer-threads', kind: 'int', default: null, min: 1, max: 64, derived: 'cores / api-server-count, at least 1', help: 'packer worker threads per API server' },
   { key: 'workerNice', flag: '--worker-nice', kind: 'int', default: 10, min: 0, max: 19, env: 'RINGSERVE_WORKER_NICE', help: 'nice of the output worker and packer threads above the main thread (0 = same priority)' },
@@ -148,6 +150,8 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'vllmVersion', flag: '--vllm-version', kind: 'string', default: null, derived: 'the newest layout ringserve knows', help: 'with --engine vllm: the vLLM release whose message layouts to speak' },
   { key: 'vllmPingTimeoutS', flag: '--vllm-ping-timeout-s', kind: 'number', default: 5, min: 0.1, max: 600, help: 'with --engine vllm: a vLLM engine silent this long is dead (in-flight requests fail with 503)' },
   { key: 'tokenizer', flag: '--tokenizer', kind: 'string', default: null, help: "a local Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json, generation_config.json) instead of the preset's" },
+  { key: 'maxUnreadBytes', flag: '--max-unread-bytes', kind: 'int', default: 64 * 1024 * 1024, min: 65_536, max: 4_294_967_296, help: 'a stream whose client leaves this many bytes unread is aborted and its memory freed (a client that reads, however slowly, leaves a few events unread)' },
+  { key: 'requestTimeout', flag: '--request-timeout', kind: 'number', default: 3600, min: 0, max: 604_800, help: 'seconds a generate request may take from arrival before it is answered 504 and aborted in the engine (0 = none; the default is many times a 16k-token rollout under 300 clients); the header x-request-deadline-ms can shorten it' },
 ];
 
 const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(

@@ -133,6 +133,22 @@ export const RS_ERR_AUTH_UNAUTHORIZED = createError(
   'missing or wrong API key',
   401,
 );
+// Node's HTTP parser refused the request before any route saw it (client-error.ts answers).
+export const RS_ERR_HTTP_MALFORMED = createError(
+  'RS_ERR_HTTP_MALFORMED',
+  'the HTTP request could not be parsed: %s',
+  400,
+);
+export const RS_ERR_HTTP_HEADERS_TOO_LARGE = createError(
+  'RS_ERR_HTTP_HEADERS_TOO_LARGE',
+  'the request headers are larger than the server accepts',
+  431,
+);
+export const RS_ERR_HTTP_CLIENT_TIMEOUT = createError(
+  'RS_ERR_HTTP_CLIENT_TIMEOUT',
+  'the request was not received in time',
+  408,
+);
 
 // Server state (429/503): the request is refused, the server itself is fine.
 export const RS_ERR_SERVER_QUEUE_FULL = createError(
@@ -159,6 +175,12 @@ export const RS_ERR_ENGINE_REQUEST_FAILED = createError(
   'RS_ERR_ENGINE_REQUEST_FAILED',
   'the engine could not run request %s: %s',
   500,
+);
+// --request-timeout or the request's x-request-deadline-ms passed before its answer was complete.
+export const RS_ERR_REQ_DEADLINE_EXCEEDED = createError(
+  'RS_ERR_REQ_DEADLINE_EXCEEDED',
+  'request %s was not answered within its deadline of %s ms (%s); it was aborted',
+  504,
 );
 
 // The control plane (pause, resume, update_weights, reset_prefix_cache) through the region's control
@@ -426,7 +448,9 @@ const TYPE_BY_STATUS: ReadonlyMap<number, string> = new Map([
   [404, 'NotFoundError'],
   [409, 'ConflictError'],
   [413, 'RequestEntityTooLargeError'],
+  [408, 'RequestTimeoutError'],
   [415, 'UnsupportedMediaTypeError'],
+  [431, 'RequestHeaderFieldsTooLargeError'],
   [429, 'RateLimitError'],
   [499, 'RequestAbortedError'],
   [500, 'InternalServerError'],
@@ -468,6 +492,8 @@ export function toRingserveError(err: unknown): RingserveError {
     out = Reflect.construct(RingserveError, [code, message, known.statusCode, null], known);
   } else if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
     out = new RS_ERR_HTTP_BODY_TOO_LARGE('over the server limit (--body-limit-mb)');
+  } else if (code === 'FST_ERR_BAD_URL') {
+    out = new RS_ERR_HTTP_MALFORMED(message);
   } else if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
     out = new RS_ERR_HTTP_UNSUPPORTED_MEDIA_TYPE(
       message.replace(/^Unsupported Media Type:?\s*/, ''),

@@ -8,7 +8,12 @@
  * confirmed the sequence is over (slot-table.ts). Only then does the output side reuse its state.
  */
 import type { RingserveConfig } from '../config.js';
-import { RS_ERR_ENGINE_DEAD, RS_ERR_SERVER_DRAINING, toRingserveError } from '../errors.js';
+import {
+  RS_ERR_ENGINE_DEAD,
+  RS_ERR_REQ_DEADLINE_EXCEEDED,
+  RS_ERR_SERVER_DRAINING,
+  toRingserveError,
+} from '../errors.js';
 import { type Logger, rateLimit } from '../obs/log.js';
 import type { RequestTimeline } from '../obs/request-timeline.js';
 import type { GenerateRequest } from '../protocol/generate-request.js';
@@ -29,6 +34,12 @@ export interface CompletedRequest {
   slot: number;
   latencyMs: number;
   ok: boolean;
+}
+
+/** How long a request may take from its acceptance, and which limit set it (for the message). */
+export interface RequestDeadline {
+  ms: number;
+  source: '--request-timeout' | 'x-request-deadline-ms';
 }
 
 export interface CoordinatorOptions {
@@ -69,9 +80,16 @@ export class RequestCoordinator implements OutputEvents {
 
   /**
    * Accepts a parsed request (every 400 is raised by parsing), or throws why not (admission.ts, or
-   * the engine's ADD error). The answer goes to `reply` later, in `form`.
+   * the engine's ADD error). The answer goes to `reply` later, in `form`; one not complete within
+   * `deadline` (null: none) is answered 504 and aborted in the engine.
    */
-  submit(request: GenerateRequest, reply: ReplySink, form: ResponseForm, headerId?: string): void {
+  submit(
+    request: GenerateRequest,
+    reply: ReplySink,
+    form: ResponseForm,
+    headerId?: string,
+    deadline: RequestDeadline | null = null,
+  ): void {
     const requestId = requestIdOf(headerId, request.requestId);
     const kv = kvTransferFields(request, requestId, this.#config);
     admit(
@@ -91,6 +109,9 @@ export class RequestCoordinator implements OutputEvents {
     if (record.stream) reply.startStream();
     // A client that leaves before its answer aborts the request in the engine.
     reply.onClose(() => this.#clientGone(record));
+    if (deadline !== null) {
+      record.deadline = setTimeout(() => this.#deadlinePassed(record, deadline), deadline.ms);
+    }
   }
 
   /** Aborts the in-flight request with this id, if this server has it; true if it did. */
@@ -226,6 +247,15 @@ export class RequestCoordinator implements OutputEvents {
     }
   }
 
+  /** The deadline passed unanswered: a 504 (or a stream's error event), and the engine stops it. */
+  #deadlinePassed(record: RequestRecord, deadline: RequestDeadline): void {
+    record.deadline = null;
+    const { requestId } = record.identity;
+    this.#fail(record, new RS_ERR_REQ_DEADLINE_EXCEEDED(requestId, deadline.ms, deadline.source));
+    this.#abortChoices(record, -1);
+    this.#free(record);
+  }
+
   #clientGone(record: RequestRecord): void {
     if (!this.#settle(record, 499, 'abort')) return;
     this.#abortChoices(record, -1);
@@ -272,6 +302,8 @@ export class RequestCoordinator implements OutputEvents {
   /** The answer is complete: no longer in flight; its log line. False when it already was. */
   #settle(record: RequestRecord, status: number, fallback: string | null): boolean {
     if (!this.table.settle(record)) return false;
+    if (record.deadline !== null) clearTimeout(record.deadline);
+    record.deadline = null;
     logFinished(this.#log, this.#timeline, record, status, fallback);
     return true;
   }

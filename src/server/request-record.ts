@@ -40,6 +40,8 @@ export interface RequestRecord {
   settled: boolean;
   /** Its answer is being encoded from its slots' data: the slots stay taken until that is done. */
   encoding: boolean;
+  /** Fires when its deadline passes unanswered (--request-timeout, x-request-deadline-ms); else null. */
+  deadline: NodeJS.Timeout | null;
 }
 
 /** A new record for `request`, accepted now under `requestId`, answered to `reply` in `form`. */
@@ -61,5 +63,6 @@ export function newRequestRecord(
     timings: { startMs: performance.now(), arrivalMs },
     settled: false,
     encoding: false,
+    deadline: null,
   };
 }

@@ -196,8 +196,14 @@ export class RingConsumer extends RingEndpoint {
       const at = this.dataStart + (this.#readPos & this.mask);
       const length = this.i32[at >> 2]!;
       const total = RECORD_HEADER_BYTES + ((length + 7) & ~7);
+      // length first: past 2^31 - 8 the padding arithmetic wraps and `total` goes negative (ops/fuzz).
       if (
-        !(length >= 0 && total <= available && total <= this.capacity - (this.#readPos & this.mask))
+        !(
+          length >= 0 &&
+          length <= this.maxPayloadBytes &&
+          total <= available &&
+          total <= this.capacity - (this.#readPos & this.mask)
+        )
       ) {
         throw new RS_ERR_RING_CORRUPT(this.ringOffset, `record length ${length} at ${at}`);
       }

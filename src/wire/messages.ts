@@ -59,7 +59,9 @@ export function regionViews(sab: SharedArrayBuffer): RegionViews {
   };
 }
 
-const pad8 = (n: number): number => (n + 7) & ~7;
+// Not `(n + 7) & ~7`: that wraps at 2^31, so a corrupt STEP header declaring 2^30 outputs would pass
+// the length check that stepRecordBytes serves (found by ops/fuzz). `-n & 7` keeps the low bits right.
+const pad8 = (n: number): number => n + (-n & 7);
 
 // ---- ADD ---------------------------------------------------------------------------------------
 

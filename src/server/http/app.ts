@@ -3,7 +3,7 @@
  * for every failure (never a 500 for bad input), 404 for unknown routes, and the routes (/metrics
  * renders the whole cluster's figures from the shared region: src/obs/exposition.ts).
  */
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import { unpack } from 'msgpackr';
 import type { RingserveConfig } from '../../config.js';
 import { RS_ERR_HTTP_ROUTE_NOT_FOUND, RS_ERR_REQ_INVALID_BODY, toErrorBody } from '../../errors.js';
@@ -13,6 +13,7 @@ import type { TokenizerPool } from '../../tokenizer/pool.js';
 import { poolPromptTokenizer } from '../openai/pool-tokenizer.js';
 import type { RequestCoordinator } from '../request-coordinator.js';
 import { FailureInjector } from './failure-injection.js';
+import { answerClientError } from './client-error.js';
 import { registerAuth } from './routes/auth.js';
 import { type ControlDeps, registerControlRoutes } from './routes/control.js';
 import { registerGenerateRoute } from './routes/generate.js';
@@ -23,6 +24,9 @@ import { registerTokenizeRoutes } from './routes/tokenize.js';
 
 /** The most alternatives a request may ask per position (vLLM's --max-logprobs default). */
 const OPENAI_MAX_LOGPROBS = 20;
+
+/** Seconds a client told 429 waits: long rollouts free slots every few seconds at worst. */
+const RETRY_AFTER_S = '1';
 
 export interface AppDeps extends HealthDeps, ControlDeps {
   config: RingserveConfig;
@@ -40,6 +44,12 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     keepAliveTimeout: 75_000,
     forceCloseConnections: true,
     return503OnClosing: true,
+    clientErrorHandler: answerClientError,
+    // A URL fastify cannot decode (`/%`) is refused before routing: the contract's body too.
+    frameworkErrors: (error, _request, reply) => {
+      const body = toErrorBody(error);
+      (reply as FastifyReply).code(body.error.code).send(body);
+    },
   });
   app.addContentTypeParser(
     ['application/msgpack', 'application/x-msgpack'],
@@ -66,6 +76,8 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     if (body.error.code === 500) {
       deps.log?.(`ringserve-api: ${(error as Error).stack ?? String(error)}`);
     }
+    // A full queue is a moment, not a state: say when to come back (RFC 9110, Retry-After).
+    if (body.error.code === 429) reply.header('retry-after', RETRY_AFTER_S);
     reply.code(body.error.code).send(body);
   });
   app.setNotFoundHandler((request, reply) => {

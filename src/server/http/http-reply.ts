@@ -1,7 +1,10 @@
 /**
  * A request's answer written to its fastify reply (the coordinator's ReplySink): a finished body
  * with its content type, the contract's error body, or server-sent events. Every SSE byte the
- * server writes is framed by src/protocol/sse.ts, this end-of-stream error included.
+ * server writes is framed by src/protocol/sse.ts, this end-of-stream error included. A stream whose
+ * client leaves more than --max-unread-bytes unread is cut: its connection is destroyed (which
+ * drops the bytes queued for it), and the close aborts the request in the engine as any
+ * departed client's does.
  */
 import type { FastifyReply } from 'fastify';
 import { toErrorBody } from '../../errors.js';
@@ -13,10 +16,12 @@ import type { ReplySink } from '../reply-sink.js';
 
 export class HttpReply implements ReplySink {
   readonly #reply: FastifyReply;
+  readonly #maxUnreadBytes: number;
   #streaming = false;
 
-  constructor(reply: FastifyReply) {
+  constructor(reply: FastifyReply, maxUnreadBytes = Number.POSITIVE_INFINITY) {
     this.#reply = reply;
+    this.#maxUnreadBytes = maxUnreadBytes;
   }
 
   send(body: Buffer, form: ResponseForm): void {
@@ -51,8 +56,13 @@ export class HttpReply implements ReplySink {
 
   write(bytes: Buffer, last: boolean): void {
     const raw = this.#reply.raw;
-    if (last) raw.end(bytes);
-    else raw.write(bytes);
+    if (raw.destroyed) return;
+    if (last) {
+      raw.end(bytes);
+      return;
+    }
+    raw.write(bytes);
+    if (raw.writableLength > this.#maxUnreadBytes) raw.destroy();
   }
 
   onClose(listener: () => void): void {

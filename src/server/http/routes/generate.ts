@@ -1,7 +1,7 @@
 /**
  * POST /inference/v1/generate: parse (every 400, naming the field), check the model (404), pick the
- * answer's form, hand the request to the coordinator. The answer comes later, as one finished
- * Buffer or an SSE stream.
+ * answer's form and its deadline (deadline.ts), hand the request to the coordinator. The answer
+ * comes later, as one finished Buffer or an SSE stream.
  */
 import type { FastifyInstance } from 'fastify';
 import type { RingserveConfig } from '../../../config.js';
@@ -12,6 +12,7 @@ import {
 } from '../../../protocol/generate-request.js';
 import type { EngineClient } from '../../engine-client.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
+import { DEADLINE_HEADER, requestDeadline } from '../deadline.js';
 import { AbortingReply, type FailureInjector } from '../failure-injection.js';
 import { HttpReply } from '../http-reply.js';
 import { responseForm } from '../negotiate.js';
@@ -34,6 +35,7 @@ export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps):
   };
   app.post('/inference/v1/generate', async (request, reply) => {
     const parsed = parseGenerateRequest(request.body, requestOptions);
+    const deadline = requestDeadline(request.headers[DEADLINE_HEADER], config.requestTimeout);
     if (
       parsed.model !== null &&
       parsed.model !== config.servedModelName &&
@@ -56,9 +58,9 @@ export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps):
     const form = responseForm(request.headers.accept, parsed.packed, config.generateFormat);
     const header = request.headers['x-request-id'];
     const headerId = typeof header === 'string' && header !== '' ? header : undefined;
-    const sink = new HttpReply(reply);
+    const sink = new HttpReply(reply, config.maxUnreadBytes);
     const answer = injected === 'abort' ? new AbortingReply(sink, reply) : sink;
-    coordinator.submit(parsed, answer, form, headerId);
+    coordinator.submit(parsed, answer, form, headerId, deadline);
     return reply;
   });
 }

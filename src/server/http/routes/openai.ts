@@ -13,6 +13,7 @@ import { type OpenAiRequestOptions, toGenerateRequest } from '../../../protocol/
 import type { PromptTokenizer } from '../../openai/prompt-tokenizer.js';
 import type { ReplySink } from '../../reply-sink.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
+import { DEADLINE_HEADER, requestDeadline } from '../deadline.js';
 import { AbortingReply, type FailureInjector } from '../failure-injection.js';
 import { HttpReply } from '../http-reply.js';
 
@@ -42,13 +43,14 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
   /** The reply sink, after any injected failure (which bad input never reaches: it is a 400 first). */
   const sinkFor = (request: FastifyRequest, reply: FastifyReply): ReplySink => {
     const injected = deps.failures?.active ? deps.failures.check(request, reply) : null;
-    const sink = new HttpReply(reply);
+    const sink = new HttpReply(reply, config.maxUnreadBytes);
     return injected === 'abort' ? new AbortingReply(sink, reply) : sink;
   };
 
   app.post('/v1/completions', async (request, reply) => {
     checkOutput('/v1/completions');
     const body = parseCompletionBody(request.body, opts);
+    const deadline = requestDeadline(request.headers[DEADLINE_HEADER], config.requestTimeout);
     checkModel(body.common.model);
     const { prompt } = body;
     const prompts =
@@ -69,13 +71,14 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
       'prompt',
       opts,
     );
-    coordinator.submit(parsed, sink, 'completion', headerRequestId(request));
+    coordinator.submit(parsed, sink, 'completion', headerRequestId(request), deadline);
     return reply;
   });
 
   app.post('/v1/chat/completions', async (request, reply) => {
     checkOutput('/v1/chat/completions');
     const body = parseChatBody(request.body, opts);
+    const deadline = requestDeadline(request.headers[DEADLINE_HEADER], config.requestTimeout);
     checkModel(body.common.model);
     const ids = await tokenizer.encodeChat(body.messages, {
       tools: body.tools,
@@ -91,7 +94,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
       'messages',
       opts,
     );
-    coordinator.submit(parsed, sink, 'chat', headerRequestId(request));
+    coordinator.submit(parsed, sink, 'chat', headerRequestId(request), deadline);
     return reply;
   });
 }

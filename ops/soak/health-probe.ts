@@ -1,0 +1,62 @@
+/**
+ * The /health probe, in a worker thread of its own so the soak's 300 clients on the main thread do
+ * not delay its timer or its reading of answers. Every PROBE_EVERY_MS it opens a new connection (so
+ * the node:cluster primary hands successive probes to different API servers) and times
+ * `GET /health` to the last byte; it posts batches of [start ms since epoch, latency ms, status]
+ * (status 0: no answer within the bound).
+ */
+import { request } from 'node:http';
+import { parentPort, workerData } from 'node:worker_threads';
+
+const PROBE_EVERY_MS = 200;
+const PROBE_TIMEOUT_MS = 5_000;
+const POST_EVERY_MS = 1_000;
+
+export interface ProbeSample {
+  atMs: number;
+  latencyMs: number;
+  status: number;
+}
+
+function probe(port: number): Promise<ProbeSample> {
+  const atMs = Date.now();
+  const t0 = performance.now();
+  return new Promise((resolve) => {
+    const req = request(
+      { host: '127.0.0.1', port, path: '/health', agent: false, timeout: PROBE_TIMEOUT_MS },
+      (res) => {
+        res.resume();
+        res.on('end', () =>
+          resolve({ atMs, latencyMs: performance.now() - t0, status: res.statusCode ?? 0 }),
+        );
+      },
+    );
+    req.on('timeout', () => req.destroy());
+    req.on('error', () => resolve({ atMs, latencyMs: performance.now() - t0, status: 0 }));
+    req.end();
+  });
+}
+
+async function run(port: number): Promise<void> {
+  let batch: ProbeSample[] = [];
+  let lastPost = Date.now();
+  let stopped = false;
+  parentPort!.on('message', () => {
+    stopped = true;
+  });
+  while (!stopped) {
+    const started = performance.now();
+    batch.push(await probe(port));
+    if (Date.now() - lastPost >= POST_EVERY_MS) {
+      parentPort!.postMessage(batch);
+      batch = [];
+      lastPost = Date.now();
+    }
+    const wait = PROBE_EVERY_MS - (performance.now() - started);
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  }
+  parentPort!.postMessage(batch);
+  parentPort!.close();
+}
+
+if (parentPort !== null) void run((workerData as { port: number }).port);

@@ -1,0 +1,327 @@
+/**
+ * `ringserve soak` / `npm run soak -- --duration 1h --concurrency 300 [--json]` (issue 15): a real
+ * cluster under closed-loop long requests in every answer form, with clients that leave and clients
+ * that read slowly, pause -> update_weights -> resume cycles, and faults on a schedule (faults.ts).
+ * Throughout it samples every process's RSS (/proc), each API server's heap, output-ring bytes, KV
+ * blocks in use and requests in flight (/metrics), and /health latency (a worker thread), and shows
+ * progress on stderr. At the end it drains, reads what is still held, and prints the verdict table
+ * (and, with --json, one JSON object); it exits 1 on any violation (verdict.ts).
+ *
+ * Memory stays bounded for any duration: requests leave only counters, and the samples are a few
+ * numbers every SAMPLE_EVERY_MS per process (an hour: ~2,000 per series) and 5 /health probes a
+ * second (an hour: 18,000).
+ */
+
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Worker } from 'node:worker_threads';
+import { startCluster } from '../../bench/loadtest/cluster.js';
+import { parsePromText } from '../../bench/loadtest/prom-text.js';
+import { ExitCode } from '../../src/errors.js';
+import { type Fault, FaultInjector } from './faults.js';
+import type { ProbeSample } from './health-probe.js';
+import { parseSoakOptions, SOAK_USAGE, type SoakOptions } from './options.js';
+import { clusterProcesses } from './processes.js';
+import { Traffic } from './traffic.js';
+import {
+  buildVerdict,
+  judgedSlopes,
+  outsideFaults,
+  type RssSeries,
+  type Verdict,
+  violations,
+} from './verdict.js';
+
+const SAMPLE_EVERY_MS = 2_000;
+const PROGRESS_EVERY_MS = 10_000;
+/** After the drain, how long held slots and blocks get to come back before they count as leaked. */
+const SETTLE_MS = 30_000;
+
+interface ClusterFigures {
+  inFlight: number;
+  running: number;
+  waiting: number;
+  kvBlocks: number;
+  ringBytes: number;
+  heapBytes: Map<string, number>;
+}
+
+async function scrape(url: string): Promise<ClusterFigures | null> {
+  const text = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(5_000) })
+    .then((r) => (r.ok ? r.text() : null))
+    .catch(() => null);
+  if (text === null) return null;
+  const f: ClusterFigures = {
+    inFlight: 0,
+    running: 0,
+    waiting: 0,
+    kvBlocks: 0,
+    ringBytes: 0,
+    heapBytes: new Map(),
+  };
+  let usage = 0;
+  let blocks = 0;
+  for (const s of parsePromText(text).samples) {
+    if (s.name === 'ringserve_requests_in_flight') f.inFlight += s.value;
+    else if (s.name === 'vllm:num_requests_running') f.running += s.value;
+    else if (s.name === 'vllm:num_requests_waiting') f.waiting += s.value;
+    else if (s.name === 'vllm:kv_cache_usage_perc') usage = s.value;
+    else if (s.name === 'vllm:cache_config_info') blocks = Number(s.labels.num_gpu_blocks ?? 0);
+    else if (s.name === 'ringserve_output_ring_used_bytes') f.ringBytes += s.value;
+    else if (s.name === 'nodejs_heap_size_used_bytes' && s.labels.api_server !== undefined) {
+      f.heapBytes.set(String(s.labels.api_server), s.value);
+    }
+  }
+  f.kvBlocks = Math.round(usage * blocks);
+  return f;
+}
+
+function random(seed: number): () => number {
+  let a = (seed ^ 0x9e3779b9) >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(a ^ (a >>> 15), a | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+}
+
+const mb = (bytes: number) => `${(bytes / 1048576).toFixed(0)} MB`;
+
+async function soak(
+  o: SoakOptions,
+): Promise<{ verdict: Verdict; problems: string[]; notes: string[] }> {
+  const cluster = await startCluster(
+    ['--api-server-count', String(o.apiServers), ...o.serverFlags],
+    60_000,
+    {
+      stopTimeoutMs: 30_000,
+    },
+  );
+  const health: ProbeSample[] = [];
+  const probe = new Worker(new URL('./health-probe.js', import.meta.url), {
+    workerData: { port: cluster.port },
+  });
+  probe.on('message', (batch: ProbeSample[]) => {
+    for (const s of batch) health.push(s);
+  });
+  const probeDone = new Promise((resolve) => probe.once('exit', resolve));
+  const traffic = new Traffic({
+    url: cluster.url,
+    concurrency: o.concurrency,
+    minTokens: o.minTokens,
+    maxTokens: o.maxTokens,
+    seed: o.seed,
+    answerTimeoutMs: o.answerTimeoutS * 1000,
+  });
+  const faults = new FaultInjector(cluster.pid, cluster.url, random(o.seed));
+  const rss = new Map<string, RssSeries>();
+  const peaks = { ringBytes: 0, kvBlocks: 0, inFlight: 0, heap: new Map<string, number>() };
+  const pauses = { cycles: 0, failedCalls: 0 };
+  const startMs = Date.now();
+  const endMs = startMs + o.durationS * 1000;
+  let running = true;
+  traffic.start();
+
+  const sampler = (async () => {
+    while (running) {
+      const now = Date.now();
+      for (const p of await clusterProcesses(cluster.pid)) {
+        const key = `${p.title}#${p.pid}`;
+        let s = rss.get(key);
+        if (s === undefined) {
+          // The primary and the first children start with the run; a restarted child starts now.
+          s = { key, startedAtMs: rss.size < o.apiServers + 2 ? startMs : now, points: [] };
+          rss.set(key, s);
+        }
+        s.points.push([now, p.rssBytes]);
+      }
+      const f = await scrape(cluster.url);
+      if (f !== null) {
+        peaks.ringBytes = Math.max(peaks.ringBytes, f.ringBytes);
+        peaks.kvBlocks = Math.max(peaks.kvBlocks, f.kvBlocks);
+        peaks.inFlight = Math.max(peaks.inFlight, f.inFlight);
+        for (const [k, v] of f.heapBytes) peaks.heap.set(k, Math.max(peaks.heap.get(k) ?? 0, v));
+      }
+      await sleep(SAMPLE_EVERY_MS);
+    }
+  })();
+
+  const faulting = (async () => {
+    if (o.faultEveryS <= 0) return;
+    await sleep(Math.min(o.faultEveryS * 1000, Math.max(0, endMs - Date.now() - 30_000)));
+    while (running && Date.now() < endMs - 20_000) {
+      const fault = await faults.injectNext();
+      if (fault !== null) progressLine(`fault ${fault.kind} (${fault.title}) ${describe(fault)}`);
+      // Not past the end: the drain starts on time.
+      await sleep(Math.min(o.faultEveryS * 1000, Math.max(0, endMs - Date.now())));
+    }
+  })();
+
+  const pausing = (async () => {
+    if (o.pauseEveryS <= 0) return;
+    while (running) {
+      await sleep(o.pauseEveryS * 1000);
+      if (!running) break;
+      const post = (path: string, body?: string) =>
+        fetch(`${cluster.url}${path}`, {
+          method: 'POST',
+          headers: body === undefined ? {} : { 'content-type': 'application/json' },
+          body,
+          signal: AbortSignal.timeout(10_000),
+        }).then(
+          (r) => r.ok,
+          () => false,
+        );
+      if (!(await post('/pause'))) pauses.failedCalls++;
+      await sleep(500);
+      if (!(await post('/update_weights', '{}'))) pauses.failedCalls++;
+      // Resume until it is acknowledged: a paused engine must not outlive the cycle.
+      for (let i = 0; !(await post('/resume')); i++) {
+        pauses.failedCalls++;
+        if (i > 60) break;
+        await sleep(500);
+      }
+      pauses.cycles++;
+    }
+  })();
+
+  const progressTimer = setInterval(() => {
+    const c = traffic.counts;
+    const failed = Object.values(c.failed).reduce((a, b) => a + b, 0);
+    const recent = health
+      .slice(-50)
+      .filter((s) => s.status === 200)
+      .map((s) => s.latencyMs);
+    progressLine(
+      `${Math.round((Date.now() - startMs) / 1000)}/${o.durationS} s  sent ${c.sent}  done ${c.completed}  ` +
+        `left ${c.left}  failed ${failed}  lost ${c.lost}  in flight ${c.inFlight}  faults ${faults.faults.length}  ` +
+        `health max(last 10 s) ${recent.length ? Math.max(...recent).toFixed(1) : '-'} ms`,
+    );
+  }, PROGRESS_EVERY_MS);
+
+  await sleep(Math.max(0, endMs - Date.now()));
+  running = false;
+  await faulting;
+  progressLine('draining: no new requests, waiting for those in flight');
+  await Promise.all([traffic.drain(o.answerTimeoutS * 1000), pausing]);
+  clearInterval(progressTimer);
+  // Whatever the cluster still holds once the clients are gone and it had time to let go is leaked.
+  let last: ClusterFigures | null = null;
+  const settleEnd = Date.now() + SETTLE_MS;
+  while (Date.now() < settleEnd) {
+    last = await scrape(cluster.url);
+    if (last !== null && last.inFlight + last.running + last.waiting + last.kvBlocks === 0) break;
+    await sleep(500);
+  }
+  await sampler;
+  probe.postMessage('stop');
+  await probeDone;
+  const crashed = cluster.crashed();
+  await cluster.stop();
+
+  const slopes = judgedSlopes([...rss.values()], o);
+  const steady = outsideFaults(health, faults.faults, o.graceS * 1000, Date.now());
+  const verdict = buildVerdict(
+    traffic.counts,
+    {
+      slots: last === null ? -1 : last.inFlight + last.running + last.waiting,
+      blocks: last === null ? -1 : last.kvBlocks,
+    },
+    slopes,
+    steady,
+    faults.faults,
+  );
+  const problems = violations(verdict, o);
+  if (crashed) problems.push('the cluster exited during the run');
+  if (last === null) problems.push('/metrics did not answer after the drain');
+  const notes = [
+    `requests: ${traffic.counts.left} clients left on purpose, ${traffic.counts.slowReaders} slow-reader streams completed`,
+    `pause -> update_weights -> resume cycles: ${pauses.cycles} (${pauses.failedCalls} calls refused, mostly during faults)`,
+    `peaks: output rings ${mb(peaks.ringBytes)}, KV blocks ${peaks.kvBlocks}, requests in flight ${peaks.inFlight}, ` +
+      `heap ${[...peaks.heap].map(([k, v]) => `${k} ${mb(v)}`).join(', ')}`,
+    `/health: ${health.length} probes, ${steady.length} outside fault windows (+${o.graceS} s grace)`,
+    `RSS slope judged for ${slopes.size} of ${rss.size} process incarnations (>= ${o.slopeWindowS} s after ${o.warmupS} s warm-up): ` +
+      ([...slopes].map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ') || 'none long enough'),
+    ...faults.faults.map(
+      (f) =>
+        `fault ${f.kind} ${f.title} at ${new Date(f.injectedAtMs).toISOString()}: ${describe(f)}`,
+    ),
+    ...traffic.counts.lostDetails.map((d) => `lost: ${d}`),
+  ];
+  return { verdict, problems, notes };
+}
+
+function describe(f: Fault): string {
+  return f.recoveredAtMs === null
+    ? 'NOT recovered'
+    : `recovered in ${((f.recoveredAtMs - f.injectedAtMs) / 1000).toFixed(1)} s`;
+}
+
+function progressLine(text: string): void {
+  process.stderr.write(`soak: ${text}\n`);
+}
+
+function printTable(v: Verdict, o: SoakOptions, problems: string[], notes: string[]): void {
+  const failed = Object.values(v.failed).reduce((a, b) => a + b, 0);
+  const causes =
+    Object.entries(v.failed)
+      .map(([k, n]) => `${k} ${n}`)
+      .join(', ') || 'none';
+  const rows: [string, string, string][] = [
+    ['requests sent', String(v.sent), ''],
+    ['completed', String(v.completed), ''],
+    ['failed', String(failed), causes],
+    ['lost (accepted, never answered)', String(v.lost), 'must be 0'],
+    ['leaked slots after drain', String(v.leaked_slots), 'must be 0'],
+    ['leaked KV blocks after drain', String(v.leaked_blocks), 'must be 0'],
+    [
+      'RSS slope max, %/h',
+      v.rss_slope_pct_per_h_max === null ? 'n/a' : String(v.rss_slope_pct_per_h_max),
+      `<= ${o.maxRssSlopePctPerH}`,
+    ],
+    ['/health p99 outside faults, ms', String(v.health_p99_ms), `<= ${o.healthP99Ms}`],
+    ['/health max outside faults, ms', String(v.health_max_ms), `<= ${o.healthMaxMs}`],
+    [
+      'faults injected / recovered',
+      `${v.faults_injected} / ${v.faults_recovered}`,
+      'all recovered',
+    ],
+  ];
+  console.log(
+    `\nringserve soak: ${o.durationS} s, ${o.concurrency} clients, ${o.apiServers} API servers, ${o.serverFlags.join(' ')}`,
+  );
+  for (const [name, value, bound] of rows)
+    console.log(`| ${name.padEnd(32)} | ${value.padStart(10)} | ${bound}`);
+  for (const n of notes) console.log(`  ${n}`);
+  console.log(problems.length === 0 ? 'PASS' : `FAIL: ${problems.join('; ')}`);
+}
+
+async function main(): Promise<ExitCode> {
+  const argv = process.argv.slice(2);
+  if (argv.includes('--help') || argv.includes('-h')) {
+    console.log(SOAK_USAGE);
+    return ExitCode.Ok;
+  }
+  // Ended by a signal: exit through process.exit, so the starter's exit hook stops the cluster.
+  process.once('SIGTERM', () => process.exit(ExitCode.Terminated));
+  process.once('SIGINT', () => process.exit(ExitCode.Interrupted));
+  let o: SoakOptions;
+  try {
+    o = parseSoakOptions(argv);
+  } catch (error) {
+    console.error(`soak: ${(error as Error).message}`);
+    return ExitCode.Usage;
+  }
+  const { verdict, problems, notes } = await soak(o);
+  printTable(verdict, o, problems, notes);
+  if (o.json) console.log(JSON.stringify(verdict));
+  return problems.length === 0 ? ExitCode.Ok : ExitCode.Failure;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    console.error(`soak: ${(error as Error).stack ?? String(error)}`);
+    process.exit(ExitCode.Failure);
+  },
+);

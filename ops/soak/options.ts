@@ -1,0 +1,148 @@
+/**
+ * The soak's command line: `npm run soak -- --duration 1h --concurrency 300 [--json]` and the knobs
+ * a shorter or gentler run needs (CI runs 3 minutes at 64). Thresholds are flags so a run on a
+ * loaded machine can say what it held itself to; the defaults are issue 15's.
+ */
+export interface SoakOptions {
+  durationS: number;
+  concurrency: number;
+  json: boolean;
+  /** Completion lengths are drawn from [minTokens, maxTokens]. */
+  minTokens: number;
+  maxTokens: number;
+  apiServers: number;
+  /** Extra `ringserve serve` flags, e.g. "--speedup 4". */
+  serverFlags: string[];
+  /** Seconds between two faults (they rotate: API-server SIGKILL, engine SIGKILL, API-server SIGSTOP). */
+  faultEveryS: number;
+  /** Seconds between two pause -> update_weights -> resume cycles. */
+  pauseEveryS: number;
+  /** RSS samples before this are warm-up (also after each process's start). */
+  warmupS: number;
+  /** A fault window extends this long past its recovery. */
+  graceS: number;
+  maxRssSlopePctPerH: number;
+  /** The RSS slope is judged only for processes with at least this many seconds after warm-up. */
+  slopeWindowS: number;
+  healthP99Ms: number;
+  healthMaxMs: number;
+  /** A request unanswered this long is lost; the final drain waits as long. */
+  answerTimeoutS: number;
+  seed: number;
+}
+
+const DEFAULTS: SoakOptions = {
+  durationS: 3600,
+  concurrency: 300,
+  json: false,
+  minTokens: 256,
+  maxTokens: 4096,
+  apiServers: 2,
+  serverFlags: ['--speedup', '4'],
+  faultEveryS: 45,
+  pauseEveryS: 30,
+  warmupS: 120,
+  graceS: 2,
+  maxRssSlopePctPerH: 1,
+  slopeWindowS: 600,
+  healthP99Ms: 50,
+  healthMaxMs: 50,
+  answerTimeoutS: 300,
+  seed: 15,
+};
+
+export const SOAK_USAGE = `usage: ringserve soak | npm run soak -- [flags]
+  --duration D            1h, 10m, 180s (default 1h)
+  --concurrency N         closed-loop clients (default 300)
+  --json                  a last line holding one JSON object
+  --min-tokens N --max-tokens N   completion lengths (default 256..4096)
+  --api-servers N         API-server processes (default 2)
+  --server-flags "..."    more 'ringserve serve' flags (default "--speedup 4")
+  --fault-every S         seconds between faults (default 45)
+  --pause-every S         seconds between pause/update_weights/resume cycles (default 30)
+  --warmup S              RSS warm-up after start and after each restart (default 120)
+  --grace S               a fault window lasts until recovery + S (default 2)
+  --max-rss-slope P       %/h allowed per process (default 1), judged where >= --slope-window S
+  --slope-window S        post-warm-up seconds a process needs to be judged (default 600)
+  --health-p99-ms M --health-max-ms M   /health bounds outside fault windows (default 50, 50)
+  --answer-timeout S      a request unanswered this long is lost (default 300)
+  --seed S`;
+
+export function parseDuration(text: string): number {
+  const m = /^(\d+(?:\.\d+)?)(h|m|s)?$/.exec(text);
+  if (m === null) throw new Error(`--duration: expected e.g. 1h, 10m or 180s, got "${text}"`);
+  const n = Number(m[1]);
+  return m[2] === 'h' ? n * 3600 : m[2] === 'm' ? n * 60 : n;
+}
+
+export function parseSoakOptions(argv: readonly string[]): SoakOptions {
+  const o: SoakOptions = { ...DEFAULTS, serverFlags: [...DEFAULTS.serverFlags] };
+  const num = (flag: string, value: string | undefined): number => {
+    const n = Number(value);
+    if (value === undefined || !Number.isFinite(n) || n < 0) {
+      throw new Error(`${flag}: expected a non-negative number, got ${value}`);
+    }
+    return n;
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i]!;
+    const value = (): string | undefined => argv[++i];
+    switch (flag) {
+      case '--json':
+        o.json = true;
+        break;
+      case '--duration':
+        o.durationS = parseDuration(value() ?? '');
+        break;
+      case '--concurrency':
+        o.concurrency = Math.max(1, Math.round(num(flag, value())));
+        break;
+      case '--min-tokens':
+        o.minTokens = Math.max(1, Math.round(num(flag, value())));
+        break;
+      case '--max-tokens':
+        o.maxTokens = Math.max(1, Math.round(num(flag, value())));
+        break;
+      case '--api-servers':
+        o.apiServers = Math.max(1, Math.round(num(flag, value())));
+        break;
+      case '--server-flags':
+        o.serverFlags = (value() ?? '').split(/\s+/).filter((s) => s !== '');
+        break;
+      case '--fault-every':
+        o.faultEveryS = num(flag, value());
+        break;
+      case '--pause-every':
+        o.pauseEveryS = num(flag, value());
+        break;
+      case '--warmup':
+        o.warmupS = num(flag, value());
+        break;
+      case '--grace':
+        o.graceS = num(flag, value());
+        break;
+      case '--max-rss-slope':
+        o.maxRssSlopePctPerH = num(flag, value());
+        break;
+      case '--slope-window':
+        o.slopeWindowS = num(flag, value());
+        break;
+      case '--health-p99-ms':
+        o.healthP99Ms = num(flag, value());
+        break;
+      case '--health-max-ms':
+        o.healthMaxMs = num(flag, value());
+        break;
+      case '--answer-timeout':
+        o.answerTimeoutS = Math.max(1, num(flag, value()));
+        break;
+      case '--seed':
+        o.seed = Math.round(num(flag, value()));
+        break;
+      default:
+        throw new Error(`unknown flag ${flag}\n${SOAK_USAGE}`);
+    }
+  }
+  if (o.minTokens > o.maxTokens) throw new Error('--min-tokens must be <= --max-tokens');
+  return o;
+}

@@ -1,0 +1,126 @@
+/**
+ * From the soak's samples to its verdict: RSS slope per process after warm-up (least squares, in %
+ * of the process's mean RSS per hour), /health percentiles outside fault windows, and the table and
+ * JSON object the run ends with. Each violation is a line of text; none means the run passed.
+ */
+import type { Fault } from './faults.js';
+import type { ProbeSample } from './health-probe.js';
+import type { SoakOptions } from './options.js';
+import type { TrafficCounts } from './traffic.js';
+
+/** One process incarnation's RSS samples: [ms since epoch, bytes]. */
+export interface RssSeries {
+  key: string;
+  startedAtMs: number;
+  points: [number, number][];
+}
+
+export interface Verdict {
+  sent: number;
+  completed: number;
+  failed: Record<string, number>;
+  lost: number;
+  leaked_slots: number;
+  leaked_blocks: number;
+  rss_slope_pct_per_h_max: number | null;
+  health_p99_ms: number;
+  health_max_ms: number;
+  faults_injected: number;
+  faults_recovered: number;
+}
+
+export function rssSlopePctPerH(points: readonly [number, number][]): number {
+  const n = points.length;
+  let mt = 0;
+  let mr = 0;
+  for (const [t, r] of points) {
+    mt += t / n;
+    mr += r / n;
+  }
+  let num = 0;
+  let den = 0;
+  for (const [t, r] of points) {
+    num += (t - mt) * (r - mr);
+    den += (t - mt) ** 2;
+  }
+  if (den === 0 || mr === 0) return 0;
+  const bytesPerMs = num / den;
+  return ((bytesPerMs * 3_600_000) / mr) * 100;
+}
+
+/** Slopes of the series with at least `windowS` seconds after their warm-up, by key. */
+export function judgedSlopes(series: readonly RssSeries[], o: SoakOptions): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const s of series) {
+    const after = s.points.filter(([t]) => t >= s.startedAtMs + o.warmupS * 1000);
+    if (after.length < 3) continue;
+    const span = after[after.length - 1]![0] - after[0]![0];
+    if (span < o.slopeWindowS * 1000) continue;
+    out.set(s.key, rssSlopePctPerH(after));
+  }
+  return out;
+}
+
+export function outsideFaults(
+  samples: readonly ProbeSample[],
+  faults: readonly Fault[],
+  graceMs: number,
+  endMs: number,
+): ProbeSample[] {
+  return samples.filter(
+    (s) =>
+      !faults.some(
+        (f) =>
+          s.atMs + s.latencyMs >= f.injectedAtMs && s.atMs <= (f.recoveredAtMs ?? endMs) + graceMs,
+      ),
+  );
+}
+
+export function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return 0;
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+}
+
+export function buildVerdict(
+  counts: TrafficCounts,
+  leaks: { slots: number; blocks: number },
+  slopes: Map<string, number>,
+  health: readonly ProbeSample[],
+  faults: readonly Fault[],
+): Verdict {
+  const latencies = health.map((s) => (s.status === 200 ? s.latencyMs : Number.POSITIVE_INFINITY));
+  latencies.sort((a, b) => a - b);
+  const round = (x: number) => Math.round(x * 100) / 100;
+  return {
+    sent: counts.sent,
+    completed: counts.completed,
+    failed: counts.failed,
+    lost: counts.lost,
+    leaked_slots: leaks.slots,
+    leaked_blocks: leaks.blocks,
+    rss_slope_pct_per_h_max: slopes.size === 0 ? null : round(Math.max(...slopes.values())),
+    health_p99_ms: round(percentile(latencies, 99)),
+    health_max_ms: round(latencies[latencies.length - 1] ?? 0),
+    faults_injected: faults.length,
+    faults_recovered: faults.filter((f) => f.recoveredAtMs !== null).length,
+  };
+}
+
+export function violations(v: Verdict, o: SoakOptions): string[] {
+  const out: string[] = [];
+  if (v.lost !== 0) out.push(`lost ${v.lost} (must be 0)`);
+  if (v.leaked_slots !== 0) out.push(`leaked slots ${v.leaked_slots} (must be 0)`);
+  if (v.leaked_blocks !== 0) out.push(`leaked KV blocks ${v.leaked_blocks} (must be 0)`);
+  if (v.rss_slope_pct_per_h_max !== null && v.rss_slope_pct_per_h_max > o.maxRssSlopePctPerH) {
+    out.push(`RSS slope ${v.rss_slope_pct_per_h_max} %/h > ${o.maxRssSlopePctPerH}`);
+  }
+  if (v.health_p99_ms > o.healthP99Ms)
+    out.push(`/health p99 ${v.health_p99_ms} ms > ${o.healthP99Ms}`);
+  if (v.health_max_ms > o.healthMaxMs)
+    out.push(`/health max ${v.health_max_ms} ms > ${o.healthMaxMs}`);
+  if (v.faults_recovered !== v.faults_injected) {
+    out.push(`${v.faults_injected - v.faults_recovered} fault(s) not recovered`);
+  }
+  if (v.completed === 0) out.push('no request completed');
+  return out;
+}

@@ -1,0 +1,40 @@
+/**
+ * The CI share of issue 15's fuzz (ops/fuzz/; `npm run fuzz` runs 100,000): 5,000 route cases on
+ * a real cluster, 5,000 of each ring-record property in-process, with a fixed seed so a failure here
+ * reproduces with `npm run fuzz -- --cases 5000 --seed 15`. Also the two decoder bugs it found, as
+ * plain regressions.
+ */
+import { describe, expect, it } from 'vitest';
+import { FUZZ_CLUSTER_FLAGS } from '../../ops/fuzz/flags.js';
+import { runHttpFuzz } from '../../ops/fuzz/http-fuzz.js';
+import { makeScatter, ringProblem, runRingFuzz, stepProblem } from '../../ops/fuzz/ring-fuzz.js';
+import { startCluster } from '../cluster/harness.js';
+
+const CASES = 5_000;
+const SEED = 15;
+
+describe('fuzz', () => {
+  it('ring records: random bytes never get past the decoders uncaught', () => {
+    expect(runRingFuzz(CASES, SEED).failures).toEqual([]);
+  });
+
+  it('a STEP header declaring 2^30 outputs is refused, not looped over', () => {
+    const header = Int32Array.from([2 ** 30, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+    expect(stepProblem(makeScatter(), header)).toBeNull();
+  });
+
+  it('a ring record of length 2^31 - 7 is corrupt, not read past the ring', () => {
+    const data = new Uint8Array(4096);
+    new Int32Array(data.buffer).set([2 ** 31 - 7, 1]);
+    expect(ringProblem({ head: 2 ** 31 - 8, tail: 0, data }, makeScatter())).toBeNull();
+  });
+
+  it('routes: every answer is a 2xx or a 4xx with the contract body, and the cluster stays up', async () => {
+    const cluster = await startCluster([...FUZZ_CLUSTER_FLAGS]);
+    const report = await runHttpFuzz(cluster.url, cluster.port, CASES, SEED);
+    expect(report.failures).toEqual([]);
+    expect(report.healthyAfter).toBe(true);
+    expect(Object.keys(report.statuses).filter((s) => Number(s) >= 500)).toEqual([]);
+    expect(cluster.log()).not.toMatch(/exited; restarting it/);
+  }, 240_000);
+});
