@@ -12,8 +12,8 @@ import type { GenerateRequestOptions } from '../../protocol/generate-request.js'
 import type { TokenizerPool } from '../../tokenizer/pool.js';
 import { poolPromptTokenizer } from '../openai/pool-tokenizer.js';
 import type { RequestCoordinator } from '../request-coordinator.js';
-import { FailureInjector } from './failure-injection.js';
 import { answerClientError } from './client-error.js';
+import { FailureInjector } from './failure-injection.js';
 import { registerAuth } from './routes/auth.js';
 import { type ControlDeps, registerControlRoutes } from './routes/control.js';
 import { registerGenerateRoute } from './routes/generate.js';
