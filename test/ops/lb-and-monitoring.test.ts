@@ -175,7 +175,8 @@ describe('ops/grafana/ringserve.json', () => {
       'nodejs_eventloop_lag_p99_seconds',
       'nodejs_gc_duration_seconds_sum',
       'ringserve_output_ring_used_bytes',
-      'process_cpu_user_seconds_total',
+      'ringserve_restarts_total',
+      'ringserve_restart_backoff_seconds',
       'haproxy_server_status',
     ]) {
       expect(names.has(name), name).toBe(true);
