@@ -156,3 +156,19 @@ export function intElement(
   }
   return fail(path, `must be in [${min}, ${maxExclusive}), got ${n}`);
 }
+
+/** `stream_options` of a generate or OpenAI body (vLLM's fields); an error without `stream`. */
+export function readStreamOptions(
+  body: Body,
+  stream: boolean,
+): { includeUsage: boolean; continuousUsageStats: boolean } {
+  const so = body.stream_options;
+  if (so === undefined || so === null) return { includeUsage: false, continuousUsageStats: false };
+  if (!isPlainObject(so)) fail('stream_options', `must be an object, got ${describeValue(so)}`);
+  // As vLLM: stream options without streaming are a client mistake worth saying so.
+  if (!stream) fail('stream_options', 'is only allowed when stream is true');
+  return {
+    includeUsage: optBool(so, 'stream_options', 'include_usage', false),
+    continuousUsageStats: optBool(so, 'stream_options', 'continuous_usage_stats', false),
+  };
+}

@@ -11,6 +11,7 @@ import {
   optInt,
   optNumber,
   optString,
+  readStreamOptions,
 } from './fields.js';
 import type { OpenAiAnswer } from './openai-request.js';
 import { stopStringsProblem } from './stop-strings.js';
@@ -142,21 +143,6 @@ function readTokenIds(body: Body, opts: GenerateRequestOptions): Int32Array {
         : intElement(v, '', 'token_ids', i, 0, vocab);
   }
   return out;
-}
-
-function readStreamOptions(
-  body: Body,
-  stream: boolean,
-): { includeUsage: boolean; continuousUsageStats: boolean } {
-  const so = body.stream_options;
-  if (so === undefined || so === null) return { includeUsage: false, continuousUsageStats: false };
-  if (!isPlainObject(so)) fail('stream_options', `must be an object, got ${describeValue(so)}`);
-  // As vLLM: stream options without streaming are a client mistake worth saying so.
-  if (!stream) fail('stream_options', 'is only allowed when stream is true');
-  return {
-    includeUsage: optBool(so, 'stream_options', 'include_usage', false),
-    continuousUsageStats: optBool(so, 'stream_options', 'continuous_usage_stats', false),
-  };
 }
 
 function readSamplingParams(

@@ -9,6 +9,7 @@ import {
   optInt,
   optNumber,
   optString,
+  readStreamOptions,
 } from './fields.js';
 import type { GenerateRequest } from './generate-request.js';
 import { stopStringsProblem } from './stop-strings.js';
@@ -244,20 +245,6 @@ function refuseUnsupported(body: Body): void {
 
 function isEmptyObject(v: unknown): boolean {
   return isPlainObject(v) && Object.keys(v).length === 0;
-}
-
-function readStreamOptions(
-  body: Body,
-  stream: boolean,
-): { includeUsage: boolean; continuousUsageStats: boolean } {
-  const so = body.stream_options;
-  if (so === undefined || so === null) return { includeUsage: false, continuousUsageStats: false };
-  if (!isPlainObject(so)) fail('stream_options', `must be an object, got ${describeValue(so)}`);
-  if (!stream) fail('stream_options', 'is only allowed when stream is true');
-  return {
-    includeUsage: optBool(so, 'stream_options', 'include_usage', false),
-    continuousUsageStats: optBool(so, 'stream_options', 'continuous_usage_stats', false),
-  };
 }
 
 function readStop(body: Body): string[] {
