@@ -1,5 +1,6 @@
 import { RejectReason } from '../wire/reject.js';
-import type { EngineRequest, SamplingParams } from '../wire/types.js';
+import { samplingParamsWellFormed } from '../wire/sampling-check.js';
+import type { EngineRequest } from '../wire/types.js';
 import type { ResolvedEngineConfig } from './engine-config.js';
 
 const INT32_MAX = 0x7fffffff;
@@ -13,7 +14,7 @@ export function checkRequest(req: EngineRequest, cfg: ResolvedEngineConfig): Rej
   const prompt = req.promptTokenIds;
   if (!(prompt instanceof Int32Array) || prompt.length === 0) return RejectReason.PromptEmpty;
   const p = req.params;
-  if (!paramsInRange(p)) return RejectReason.BadParams;
+  if (!samplingParamsWellFormed(p)) return RejectReason.BadParams;
   if (!Number.isFinite(req.priority) || !Number.isFinite(req.arrivalTimeMs)) {
     return RejectReason.BadParams;
   }
@@ -32,32 +33,4 @@ export function checkRequest(req: EngineRequest, cfg: ResolvedEngineConfig): Rej
 
 function isIndex(v: number): boolean {
   return Number.isInteger(v) && v >= 0 && v <= INT32_MAX;
-}
-
-function paramsInRange(p: SamplingParams): boolean {
-  return (
-    p !== null &&
-    typeof p === 'object' &&
-    Number.isFinite(p.temperature) &&
-    p.temperature >= 0 &&
-    p.topP > 0 &&
-    p.topP <= 1 &&
-    Number.isInteger(p.topK) &&
-    p.topK >= 0 &&
-    p.minP >= 0 &&
-    p.minP <= 1 &&
-    (p.seed === null || Number.isSafeInteger(p.seed)) &&
-    Number.isInteger(p.maxTokens) &&
-    p.maxTokens >= 1 &&
-    Number.isInteger(p.minTokens) &&
-    p.minTokens >= 0 &&
-    p.minTokens <= p.maxTokens &&
-    p.stopTokenIds instanceof Int32Array &&
-    Number.isFinite(p.presencePenalty) &&
-    Number.isFinite(p.frequencyPenalty) &&
-    Number.isFinite(p.repetitionPenalty) &&
-    p.repetitionPenalty > 0 &&
-    Number.isInteger(p.routedExpertsPromptStart) &&
-    p.routedExpertsPromptStart >= 0
-  );
 }

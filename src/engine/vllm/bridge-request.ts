@@ -10,6 +10,7 @@
  */
 import type { ModelCard } from '../../wire/model-card.js';
 import { RejectReason } from '../../wire/reject.js';
+import { samplingParamsWellFormed } from '../../wire/sampling-check.js';
 import type { EngineRequest, SamplingParams } from '../../wire/types.js';
 
 /** The SamplingParams the codec encodes (sampling-params.ts; vLLM's defaults left out on the wire). */
@@ -117,36 +118,19 @@ export function vllmSamplingParams(
 }
 
 /** vLLM's own SamplingParams checks (SP:428-584), so nothing the engine refuses is ever sent. */
+/** Well formed, and inside the ranges vLLM's SamplingParams accepts (it kills its input thread otherwise). */
 function paramsInRange(p: SamplingParams, vocabSize: number): boolean {
-  if (p === null || typeof p !== 'object' || !(p.stopTokenIds instanceof Int32Array)) return false;
+  if (!samplingParamsWellFormed(p)) return false;
   for (let i = 0; i < p.stopTokenIds.length; i++) {
     const id = p.stopTokenIds[i]!;
     if (id < 0 || id >= vocabSize) return false;
   }
   return (
-    Number.isFinite(p.temperature) &&
-    p.temperature >= 0 &&
     p.temperature <= 2 &&
-    p.topP > 0 &&
-    p.topP <= 1 &&
-    Number.isInteger(p.topK) &&
-    p.topK >= 0 &&
     p.topK <= INT32_MAX &&
-    p.minP >= 0 &&
-    p.minP <= 1 &&
-    (p.seed === null || Number.isSafeInteger(p.seed)) &&
-    Number.isInteger(p.maxTokens) &&
-    p.maxTokens >= 1 &&
-    Number.isInteger(p.minTokens) &&
-    p.minTokens >= 0 &&
-    p.minTokens <= p.maxTokens &&
     p.presencePenalty >= -2 &&
     p.presencePenalty <= 2 &&
     p.frequencyPenalty >= -2 &&
-    p.frequencyPenalty <= 2 &&
-    Number.isFinite(p.repetitionPenalty) &&
-    p.repetitionPenalty > 0 &&
-    Number.isInteger(p.routedExpertsPromptStart) &&
-    p.routedExpertsPromptStart >= 0
+    p.frequencyPenalty <= 2
   );
 }

@@ -1,0 +1,34 @@
+import type { SamplingParams } from './types.js';
+
+/**
+ * Whether sampling parameters read off a ring are well formed: the ranges every engine needs
+ * (the API server checked them already; a record from a buggy or foreign writer may not hold).
+ * Engines with tighter limits (vLLM's, src/engine/vllm/bridge-request.ts) check those on top.
+ */
+export function samplingParamsWellFormed(p: SamplingParams): boolean {
+  return (
+    p !== null &&
+    typeof p === 'object' &&
+    Number.isFinite(p.temperature) &&
+    p.temperature >= 0 &&
+    p.topP > 0 &&
+    p.topP <= 1 &&
+    Number.isInteger(p.topK) &&
+    p.topK >= 0 &&
+    p.minP >= 0 &&
+    p.minP <= 1 &&
+    (p.seed === null || Number.isSafeInteger(p.seed)) &&
+    Number.isInteger(p.maxTokens) &&
+    p.maxTokens >= 1 &&
+    Number.isInteger(p.minTokens) &&
+    p.minTokens >= 0 &&
+    p.minTokens <= p.maxTokens &&
+    p.stopTokenIds instanceof Int32Array &&
+    Number.isFinite(p.presencePenalty) &&
+    Number.isFinite(p.frequencyPenalty) &&
+    Number.isFinite(p.repetitionPenalty) &&
+    p.repetitionPenalty > 0 &&
+    Number.isInteger(p.routedExpertsPromptStart) &&
+    p.routedExpertsPromptStart >= 0
+  );
+}
