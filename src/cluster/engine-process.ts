@@ -12,35 +12,15 @@ import { createLogger } from '../obs/log.js';
 import { ProcessHealth } from '../obs/process-health.js';
 import { healthIndex } from '../shm/layout.js';
 import { openRegion } from '../shm/region.js';
-import type { EngineConfig } from '../sim/engine-config.js';
 import { getPreset, type ModelPreset } from '../sim/presets.js';
 import { SimEngine } from '../sim/sim-engine.js';
 import { loadTokenizer } from '../tokenizer/load.js';
 import { readChildEnv, readEngineRestore, type SupervisorMessage, sendToParent } from './roles.js';
+import { engineConfigFrom } from './sim-engine-config.js';
 import { startVllmBridge } from './vllm-bridge.js';
 
 /** A loop turn (one engine step, or one bounded idle wait) longer than this is logged as slow. */
 const SLOW_TURN_MS = 1_000;
-
-function engineConfigFrom(config: RingserveConfig, preset: string | ModelPreset): EngineConfig {
-  return {
-    preset,
-    maxNumSeqs: config.maxNumSeqs,
-    maxNumBatchedTokens: config.maxNumBatchedTokens,
-    numGpuBlocks: config.numGpuBlocks,
-    blockSize: config.blockSize,
-    maxModelLen: config.maxModelLen,
-    seed: config.seed,
-    policy: config.schedulingPolicy,
-    lengthProfile: config.lengthProfile,
-    speedup: config.speedup,
-    maxSpeed: config.maxSpeed,
-    kvTransferTimeoutS: config.kvTransferTimeoutS,
-    kvLoadFailureRate: config.kvLoadFailureRate,
-    kvTransferBandwidthGbs: config.kvTransferBandwidthGbs,
-    kvOffloadGib: config.kvOffloadGib,
-  };
-}
 
 /**
  * The preset, or with `--tokenizer DIR` the preset sampling only ids below that tokenizer's

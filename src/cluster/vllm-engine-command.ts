@@ -4,6 +4,7 @@ import { getVllmLayout, VLLM_VERSION_NAMES } from '../engine/vllm/index.js';
 import { ExitCode, RS_ERR_CONFIG_INVALID } from '../errors.js';
 import { createLogger } from '../obs/log.js';
 import { SimEngine } from '../sim/sim-engine.js';
+import { engineConfigFrom } from './sim-engine-config.js';
 import { VllmHeadlessEngine } from './vllm-headless-engine.js';
 import { dialFrontend } from './vllm-headless-handshake.js';
 
@@ -159,19 +160,7 @@ export async function runEngineCommand(argv: readonly string[]): Promise<ExitCod
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
   const log = createLogger(config.logLevel, { name: 'ringserve-vllm-engine' });
-  const sim = new SimEngine({
-    preset: config.model,
-    maxNumSeqs: config.maxNumSeqs,
-    maxNumBatchedTokens: config.maxNumBatchedTokens,
-    numGpuBlocks: config.numGpuBlocks,
-    blockSize: config.blockSize,
-    maxModelLen: config.maxModelLen,
-    seed: config.seed,
-    policy: config.schedulingPolicy,
-    lengthProfile: config.lengthProfile,
-    speedup: config.speedup,
-    maxSpeed: config.maxSpeed,
-  });
+  const sim = new SimEngine(engineConfigFrom(config));
   log.info(
     { vllm_version: layout.name, source: layout.source, model: config.model },
     'vLLM message layout',
