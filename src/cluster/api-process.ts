@@ -61,16 +61,12 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
   });
   const coordinator = new RequestCoordinator(config, engine, { timeline, log });
   // The served tokenizer, here and in its threads; the output worker detokenizes with its table.
+  // The served tokenizer lives on its thread; this thread keeps its byte table, which the output
+  // worker detokenizes with.
   const tokenizers = await TokenizerPool.start({
     source: { preset: config.model, dir: config.tokenizer },
   });
-  const output = await createOutputPath(
-    config,
-    region,
-    server,
-    coordinator,
-    tokenizers.tokenizer.bytes,
-  );
+  const output = await createOutputPath(config, region, server, coordinator, tokenizers.view.bytes);
   coordinator.attach(output);
   const preset = getModelCard(config.model);
   const app = buildApp({

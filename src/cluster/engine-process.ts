@@ -14,7 +14,7 @@ import { healthIndex } from '../shm/layout.js';
 import { openRegion } from '../shm/region.js';
 import { getPreset, type ModelPreset } from '../sim/presets.js';
 import { SimEngine } from '../sim/sim-engine.js';
-import { loadTokenizer } from '../tokenizer/load.js';
+import { TokenizerPool } from '../tokenizer/pool.js';
 import { readChildEnv, readEngineRestore, type SupervisorMessage, sendToParent } from './roles.js';
 import { engineConfigFrom } from './sim-engine-config.js';
 import { startVllmBridge } from './vllm-bridge.js';
@@ -24,12 +24,17 @@ const SLOW_TURN_MS = 1_000;
 
 /**
  * The preset, or with `--tokenizer DIR` the preset sampling only ids below that tokenizer's
- * text vocabulary too, so every token the simulated model emits decodes to text.
+ * text vocabulary too, so every token the simulated model emits decodes to text. The tokenizer is
+ * loaded on a short-lived thread, so this process's heap never holds its tables.
  */
 async function servedPreset(config: RingserveConfig): Promise<string | ModelPreset> {
   if (config.tokenizer === null) return config.model;
   const preset = getPreset(config.model);
-  const text = (await loadTokenizer(config.tokenizer)).textVocabSize;
+  const tokenizers = await TokenizerPool.start({
+    source: { preset: config.model, dir: config.tokenizer },
+  });
+  const text = tokenizers.view.textVocabSize;
+  await tokenizers.close();
   return { ...preset, textVocabSize: Math.min(preset.textVocabSize ?? preset.vocabSize, text) };
 }
 

@@ -7,7 +7,6 @@ export type {
 export { RS_ERR_TOKENIZER_TEMPLATE } from './errors.js';
 export { loadTokenizer, type TokenizerFiles, tokenizerFromFiles } from './load.js';
 export {
-  INLINE_BELOW_CHARS,
   type RenderedPrompt,
   TokenizerPool,
   type TokenizerPoolOptions,
@@ -16,3 +15,4 @@ export { TOKENIZER_PRESETS, tokenizerForModel } from './presets.js';
 export { openTokenizer, type TokenizerSource } from './source.js';
 export { type SharedTokenBytes, TokenBytesTable, TokenFlag } from './token-bytes.js';
 export { type DecodeOptions, type EncodeOptions, Tokenizer } from './tokenizer.js';
+export { type TokenizerDescription, TokenizerView } from './tokenizer-view.js';

@@ -1,36 +1,43 @@
-// Tokenization off the main thread: a piscina pool of threads, each holding the same tokenizer,
-// for texts long enough that encoding them would hold up the event loop (a 16 KB prompt takes
-// ~10 ms to encode); shorter texts are encoded inline, where a thread hop would cost more than the
-// work. A thread answers with one transferred buffer (ids, then the rendered prompt's UTF-8), so
-// no array of numbers is cloned onto the main thread.
+// The served tokenizer, off the main thread: a piscina pool of threads, each of which parses
+// tokenizer.json and holds the BPE tables and the chat template; every encode and chat render runs
+// there (a 16 KB prompt takes ~10 ms to encode; a short one costs a thread hop, ~0.1 ms). The
+// calling thread keeps only a TokenizerView (the byte table, shared, and plain fields) that the
+// first thread describes at start, and decodes byte-level ids with it. A thread answers an encode
+// with one transferred buffer (ids, then the rendered prompt's UTF-8), so no array of numbers is
+// cloned onto the main thread.
 
 import { join } from 'node:path';
 import { Piscina } from 'piscina';
 import { RingserveError } from '../errors.js';
 import type { ChatMessage, ChatTemplateOptions } from './chat-template.js';
 import { packageRoot } from './package-root.js';
-import { openTokenizer, type TokenizerSource } from './source.js';
-import type { EncodeOptions, Tokenizer } from './tokenizer.js';
-
-/** Texts (or conversations) shorter than this many characters are tokenized on the calling thread. */
-export const INLINE_BELOW_CHARS = 512;
+import type { TokenizerSource } from './source.js';
+import { byteLevelSpelling, decodeWithTable } from './table-text.js';
+import type { DecodeOptions, EncodeOptions } from './tokenizer.js';
+import { type TokenizerDescription, TokenizerView } from './tokenizer-view.js';
 
 export type TokenizeTask =
+  | { kind: 'describe' }
   | { kind: 'encode'; text: string; addSpecialTokens: boolean }
   | {
       kind: 'chat';
       messages: readonly ChatMessage[];
       options: ChatTemplateOptions;
       addSpecialTokens: boolean;
-    };
+    }
+  | { kind: 'decode'; ids: Int32Array; skipSpecialTokens: boolean }
+  | { kind: 'token-strs'; ids: Int32Array };
 
 /** What a thread answers when the task fails: the coded error as plain data. */
 export interface TokenizeFailure {
+  failed: true;
   code: string;
   message: string;
   statusCode: number;
   param: string | null;
 }
+
+type TokenizeAnswer = ArrayBuffer | TokenizerDescription | string | (string | null)[];
 
 /** A conversation rendered by the chat template and its ids. */
 export interface RenderedPrompt {
@@ -42,20 +49,25 @@ export interface TokenizerPoolOptions {
   source: TokenizerSource;
   /** Threads (default 1: the machine's cores are shared with the engine and the output worker). */
   threads?: number;
-  inlineBelowChars?: number;
 }
 
 export class TokenizerPool {
-  /** The same tokenizer on this thread: inline work, decoding, the byte table. */
-  readonly tokenizer: Tokenizer;
-  readonly #pool: Piscina<TokenizeTask, ArrayBuffer | TokenizeFailure>;
-  readonly #inlineBelow: number;
+  /** The served tokenizer's byte table and plain fields, on this thread. */
+  readonly view: TokenizerView;
+  readonly #pool: Piscina<TokenizeTask, TokenizeAnswer | TokenizeFailure>;
 
-  private constructor(tokenizer: Tokenizer, opts: TokenizerPoolOptions) {
-    this.tokenizer = tokenizer;
-    this.#inlineBelow = opts.inlineBelowChars ?? INLINE_BELOW_CHARS;
+  private constructor(
+    pool: Piscina<TokenizeTask, TokenizeAnswer | TokenizeFailure>,
+    view: TokenizerView,
+  ) {
+    this.#pool = pool;
+    this.view = view;
+  }
+
+  /** Starts the threads (each loads the tokenizer) and takes the first one's description. */
+  static async start(opts: TokenizerPoolOptions): Promise<TokenizerPool> {
     const threads = opts.threads ?? 1;
-    this.#pool = new Piscina({
+    const pool = new Piscina<TokenizeTask, TokenizeAnswer | TokenizeFailure>({
       filename: join(packageRoot(), 'dist', 'workers', 'tokenize.js'),
       minThreads: threads,
       maxThreads: threads,
@@ -63,17 +75,19 @@ export class TokenizerPool {
       workerData: opts.source,
       name: 'default',
     });
-  }
-
-  /** Loads the tokenizer here and starts the threads (which load it too). */
-  static async start(opts: TokenizerPoolOptions): Promise<TokenizerPool> {
-    return new TokenizerPool(await openTokenizer(opts.source), opts);
+    try {
+      const description = (await run(pool, { kind: 'describe' })) as TokenizerDescription;
+      return new TokenizerPool(pool, new TokenizerView(description));
+    } catch (err) {
+      await pool.destroy();
+      throw err;
+    }
   }
 
   async encode(text: string, opts: EncodeOptions = {}): Promise<Int32Array> {
     const addSpecialTokens = opts.addSpecialTokens ?? true;
-    if (text.length < this.#inlineBelow) return this.tokenizer.encode(text, { addSpecialTokens });
-    return unpackRendered(await this.#run({ kind: 'encode', text, addSpecialTokens })).ids;
+    const answer = await run(this.#pool, { kind: 'encode', text, addSpecialTokens });
+    return unpackRendered(answer as ArrayBuffer).ids;
   }
 
   /**
@@ -84,24 +98,31 @@ export class TokenizerPool {
     messages: readonly ChatMessage[],
     opts: ChatTemplateOptions & EncodeOptions = {},
   ): Promise<RenderedPrompt> {
-    const addSpecialTokens = opts.addSpecialTokens ?? false;
     const options: ChatTemplateOptions = {
       tools: opts.tools ?? null,
       addGenerationPrompt: opts.addGenerationPrompt ?? true,
       chatTemplateKwargs: opts.chatTemplateKwargs ?? null,
       continueFinalMessage: opts.continueFinalMessage ?? false,
     };
-    if (conversationChars(messages) < this.#inlineBelow) {
-      const prompt = this.tokenizer.applyChatTemplate(messages, options);
-      return { prompt, ids: this.tokenizer.encode(prompt, { addSpecialTokens }) };
-    }
-    return unpackRendered(await this.#run({ kind: 'chat', messages, options, addSpecialTokens }));
+    const addSpecialTokens = opts.addSpecialTokens ?? false;
+    const answer = await run(this.#pool, { kind: 'chat', messages, options, addSpecialTokens });
+    return unpackRendered(answer as ArrayBuffer);
   }
 
-  async #run(task: TokenizeTask): Promise<ArrayBuffer> {
-    const out = await this.#pool.run(task);
-    if (out instanceof ArrayBuffer) return out;
-    throw new RingserveError(out.code, out.message, out.statusCode, out.param);
+  /** Ids to text as Tokenizer.decode: from the byte table here, on a thread for other families. */
+  async decode(ids: Int32Array, opts: DecodeOptions = {}): Promise<string> {
+    const skipSpecialTokens = opts.skipSpecialTokens ?? true;
+    if (this.view.kind === 'byte-level')
+      return decodeWithTable(this.view.bytes, ids, skipSpecialTokens);
+    return (await run(this.#pool, { kind: 'decode', ids, skipSpecialTokens })) as string;
+  }
+
+  /** Each id's vocabulary spelling (Tokenizer.idToToken), null for an id without a token. */
+  async tokenStrs(ids: Int32Array): Promise<(string | null)[]> {
+    const table = this.view.bytes;
+    if (this.view.kind === 'byte-level')
+      return Array.from(ids, (id) => byteLevelSpelling(table, id));
+    return (await run(this.#pool, { kind: 'token-strs', ids })) as (string | null)[];
   }
 
   async close(): Promise<void> {
@@ -109,16 +130,17 @@ export class TokenizerPool {
   }
 }
 
-/** Characters of a conversation's text content (parts included), to pick inline or a thread. */
-function conversationChars(messages: readonly ChatMessage[]): number {
-  let n = 0;
-  for (const m of messages) {
-    if (typeof m.content === 'string') n += m.content.length;
-    else if (Array.isArray(m.content))
-      for (const p of m.content) n += typeof p.text === 'string' ? p.text.length : 0;
-    else n += 64;
-  }
-  return n;
+async function run(
+  pool: Piscina<TokenizeTask, TokenizeAnswer | TokenizeFailure>,
+  task: TokenizeTask,
+): Promise<TokenizeAnswer> {
+  const out = await pool.run(task);
+  if (isFailure(out)) throw new RingserveError(out.code, out.message, out.statusCode, out.param);
+  return out;
+}
+
+function isFailure(out: TokenizeAnswer | TokenizeFailure): out is TokenizeFailure {
+  return typeof out === 'object' && out !== null && (out as TokenizeFailure).failed === true;
 }
 
 /**

@@ -5,10 +5,10 @@
 // garbage-collected heap; any other tokenizer.json family goes through @huggingface/tokenizers,
 // the pure-JS port of the Rust crate. Built by load.ts from a directory or a preset's files.
 import type { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
-import { BYTE_TO_CHAR } from './byte-level.js';
 import type { ByteLevelBpe } from './byte-level-bpe.js';
 import type { ChatMessage, ChatTemplate, ChatTemplateOptions } from './chat-template.js';
 import { RS_ERR_TOKENIZER_TEMPLATE } from './errors.js';
+import { byteLevelSpelling, decodeWithTable, textVocabSizeOf, tokenTextOf } from './table-text.js';
 import type { TokenBytesTable } from './token-bytes.js';
 
 export interface EncodeOptions {
@@ -38,8 +38,6 @@ export interface TokenizerParts {
   bosTokenId: number | null;
 }
 
-const textDecoder = new TextDecoder('utf-8');
-
 export class Tokenizer {
   /** The directory or preset it was loaded from. */
   readonly name: string;
@@ -67,15 +65,12 @@ export class Tokenizer {
 
   /** Ids below this are all ordinary text tokens: present, neither added nor special. */
   get textVocabSize(): number {
-    let id = 0;
-    while (
-      id < this.vocabSize &&
-      this.bytes.has(id) &&
-      !this.bytes.isAdded(id) &&
-      !this.isSpecial(id)
-    )
-      id++;
-    return id;
+    return textVocabSizeOf(this.bytes);
+  }
+
+  /** How it encodes: its own byte-level BPE, or tokenizers.js (`hf`). */
+  get kind(): TokenizerEngine['kind'] {
+    return this.#engine.kind;
   }
 
   get hasChatTemplate(): boolean {
@@ -98,12 +93,7 @@ export class Tokenizer {
       for (let i = 0; i < ids.length; i++) if (this.bytes.has(ids[i]!)) known.push(ids[i]!);
       return engine.hf.decode(known, { skip_special_tokens: skip });
     }
-    let length = 0;
-    for (let i = 0; i < ids.length; i++) length += this.bytes.tokenLength(ids[i]!);
-    const out = new Uint8Array(length);
-    let at = 0;
-    for (let i = 0; i < ids.length; i++) at += this.bytes.writeText(ids[i]!, out, at, skip);
-    return textDecoder.decode(out.subarray(0, at));
+    return decodeWithTable(this.bytes, ids, skip);
   }
 
   /** The conversation as the model's prompt text. */
@@ -123,18 +113,14 @@ export class Tokenizer {
    * to U+FFFD. Special tokens give their text.
    */
   tokenText(id: number): string {
-    return textDecoder.decode(this.bytes.bytesOf(id));
+    return tokenTextOf(this.bytes, id);
   }
 
   /** The vocabulary's own spelling of a token (`Ġworld`), vLLM's /tokenize `token_strs`; null for none. */
   idToToken(id: number): string | null {
     const engine = this.#engine;
     if (engine.kind === 'hf') return engine.hf.id_to_token(id) ?? null;
-    if (!this.bytes.has(id)) return null;
-    if (this.bytes.isAdded(id)) return this.tokenText(id);
-    let spelling = '';
-    for (const b of this.bytes.bytesOf(id)) spelling += BYTE_TO_CHAR[b];
-    return spelling;
+    return byteLevelSpelling(this.bytes, id);
   }
 
   /** The id of an added token's text (`<|im_end|>`) or of a vocabulary spelling (`Ġworld`), or null. */

@@ -15,6 +15,6 @@ export function poolPromptTokenizer(pool: TokenizerPool): PromptTokenizer {
           addSpecialTokens: o.addSpecialTokens,
         })
       ).ids,
-    decode: async (ids) => pool.tokenizer.decode(ids),
+    decode: (ids) => pool.decode(ids),
   };
 }

@@ -1,8 +1,8 @@
 /**
  * POST /tokenize and POST /detokenize, as vLLM serves them: a prompt, or chat messages through the
  * model's chat template, to `{count, max_model_len, tokens, token_strs}`; token ids back to
- * `{prompt}` (special tokens kept, as vLLM's tokenizer.decode keeps them). Long texts are encoded
- * on the tokenizer threads (TokenizerPool), never on this event loop.
+ * `{prompt}` (special tokens kept, as vLLM's tokenizer.decode keeps them). Texts are encoded on the
+ * tokenizer thread (TokenizerPool), never on this event loop.
  */
 import type { FastifyInstance } from 'fastify';
 import type { RingserveConfig } from '../../../config.js';
@@ -20,7 +20,6 @@ export interface TokenizeDeps {
 
 export function registerTokenizeRoutes(app: FastifyInstance, deps: TokenizeDeps): void {
   const { config, tokenizers } = deps;
-  const tokenizer = tokenizers.tokenizer;
   const checkModel = (model: string | null): void => {
     if (model !== null && model !== config.servedModelName && model !== config.model) {
       throw new RS_ERR_MODEL_NOT_FOUND(model);
@@ -42,18 +41,18 @@ export function registerTokenizeRoutes(app: FastifyInstance, deps: TokenizeDeps)
               addSpecialTokens: req.addSpecialTokens,
             })
           ).ids;
-    const tokens = Array.from(ids);
+    const strs = req.returnTokenStrs ? await tokenizers.tokenStrs(ids) : null;
     return {
-      count: tokens.length,
+      count: ids.length,
       max_model_len: config.maxModelLen,
-      tokens,
-      token_strs: req.returnTokenStrs ? tokens.map((id) => tokenizer.idToToken(id) ?? '') : null,
+      tokens: Array.from(ids),
+      token_strs: strs === null ? null : strs.map((s) => s ?? ''),
     };
   });
 
   app.post('/detokenize', async (request) => {
-    const req = parseDetokenizeRequest(request.body, tokenizer.vocabSize);
+    const req = parseDetokenizeRequest(request.body, tokenizers.view.vocabSize);
     checkModel(req.model);
-    return { prompt: tokenizer.decode(req.tokens, { skipSpecialTokens: false }) };
+    return { prompt: await tokenizers.decode(req.tokens, { skipSpecialTokens: false }) };
   });
 }
