@@ -2,9 +2,10 @@
 // with the tokenizer thread that built it, and handed on to the output worker) and a few plain
 // fields. No vocabulary strings, merge tables or chat template: those live on the tokenizer
 // thread (workers/tokenize.ts), so the main isolate's heap stays small and its GCs short.
-import type { Tokenizer } from './tokenizer.js';
-import { type SharedTokenBytes, TokenBytesTable } from './token-bytes.js';
+
 import { textVocabSizeOf } from './table-text.js';
+import { type SharedTokenBytes, TokenBytesTable } from './token-bytes.js';
+import type { Tokenizer } from './tokenizer.js';
 
 /** A loaded tokenizer as plain data: what the tokenizer thread answers a `describe` task with. */
 export interface TokenizerDescription {
