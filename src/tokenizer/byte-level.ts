@@ -33,12 +33,19 @@ function buildCharToByte(): Int16Array {
  */
 export function byteLevelBytes(token: string): Uint8Array | null {
   const out = new Uint8Array(token.length);
-  let n = 0;
-  for (const ch of token) {
-    const cp = ch.codePointAt(0)!;
-    const b = cp < 512 ? CHAR_TO_BYTE[cp]! : -1;
-    if (b < 0) return null;
-    out[n++] = b;
+  return writeByteLevel(token, out, 0) < 0 ? null : out;
+}
+
+/**
+ * As byteLevelBytes, written at `out[at..]` (room for token.length bytes): the byte count, or -1
+ * when a character is outside the alphabet. Every alphabet character is one UTF-16 unit.
+ */
+export function writeByteLevel(token: string, out: Uint8Array, at: number): number {
+  for (let i = 0; i < token.length; i++) {
+    const unit = token.charCodeAt(i);
+    const b = unit < 512 ? CHAR_TO_BYTE[unit]! : -1;
+    if (b < 0) return -1;
+    out[at + i] = b;
   }
-  return out.subarray(0, n);
+  return token.length;
 }

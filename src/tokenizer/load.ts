@@ -7,9 +7,8 @@ import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
 import { ByteLevelBpe } from './byte-level-bpe.js';
 import { ChatTemplate, type ChatTemplateSource } from './chat-template.js';
-import { TokenBytesTable } from './token-bytes.js';
 import { Tokenizer, type TokenizerEngine } from './tokenizer.js';
-import { type TokenizerJson, vocabBytes } from './vocab-bytes.js';
+import { type TokenizerJson, vocabBytesTable } from './vocab-bytes.js';
 
 /** The parsed files of one tokenizer. */
 export interface TokenizerFiles {
@@ -77,7 +76,7 @@ export function tokenizerFromFiles(name: string, files: TokenizerFiles): Tokeniz
     name,
     engine,
     addedTokens,
-    bytes: TokenBytesTable.build(vocabBytes(tokenizer)),
+    bytes: vocabBytesTable(tokenizer),
     chatTemplate: source === null ? null : new ChatTemplate(source, specialTexts),
     eosTokenIds: eos,
     bosTokenId: files.generation?.bos_token_id ?? idOf(config.bos_token),

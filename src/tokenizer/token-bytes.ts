@@ -54,32 +54,16 @@ export class TokenBytesTable {
     this.maxTokenBytes = longest;
   }
 
-  /** Packs entries (ids in any order, holes allowed) into a new shared table. */
+  /** Packs entries (ids in any order, holes allowed; a later entry for an id wins) into a new table. */
   static build(entries: readonly TokenBytesEntry[]): TokenBytesTable {
     let count = 0;
-    let total = 0;
+    for (const e of entries) count = Math.max(count, e.id + 1);
+    const builder = new TokenBytesBuilder(count);
     for (const e of entries) {
-      count = Math.max(count, e.id + 1);
-      total += e.bytes.length;
+      builder.room(e.bytes.length).set(e.bytes, builder.at);
+      builder.commit(e.id, e.bytes.length, e.special, e.added === true);
     }
-    const sab = new SharedArrayBuffer(4 * (count + 1) + count + total);
-    const offsets = new Int32Array(sab, 0, count + 1);
-    const flags = new Uint8Array(sab, 4 * (count + 1), count);
-    const bytes = new Uint8Array(sab, 4 * (count + 1) + count);
-    const byId: (TokenBytesEntry | undefined)[] = new Array(count);
-    for (const e of entries) byId[e.id] = e;
-    let at = 0;
-    for (let id = 0; id < count; id++) {
-      offsets[id] = at;
-      const e = byId[id];
-      if (e === undefined) continue;
-      flags[id] =
-        TokenFlag.Present | (e.special ? TokenFlag.Special : 0) | (e.added ? TokenFlag.Added : 0);
-      bytes.set(e.bytes, at);
-      at += e.bytes.length;
-    }
-    offsets[count] = at;
-    return new TokenBytesTable({ sab, count });
+    return builder.finish();
   }
 
   /** Whether `id` has a token. */
@@ -124,5 +108,69 @@ export class TokenBytesTable {
   bytesOf(id: number): Uint8Array {
     if (id < 0 || id >= this.size) return new Uint8Array(0);
     return this.#bytes.subarray(this.#offsets[id]!, this.#offsets[id + 1]!);
+  }
+}
+
+/**
+ * Builds a table with no object per token: the caller writes an id's bytes into `room(n)` at
+ * `at` and commits them; ids come in any order, and a later commit for an id wins.
+ */
+export class TokenBytesBuilder {
+  readonly #count: number;
+  readonly #start: Int32Array;
+  readonly #length: Int32Array;
+  readonly #flags: Uint8Array;
+  #bytes = new Uint8Array(1 << 20);
+  #at = 0;
+
+  /** Ids in [0, count). */
+  constructor(count: number) {
+    this.#count = count;
+    this.#start = new Int32Array(count);
+    this.#length = new Int32Array(count);
+    this.#flags = new Uint8Array(count);
+  }
+
+  /** Where the next id's bytes go. */
+  get at(): number {
+    return this.#at;
+  }
+
+  /** The scratch buffer, with room for `n` bytes at `at`. */
+  room(n: number): Uint8Array {
+    if (this.#at + n > this.#bytes.length) {
+      const grown = new Uint8Array(Math.max(2 * this.#bytes.length, this.#at + n));
+      grown.set(this.#bytes.subarray(0, this.#at));
+      this.#bytes = grown;
+    }
+    return this.#bytes;
+  }
+
+  /** `id`'s token is the `length` bytes just written at `at`. */
+  commit(id: number, length: number, special: boolean, added: boolean): void {
+    this.#start[id] = this.#at;
+    this.#length[id] = length;
+    this.#flags[id] =
+      TokenFlag.Present | (special ? TokenFlag.Special : 0) | (added ? TokenFlag.Added : 0);
+    this.#at += length;
+  }
+
+  finish(): TokenBytesTable {
+    const count = this.#count;
+    let total = 0;
+    for (let id = 0; id < count; id++) total += this.#length[id]!;
+    const sab = new SharedArrayBuffer(4 * (count + 1) + count + total);
+    const offsets = new Int32Array(sab, 0, count + 1);
+    new Uint8Array(sab, 4 * (count + 1), count).set(this.#flags);
+    const bytes = new Uint8Array(sab, 4 * (count + 1) + count);
+    let at = 0;
+    for (let id = 0; id < count; id++) {
+      offsets[id] = at;
+      const from = this.#start[id]!;
+      const to = from + this.#length[id]!;
+      for (let k = from; k < to; k++) bytes[at++] = this.#bytes[k]!;
+    }
+    offsets[count] = at;
+    return new TokenBytesTable({ sab, count });
   }
 }

@@ -4,8 +4,8 @@
 // added tokens as their text. The decoder's whole-sequence steps (stripping the first space, cleaning
 // up spaces before punctuation) are not per token and are left out, as vLLM's incremental
 // detokenizer leaves them out.
-import { byteLevelBytes } from './byte-level.js';
-import type { TokenBytesEntry } from './token-bytes.js';
+import { writeByteLevel } from './byte-level.js';
+import { TokenBytesBuilder, type TokenBytesTable } from './token-bytes.js';
 
 /** The parts of tokenizer.json read here. */
 export interface TokenizerJson {
@@ -30,54 +30,63 @@ interface DecoderJson {
 const utf8 = new TextEncoder();
 const BYTE_FALLBACK = /^<0x([0-9A-Fa-f]{2})>$/;
 
-/** Each id's bytes and special flag. */
-export function vocabBytes(json: TokenizerJson): TokenBytesEntry[] {
-  const decoders = flatten(json.decoder ?? null);
-  const byteLevel = decoders.some((d) => d.type === 'ByteLevel');
-  const byteFallback =
-    json.model.byte_fallback === true || decoders.some((d) => d.type === 'ByteFallback');
-  const replace = replacements(decoders);
-  const entries = new Map<number, TokenBytesEntry>();
-  for (const [token, id] of vocabEntries(json.model.vocab)) {
-    entries.set(id, {
-      id,
-      bytes: modelTokenBytes(token, byteLevel, byteFallback, replace),
-      special: false,
-    });
-  }
-  for (const t of json.added_tokens ?? []) {
-    entries.set(t.id, {
-      id: t.id,
-      bytes: utf8.encode(t.content),
-      special: t.special === true,
-      added: true,
-    });
-  }
-  return [...entries.values()];
+/** How the decoder turns one model token into bytes. */
+interface TokenDecoding {
+  byteLevel: boolean;
+  byteFallback: boolean;
+  replace: readonly [string, string][];
 }
 
-function modelTokenBytes(
+/** Each id's bytes and flags, packed with no object per token (151k ids for Qwen3). */
+export function vocabBytesTable(json: TokenizerJson): TokenBytesTable {
+  const decoders = flatten(json.decoder ?? null);
+  const decoding: TokenDecoding = {
+    byteLevel: decoders.some((d) => d.type === 'ByteLevel'),
+    byteFallback:
+      json.model.byte_fallback === true || decoders.some((d) => d.type === 'ByteFallback'),
+    replace: replacements(decoders),
+  };
+  const vocab = json.model.vocab;
+  const added = json.added_tokens ?? [];
+  let count = 0;
+  if (Array.isArray(vocab)) count = vocab.length;
+  else for (const token in vocab) count = Math.max(count, vocab[token]! + 1);
+  for (const t of added) count = Math.max(count, t.id + 1);
+  const builder = new TokenBytesBuilder(count);
+  if (Array.isArray(vocab))
+    for (let id = 0; id < vocab.length; id++) addModelToken(builder, vocab[id]![0], id, decoding);
+  else for (const token in vocab) addModelToken(builder, token, vocab[token]!, decoding);
+  for (const t of added) {
+    const { written } = utf8.encodeInto(
+      t.content,
+      builder.room(3 * t.content.length).subarray(builder.at),
+    );
+    builder.commit(t.id, written, t.special === true, true);
+  }
+  return builder.finish();
+}
+
+function addModelToken(
+  builder: TokenBytesBuilder,
   token: string,
-  byteLevel: boolean,
-  byteFallback: boolean,
-  replace: readonly [string, string][],
-): Uint8Array {
+  id: number,
+  { byteLevel, byteFallback, replace }: TokenDecoding,
+): void {
   if (byteLevel) {
-    const bytes = byteLevelBytes(token);
-    if (bytes !== null) return bytes;
+    const n = writeByteLevel(token, builder.room(token.length), builder.at);
+    if (n >= 0) return builder.commit(id, n, false, false);
   }
   if (byteFallback) {
     const m = BYTE_FALLBACK.exec(token);
-    if (m !== null) return Uint8Array.of(Number.parseInt(m[1]!, 16));
+    if (m !== null) {
+      builder.room(1)[builder.at] = Number.parseInt(m[1]!, 16);
+      return builder.commit(id, 1, false, false);
+    }
   }
   let text = token;
   for (const [from, to] of replace) text = text.split(from).join(to);
-  return utf8.encode(text);
-}
-
-function vocabEntries(vocab: TokenizerJson['model']['vocab']): [string, number][] {
-  if (Array.isArray(vocab)) return vocab.map(([token], id) => [token, id]);
-  return Object.entries(vocab);
+  const { written } = utf8.encodeInto(text, builder.room(3 * text.length).subarray(builder.at));
+  builder.commit(id, written, false, false);
 }
 
 function flatten(d: DecoderJson | null): DecoderJson[] {

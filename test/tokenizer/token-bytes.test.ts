@@ -4,7 +4,7 @@ import { BYTE_TO_CHAR, byteLevelBytes } from '../../src/tokenizer/byte-level.js'
 import { tokenizerForModel } from '../../src/tokenizer/presets.js';
 import { TokenBytesTable } from '../../src/tokenizer/token-bytes.js';
 import type { Tokenizer } from '../../src/tokenizer/tokenizer.js';
-import { vocabBytes } from '../../src/tokenizer/vocab-bytes.js';
+import { vocabBytesTable } from '../../src/tokenizer/vocab-bytes.js';
 
 const TEXTS = [
   'plain ascii text, with punctuation!',
@@ -76,7 +76,7 @@ for (const preset of ['qwen3-30b-a3b', 'tiny']) {
 
 describe('TokenBytesTable', () => {
   it('packs byte-fallback and SentencePiece vocabularies, holes included', () => {
-    const entries = vocabBytes({
+    const table = vocabBytesTable({
       model: {
         type: 'BPE',
         byte_fallback: true,
@@ -92,7 +92,6 @@ describe('TokenBytesTable', () => {
         ],
       },
     });
-    const table = TokenBytesTable.build(entries);
     expect(table.size).toBe(7);
     expect(table.has(4)).toBe(false);
     expect(tableText(table, [3, 0, 1, 2, 6, 4]).toString()).toBe(' euro€');
