@@ -54,8 +54,11 @@ export function vocabBytesTable(json: TokenizerJson): TokenBytesTable {
   for (const t of added) count = Math.max(count, t.id + 1);
   const builder = new TokenBytesBuilder(count);
   if (Array.isArray(vocab))
-    for (let id = 0; id < vocab.length; id++) addModelToken(builder, vocab[id]![0], id, decoding);
-  else for (const token in vocab) addModelToken(builder, token, vocab[token]!, decoding);
+    for (let id = 0; id < vocab.length; id++)
+      builder.commit(id, writeModelToken(builder, vocab[id]![0], decoding), false, false);
+  else
+    for (const token in vocab)
+      builder.commit(vocab[token]!, writeModelToken(builder, token, decoding), false, false);
   for (const t of added) {
     const { written } = utf8.encodeInto(
       t.content,
@@ -66,27 +69,26 @@ export function vocabBytesTable(json: TokenizerJson): TokenBytesTable {
   return builder.finish();
 }
 
-function addModelToken(
+/** Writes a model token's bytes at the builder's `at`; answers how many. */
+function writeModelToken(
   builder: TokenBytesBuilder,
   token: string,
-  id: number,
   { byteLevel, byteFallback, replace }: TokenDecoding,
-): void {
+): number {
   if (byteLevel) {
     const n = writeByteLevel(token, builder.room(token.length), builder.at);
-    if (n >= 0) return builder.commit(id, n, false, false);
+    if (n >= 0) return n;
   }
   if (byteFallback) {
     const m = BYTE_FALLBACK.exec(token);
     if (m !== null) {
       builder.room(1)[builder.at] = Number.parseInt(m[1]!, 16);
-      return builder.commit(id, 1, false, false);
+      return 1;
     }
   }
   let text = token;
   for (const [from, to] of replace) text = text.split(from).join(to);
-  const { written } = utf8.encodeInto(text, builder.room(3 * text.length).subarray(builder.at));
-  builder.commit(id, written, false, false);
+  return utf8.encodeInto(text, builder.room(3 * text.length).subarray(builder.at)).written;
 }
 
 function flatten(d: DecoderJson | null): DecoderJson[] {
