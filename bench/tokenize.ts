@@ -1,6 +1,6 @@
 /**
  * Tokenization throughput, in MB/s of UTF-8 text, of the qwen3-30b-a3b tokenizer: ringserve's
- * byte-level BPE on the calling thread (what an API server does for short texts), the same through
+ * byte-level BPE on the calling thread (the encoder alone), the same through
  * the TokenizerPool (a prompt of 16k characters per task, 8 in flight: what it does for long ones, thread hop
  * and transfer included), and tokenizers.js (@huggingface/tokenizers, the pure-JS implementation it
  * replaced for byte-level vocabularies) for comparison; on English markdown, TypeScript source,
