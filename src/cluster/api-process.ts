@@ -60,7 +60,6 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
     maxModelLen: config.maxModelLen,
   });
   const coordinator = new RequestCoordinator(config, engine, { timeline, log });
-  // The served tokenizer, here and in its threads; the output worker detokenizes with its table.
   // The served tokenizer lives on its thread; this thread keeps its byte table, which the output
   // worker detokenizes with.
   const tokenizers = await TokenizerPool.start({
