@@ -36,6 +36,9 @@ export class ExpertRouter {
   /** `#runs` as 32-bit words, when a layer's topk ids fill whole words. */
   #runWords: Uint32Array | null = null;
   readonly #wordsPerLayer: number;
+  /** E - 1 and strides - 1 when they are powers of two (remainders as masks), else -1. */
+  readonly #expertMask: number;
+  readonly #strideMask: number;
   /** A word view of the last output array written to (rebuilt only when that array changes). */
   #outWords: Uint32Array<ArrayBufferLike> = new Uint32Array(0);
   #outWordsOf: Uint8Array | Uint16Array | null = null;
@@ -49,6 +52,8 @@ export class ExpertRouter {
     this.#perm = new Uint16Array(this.numExperts);
     const layerBytes = this.topk * idBytesForExperts(this.numExperts);
     this.#wordsPerLayer = layerBytes % 4 === 0 ? layerBytes / 4 : 0;
+    this.#expertMask = powerOfTwoMask(this.numExperts);
+    this.#strideMask = powerOfTwoMask(this.#strides.length);
   }
 
   /** Re-keys routing for a new weight version (`weightKey` from SimModel). */
@@ -101,6 +106,18 @@ export class ExpertRouter {
     else this.#copyRow(rowKey, runs, out, at);
   }
 
+  /**
+   * The run a layer hash picks: start (h mod E) and stride index ((h >>> 12) mod strides). Both
+   * counts are powers of two for every preset (Qwen3: 128 and 64), where the remainder is a mask:
+   * the same value without two integer divisions per layer.
+   */
+  #runOf(h: number): number {
+    const start = this.#expertMask >= 0 ? h & this.#expertMask : (h >>> 0) % this.numExperts;
+    const n = this.#strides.length;
+    const stride = this.#strideMask >= 0 ? (h >>> 12) & this.#strideMask : (h >>> 12) % n;
+    return start * n + stride;
+  }
+
   /** The layer's hash: its start expert index and stride index. */
   #layerHash(rowKey: number, layer: number): number {
     return mix32((rowKey + Math.imul(layer + 1, 0x9e3779b9)) | 0);
@@ -121,13 +138,11 @@ export class ExpertRouter {
     }
     const words = this.#outWords;
     const src = this.#runWords as Uint32Array;
-    const e = this.numExperts;
-    const numStrides = this.#strides.length;
     const perLayer = this.#wordsPerLayer;
     let w = (out.byteOffset + at * out.BYTES_PER_ELEMENT) >> 2;
     for (let layer = 0; layer < this.layers; layer++) {
       const h = this.#layerHash(rowKey, layer);
-      let r = (((h >>> 0) % e) * numStrides + ((h >>> 12) % numStrides)) * perLayer;
+      let r = this.#runOf(h) * perLayer;
       for (let k = 0; k < perLayer; k++) words[w++] = src[r++] as number;
     }
   }
@@ -138,13 +153,11 @@ export class ExpertRouter {
     out: Uint8Array | Uint16Array,
     at: number,
   ) {
-    const e = this.numExperts;
-    const numStrides = this.#strides.length;
     const topk = this.topk;
     let o = at;
     for (let layer = 0; layer < this.layers; layer++) {
       const h = this.#layerHash(rowKey, layer);
-      let r = (((h >>> 0) % e) * numStrides + ((h >>> 12) % numStrides)) * topk;
+      let r = this.#runOf(h) * topk;
       for (let k = 0; k < topk; k++) out[o++] = runs[r++] as number;
     }
   }
@@ -167,6 +180,10 @@ export class ExpertRouter {
       }
     }
   }
+}
+
+function powerOfTwoMask(n: number): number {
+  return (n & (n - 1)) === 0 ? n - 1 : -1;
 }
 
 /** All d in [1, n) with gcd(d, n) = 1 ([0] when n = 1). */
