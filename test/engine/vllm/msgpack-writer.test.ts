@@ -10,7 +10,7 @@ describe('MsgWriter.str', () => {
       'a'.repeat(31),
       'a'.repeat(32),
       'réq-é',
-      'x'.repeat(30) + 'é',
+      `${'x'.repeat(30)}é`,
       '语'.repeat(100),
       'b'.repeat(70_000),
     ];
