@@ -9,7 +9,9 @@
  * warms up, then counts the tokens of the answers that complete in the window (client-side) and the
  * engine's own generated-token counter over the same window. Prints a table (fastest first, ratio
  * to the slowest) and, with --json, a last line {"bridge_tokens_per_s", "direct_tokens_per_s",
- * "bridge_vs_direct", "load_avg_1m", ...}.
+ * "bridge_vs_direct", "load_avg_1m", ...}. Prompt ids are drawn from the model's text vocabulary,
+ * and settings the model cannot serve (prompt + --max-tokens past its max_model_len) are refused
+ * before any process starts; an arm whose every request fails stops the run with the first error.
  *
  *   npm run bench:bridge -- [--json] [--seconds 15] [--model qwen3-30b-a3b] [--max-tokens 1024]
  */
@@ -22,6 +24,7 @@ import { Pool, request } from 'undici';
 import { ExitCode, exitCodeFor, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
 import { ENGINE_STATS, STAT_GENERATION_TOKENS } from '../src/shm/layout.js';
 import { openRegion } from '../src/shm/region.js';
+import { getModelCard } from '../src/wire/model-card.js';
 import { type BenchCluster, startCluster } from './loadtest/cluster.js';
 import { RS_ERR_BENCH_CHILD_FAILED, RS_ERR_BENCH_TIMEOUT } from './loadtest/errors.js';
 
@@ -35,6 +38,8 @@ interface Args {
   model: string;
   maxTokens: number;
   concurrency: number;
+  /** Prompt ids are drawn below this (the model's text vocabulary). */
+  vocab: number;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -44,6 +49,7 @@ function parseArgs(argv: string[]): Args {
     model: 'qwen3-30b-a3b',
     maxTokens: 1024,
     concurrency: 256,
+    vocab: 0,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -58,6 +64,22 @@ function parseArgs(argv: string[]): Args {
         'unknown argument; use --json, --seconds N, --model NAME, --max-tokens N, --concurrency N',
       );
   }
+  for (const [flag, v] of [
+    ['--seconds', args.seconds],
+    ['--max-tokens', args.maxTokens],
+    ['--concurrency', args.concurrency],
+  ] as const) {
+    if (!(Number.isInteger(v) && v >= 1))
+      throw new RS_ERR_CONFIG_INVALID(flag, 'must be an integer >= 1');
+  }
+  const card = getModelCard(args.model);
+  if (PROMPT_TOKENS + args.maxTokens > card.maxModelLen) {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--max-tokens',
+      `a prompt of ${PROMPT_TOKENS} tokens + ${args.maxTokens} exceeds ${card.name}'s max_model_len ${card.maxModelLen}; use --max-tokens ${card.maxModelLen - PROMPT_TOKENS} or less`,
+    );
+  }
+  args.vocab = card.textVocabSize ?? card.vocabSize;
   return args;
 }
 
@@ -72,9 +94,9 @@ interface ArmResult {
 }
 
 /** The request body of sequence `serial`: distinct prompts (no prefix-cache help), a seed each. */
-function requestBody(serial: number, maxTokens: number): string {
+function requestBody(serial: number, maxTokens: number, vocab: number): string {
   const ids = new Array<number>(PROMPT_TOKENS);
-  for (let i = 0; i < PROMPT_TOKENS; i++) ids[i] = (serial * 7919 + i * 104729) % 100_000;
+  for (let i = 0; i < PROMPT_TOKENS; i++) ids[i] = (serial * 7919 + i * 104729) % vocab;
   return JSON.stringify({
     token_ids: ids,
     sampling_params: {
@@ -99,9 +121,10 @@ async function runLoad(url: string, args: Args, windowMs: number, generated: () 
   let tokens = 0;
   let answers = 0;
   let errors = 0;
+  let firstError = '';
   const worker = async (): Promise<void> => {
     while (!stop) {
-      const body = requestBody(serial++, args.maxTokens);
+      const body = requestBody(serial++, args.maxTokens, args.vocab);
       try {
         const res = await pool.request({
           path: '/inference/v1/generate',
@@ -111,18 +134,20 @@ async function runLoad(url: string, args: Args, windowMs: number, generated: () 
           headersTimeout: 600_000,
           bodyTimeout: 600_000,
         });
+        if (res.statusCode !== 200)
+          throw new Error(`HTTP ${res.statusCode} ${await res.body.text()}`);
         for await (const _ of res.body) {
           // read and drop: the answer is counted, not decoded
         }
-        if (res.statusCode !== 200) throw new Error(`HTTP ${res.statusCode}`);
         if (counting && !stop) {
           tokens += args.maxTokens;
           answers++;
         }
-      } catch {
+      } catch (error) {
         // Requests cut by the stop (the pool destroyed under them) are not errors.
         if (stop) return;
         errors++;
+        firstError ||= (error as Error).message;
         await sleep(100);
       }
     }
@@ -138,6 +163,12 @@ async function runLoad(url: string, args: Args, windowMs: number, generated: () 
   stop = true;
   await pool.destroy();
   await Promise.allSettled(workers);
+  if (answers === 0 && errors > 0) {
+    throw new RS_ERR_BENCH_CHILD_FAILED(
+      'the cluster',
+      `every request failed; first: ${firstError}`,
+    );
+  }
   return {
     tokensPerS: tokens / seconds,
     engineTokensPerS: engineTokens / seconds,
@@ -267,7 +298,10 @@ async function main(): Promise<void> {
 main().then(
   () => process.exit(ExitCode.Ok),
   (error: unknown) => {
-    console.error(`bench:bridge: ${(error as Error).stack ?? String(error)}`);
-    process.exit(exitCodeFor(error));
+    const code = exitCodeFor(error);
+    // A refused setting is the user's to fix: its message alone, without a stack.
+    const text = code === ExitCode.Usage ? (error as Error).message : (error as Error).stack;
+    console.error(`bench:bridge: ${text ?? String(error)}`);
+    process.exit(code);
   },
 );

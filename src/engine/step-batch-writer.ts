@@ -19,6 +19,7 @@ import {
   stepRecordBytes,
   writeStepHeader,
 } from '../wire/messages.js';
+import { copyIds } from './copy-ids.js';
 import type { OutputRoom } from './output-room.js';
 import type { StepOutputs } from './step-outputs.js';
 
@@ -201,7 +202,7 @@ export class StepBatchWriter {
         const src = out.routing;
         const from = out.routingStart[j]! * rowIds;
         if (ids >= BULK_COPY_IDS) routingDst.set(src.subarray(from, from + ids), routingAt);
-        else for (let r = 0; r < ids; r++) routingDst[routingAt + r] = src[from + r]!;
+        else copyIds(src, out.routingWords, from, routingDst, i32, routingAt, ids);
         routingAt += ids;
       }
       n++;

@@ -1,5 +1,6 @@
 import { idBytesForExperts } from '../wire/model-card.js';
 import { FinishReason } from '../wire/types.js';
+import { wordsOf } from './copy-ids.js';
 
 /**
  * One step's outputs, columnar: output row i of the step is (server[i], slot[i], token[i], ...).
@@ -39,6 +40,8 @@ export class StepOutputs {
   routingRows: Int32Array;
   routingFirstPos: Int32Array;
   routing: Uint8Array | Uint16Array;
+  /** `routing`'s buffer as words (copy-ids.ts), replaced with it. */
+  routingWords: Int32Array;
   /** Used routing rows in `routing`. */
   routingRowCount = 0;
   /** Routing row shape; the engine sets it (shapeRouting) before writing rows. */
@@ -67,6 +70,7 @@ export class StepOutputs {
     this.routingFirstPos = new Int32Array(n);
     this.maskIds = new Int32Array(n * 4);
     this.routing = new Uint8Array(0);
+    this.routingWords = wordsOf(this.routing);
   }
 
   /**
@@ -84,6 +88,7 @@ export class StepOutputs {
     this.routingWide = wide;
     const elements = this.server.length * this.routingRowWidth;
     this.routing = wide ? new Uint16Array(elements) : new Uint8Array(elements);
+    this.routingWords = wordsOf(this.routing);
     this.routingRowCount = 0;
   }
 
@@ -135,6 +140,7 @@ export class StepOutputs {
       const grown = this.routingWide ? new Uint16Array(size) : new Uint8Array(size);
       grown.set(this.routing.subarray(0, this.routingRowCount * this.routingRowWidth));
       this.routing = grown;
+      this.routingWords = wordsOf(grown);
     }
     return this.routingRowCount * this.routingRowWidth;
   }

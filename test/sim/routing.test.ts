@@ -116,4 +116,48 @@ describe('MoE routing rows', () => {
     expectDistinctPerLayer(rows, 2, 8, 300);
     expect(Math.max(...c.routing)).toBeGreaterThan(255);
   });
+
+  it('keeps the rows of the per-expert walk: pinned ids, and alike at any offset and width', () => {
+    // Pinned from the walk perm[(s + k * stride) % E] before rows were copied from a run table.
+    const pinned: Record<string, [number[], number[]]> = {
+      'qwen3-30b-a3b': [
+        [109, 113, 86, 97, 94, 36, 115, 26, 121, 21, 44, 96, 126, 7, 30, 15],
+        [124, 113, 31, 77, 125, 28, 21, 114],
+      ],
+      'tiny-wide': [
+        [378, 148, 12, 86, 69, 172, 106, 364, 66, 306, 351, 87, 285, 232, 253, 189],
+        [78, 250, 261, 213, 235, 87, 132, 278],
+      ],
+    };
+    for (const [name, [head, tail]] of Object.entries(pinned)) {
+      const router = new ExpertRouter(getPreset(name));
+      router.setWeightKey(7);
+      const width = router.rowWidth;
+      const Ids = router.numExperts > 256 ? Uint16Array : Uint8Array;
+      const aligned = new Ids(width);
+      router.writeRow(1000, 5, aligned, 0);
+      expect(Array.from(aligned.subarray(0, 16))).toEqual(head);
+      expect(Array.from(aligned.subarray(width - 8))).toEqual(tail);
+      // Word copies need a 4-byte-aligned row of the table's width; the rest copy id by id.
+      const shifted = new Ids(width + 1);
+      router.writeRow(1000, 5, shifted, 1);
+      expect(shifted.subarray(1)).toEqual(aligned);
+      const wider = new Uint16Array(width);
+      router.writeRow(1000, 5, wider, 0);
+      expect(Array.from(wider)).toEqual(Array.from(aligned));
+    }
+  });
+
+  it('walks the experts when a card is too wide for a run table', () => {
+    // 4096 experts x 2048 coprime strides x topk 2 is past the table's cap.
+    const router = new ExpertRouter({ ...tiny, numExperts: 4096, expertsPerToken: 2 });
+    router.setWeightKey(3);
+    const out = new Uint16Array(router.rowWidth * 3);
+    for (let pos = 0; pos < 3; pos++) router.writeRow(9, pos, out, pos * router.rowWidth);
+    const rows = [0, 1, 2].map((r) =>
+      Array.from(out.subarray(r * router.rowWidth, (r + 1) * router.rowWidth)),
+    );
+    expectDistinctPerLayer(rows, router.layers, 2, 4096);
+    expect(rows[1]).not.toEqual(rows[0]);
+  });
 });

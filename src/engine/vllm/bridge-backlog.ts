@@ -11,6 +11,7 @@
  * Staging and delivery copy typed-array columns; nothing is allocated per token. Kept rows are moved
  * to a second StepOutputs, which then becomes the backlog (they swap).
  */
+import { copyIds } from '../copy-ids.js';
 import type { OutputRoom } from '../output-room.js';
 import { StepOutputs } from '../step-outputs.js';
 
@@ -115,7 +116,16 @@ function copyRow(src: StepOutputs, i: number, dst: StepOutputs, routingRows: num
   if (routingRows > 0) {
     const width = src.routingRowWidth;
     const at = dst.reserveRoutingRows(routingRows);
-    copyRun(src.routing, src.routingStart[i]! * width, dst.routing, at, routingRows * width);
+    const from = src.routingStart[i]! * width;
+    copyIds(
+      src.routing,
+      src.routingWords,
+      from,
+      dst.routing,
+      dst.routingWords,
+      at,
+      routingRows * width,
+    );
     dst.routingRows[row] = routingRows;
     dst.routingFirstPos[row] = src.routingFirstPos[i]!;
     dst.routingRowCount += routingRows;
@@ -123,12 +133,10 @@ function copyRow(src: StepOutputs, i: number, dst: StepOutputs, routingRows: num
   return row;
 }
 
-/** Runs at least this long are copied with one TypedArray.set (a view each), shorter ones by hand. */
+/** Mask runs at least this long are copied with one TypedArray.set (a view each), shorter ones by hand. */
 const BULK_COPY = 512;
 
-type Column = Int32Array | Uint8Array | Uint16Array;
-
-function copyRun(src: Column, from: number, dst: Column, at: number, n: number): void {
+function copyRun(src: Int32Array, from: number, dst: Int32Array, at: number, n: number): void {
   if (n >= BULK_COPY) dst.set(src.subarray(from, from + n), at);
   else for (let k = 0; k < n; k++) dst[at + k] = src[from + k]!;
 }

@@ -111,6 +111,8 @@ export class VllmBridgeLink implements VllmEngineLink {
   #pingTimer: NodeJS.Timeout | null = null;
   /** Date.now() of the last message from the engine or ping answer. */
   #lastHeard = 0;
+  /** The output reader is waiting for the bridge's backlog to drain (see #waitForRoom). */
+  #readerParked = false;
   #pingInFlight = false;
   #closed = false;
   readonly #reader: OutputsReader;
@@ -299,10 +301,26 @@ export class VllmBridgeLink implements VllmEngineLink {
           this.#engineLost('undecodable outputs');
         }
         this.#bridge.notify();
+        const room = this.#bridge.backlogRoom();
+        if (room !== null) await this.#waitForRoom(room);
       }
     } catch (error) {
       if (!this.#closed && output === this.#output)
         this.#options.log('error', 'vLLM output socket failed', { err: error });
+    }
+  }
+
+  /**
+   * Stops reading outputs while the bridge's backlog drains: the engine is not silent meanwhile,
+   * we are, so the liveness deadline restarts when reading does.
+   */
+  async #waitForRoom(room: Promise<void>): Promise<void> {
+    this.#readerParked = true;
+    try {
+      await room;
+    } finally {
+      this.#readerParked = false;
+      this.#lastHeard = Date.now();
     }
   }
 
@@ -382,7 +400,7 @@ export class VllmBridgeLink implements VllmEngineLink {
   #ping(timeout: number): void {
     if (this.#phase !== 'attached') return;
     const busy = this.#calls.size > (this.#pingInFlight ? 1 : 0);
-    if (!busy && Date.now() - this.#lastHeard > timeout) {
+    if (!busy && !this.#readerParked && Date.now() - this.#lastHeard > timeout) {
       this.#engineLost(`no answer from the engine within ${timeout} ms`);
       return;
     }

@@ -74,6 +74,16 @@ export interface BridgeOptions {
 const OUTPUT_POLL_MS = 1;
 /** The same while paused: only aborts and rejects can change anything, none is urgent. */
 const PAUSED_POLL_MS = 10;
+/**
+ * Staged output rows above which the link stops reading the engine's outputs until the core loop
+ * has drained below the low mark (ZMQ then queues, and the engine's sends wait at its HWM). Rows
+ * the rings' room did not take are re-staged every step, so without this bound an engine that
+ * outruns the bridge made each step cost O(backlog): under bench:bridge, with the simulator
+ * sped up, the bridge fell from ~35k to ~18k tokens/s at the same CPU. 1,024 rows is four steps of
+ * 256 sequences.
+ */
+const BACKLOG_HIGH = 1024;
+const BACKLOG_LOW = BACKLOG_HIGH / 2;
 const CONTROL_TIMEOUT_MS = 30_000;
 const WEIGHTS_TIMEOUT_MS = 600_000;
 const TWO_POW_32 = 4294967296;
@@ -99,6 +109,8 @@ export class VllmBridge implements EngineCore {
   #paused = false;
   #weightVersion = 0;
   #wake: (() => void) | null = null;
+  /** The link's reader, parked by backlogRoom() until the backlog drains. */
+  #roomWaiter: (() => void) | null = null;
   #callsInFlight = 0;
   readonly #engineStats: EngineFigures = {
     known: false,
@@ -139,6 +151,26 @@ export class VllmBridge implements EngineCore {
     this.#paused = false;
     this.#engineStats.known = false;
     this.notify();
+    this.#releaseReader(true);
+  }
+
+  /**
+   * For the link's output reader: null while the backlog is under BACKLOG_HIGH, else a promise
+   * that settles once the core loop drained it under BACKLOG_LOW (or the engine is detached).
+   */
+  backlogRoom(): Promise<void> | null {
+    if (this.#backlog.count < BACKLOG_HIGH) return null;
+    return new Promise<void>((resolve) => {
+      this.#roomWaiter = resolve;
+    });
+  }
+
+  /** Lets the parked reader go on once the backlog is under BACKLOG_LOW (or at once: `always`). */
+  #releaseReader(always = false): void {
+    const waiter = this.#roomWaiter;
+    if (waiter === null || (!always && this.#backlog.count >= BACKLOG_LOW)) return;
+    this.#roomWaiter = null;
+    waiter();
   }
 
   /** The engine died or went silent: every request in flight ends with EngineDead. */
@@ -151,6 +183,7 @@ export class VllmBridge implements EngineCore {
     this.#paused = false;
     this.#engineStats.known = false;
     this.notify();
+    this.#releaseReader(true);
   }
 
   /** One EngineCoreOutput. An output of a request that has ended (aborted here) is dropped. */
@@ -312,6 +345,7 @@ export class VllmBridge implements EngineCore {
     }
     if (ids.length > 0) this.#link?.abort(ids);
     this.#backlog.dropServer(server);
+    this.#releaseReader();
   }
 
   /** vLLM's pause_scheduler(mode="keep"): requests keep their state until resume. */
@@ -379,6 +413,7 @@ export class VllmBridge implements EngineCore {
     out.shapeRouting(card.routingLayers, card.expertsPerToken, card.numExperts);
     const before = out.count;
     this.#backlog.drainInto(out, room ?? null);
+    this.#releaseReader();
     let tokens = 0;
     for (let i = before; i < out.count; i++) if (out.token[i]! >= 0) tokens++;
     const t = this.#timing;

@@ -87,6 +87,7 @@ export class MsgWriter {
   }
 
   str(value: string): void {
+    if (value.length < 32 && this.#asciiFixStr(value)) return;
     const max = value.length * 3;
     this.#reserve(5 + max);
     // Write the bytes after the largest header, then move them if a smaller header fits.
@@ -108,6 +109,25 @@ export class MsgWriter {
       this.#view.setUint32(p + 1, written);
     }
     this.length = p + header + written;
+  }
+
+  /**
+   * A short all-ASCII string (dtype names, request ids: several per output) written byte by byte
+   * as a fixstr, without Buffer.write's native call; false, with nothing written, otherwise.
+   */
+  #asciiFixStr(value: string): boolean {
+    const n = value.length;
+    this.#reserve(1 + n);
+    const b = this.#buf;
+    const p = this.length;
+    for (let k = 0; k < n; k++) {
+      const c = value.charCodeAt(k);
+      if (c > 0x7f) return false;
+      b[p + 1 + k] = c;
+    }
+    b[p] = 0xa0 | n;
+    this.length = p + 1 + n;
+    return true;
   }
 
   arrayHeader(n: number): void {

@@ -1,4 +1,5 @@
 import { FinishReason } from '../../wire/types.js';
+import { copyIds, wordsOf } from '../copy-ids.js';
 import type { StepOutputs } from '../step-outputs.js';
 import type { VllmLayout } from './layouts.js';
 import type { LiveRequest, LiveRequests } from './live-requests.js';
@@ -54,6 +55,7 @@ export class StepEncoder {
   readonly #rowBytes: number;
   readonly #denseBytes: number;
   #routed = new Uint8Array(4096);
+  #routedWords = wordsOf(this.#routed);
   #views = new Map<ArrayBufferLike, Uint8Array>();
   /** Requests whose first output went out in the last encode (scheduler_stats' prefix requests). */
   startedLastStep = 0;
@@ -155,10 +157,12 @@ export class StepEncoder {
   #routing(out: StepOutputs, i: number, r: LiveRequest): void {
     const rows = out.routingRows[i] as number;
     const need = r.pendingBytes + rows * this.#rowBytes;
-    if (this.#routed.length < need)
+    if (this.#routed.length < need) {
       this.#routed = new Uint8Array(Math.max(need, this.#routed.length * 2));
-    this.#routed.set(r.pendingRouting.subarray(0, r.pendingBytes));
-    this.#expand(out, i, this.#routed, r.pendingBytes);
+      this.#routedWords = wordsOf(this.#routed);
+    }
+    if (r.pendingBytes > 0) this.#routed.set(r.pendingRouting.subarray(0, r.pendingBytes));
+    this.#expand(out, i, this.#routed, this.#routedWords, r.pendingBytes);
     const o = this.#rec;
     o.routedBytes = this.#routed;
     o.routedByteStart = 0;
@@ -181,13 +185,14 @@ export class StepEncoder {
       grown.set(r.pendingRouting.subarray(0, r.pendingBytes));
       r.pendingRouting = grown;
     }
-    this.#expand(out, i, r.pendingRouting, r.pendingBytes);
+    // Once per prompt chunk: copied id by id (NO_WORDS is no view of this buffer).
+    this.#expand(out, i, r.pendingRouting, NO_WORDS, r.pendingBytes);
     r.pendingBytes = need;
     r.pendingRows += rows;
   }
 
   /** Writes row i's routing rows at `at` in `into`, each prefixed with the dense layers' zeros. */
-  #expand(out: StepOutputs, i: number, into: Uint8Array, at: number): void {
+  #expand(out: StepOutputs, i: number, into: Uint8Array, intoWords: Int32Array, at: number): void {
     const rows = out.routingRows[i] as number;
     const width = this.#shape.wide ? 2 : 1;
     const src = this.#bytes(out.routing);
@@ -195,9 +200,11 @@ export class StepEncoder {
     let from = (out.routingStart[i] as number) * ownBytes;
     let to = at;
     for (let k = 0; k < rows; k++) {
-      into.fill(0, to, to + this.#denseBytes);
+      if (this.#denseBytes > 0) into.fill(0, to, to + this.#denseBytes);
       to += this.#denseBytes;
-      for (let b = 0; b < ownBytes; b++) into[to++] = src[from++] as number;
+      copyIds(src, out.routingWords, from, into, intoWords, to, ownBytes);
+      from += ownBytes;
+      to += ownBytes;
     }
   }
 
@@ -214,3 +221,4 @@ export class StepEncoder {
 }
 
 const EMPTY = new Uint8Array(0);
+const NO_WORDS = new Int32Array(0);

@@ -267,4 +267,42 @@ describe('VllmBridge', () => {
       ['reset_prefix_cache', []],
     ]);
   });
+
+  it('parks the output reader above 1,024 staged rows until the core loop drains under 512', async () => {
+    const { bridge, link } = attached();
+    bridge.add(request(1, [1, 2], { maxTokens: 4000 }));
+    const id = link.adds[0]!.requestId;
+    for (let t = 0; t < 1023; t++) bridge.output(facts(id, [7], 1, 3));
+    expect(bridge.backlogRoom()).toBeNull();
+    bridge.output(facts(id, [7], 1, 3));
+    const room = bridge.backlogRoom();
+    expect(room).not.toBeNull();
+    let released = false;
+    void room!.then(() => {
+      released = true;
+    });
+    // A full ring: nothing drains, the reader stays parked.
+    const out = bridge.newStepOutputs();
+    const rings = new OutputRoom(1, 12, 1);
+    rings.open(0, 0, 1 << 20, 1 << 18);
+    bridge.step(out, rings);
+    await Promise.resolve();
+    expect(released).toBe(false);
+    // Room for all: the backlog empties and the reader goes on.
+    out.clear();
+    bridge.step(out);
+    await Promise.resolve();
+    expect(out.count).toBe(1024);
+    expect(released).toBe(true);
+  });
+
+  it('lets a parked output reader go when the engine is detached', async () => {
+    const { bridge, link } = attached();
+    bridge.add(request(1, [1, 2], { maxTokens: 4000 }));
+    const id = link.adds[0]!.requestId;
+    for (let t = 0; t < 1024; t++) bridge.output(facts(id, [7], 1, 3));
+    const room = bridge.backlogRoom();
+    bridge.detach();
+    await expect(room).resolves.toBeUndefined();
+  });
 });
