@@ -19,6 +19,7 @@
  */
 import type { Worker } from 'node:cluster';
 import { createServer, type Server, type Socket } from 'node:net';
+import { DrainingAnswer } from './draining-answer.js';
 import type { SupervisorMessage } from './roles.js';
 
 interface Member {
@@ -34,6 +35,8 @@ export class ConnectionDistributor {
   /** Accepted connections no server could take yet (every one busy with a handover, or none up). */
   readonly #queue: Socket[] = [];
   #next = 0;
+  /** Set once the node drains: new and queued connections get a 503 from the primary itself. */
+  #draining: DrainingAnswer | null = null;
 
   constructor() {
     // pauseOnConnect: the primary never reads; the bytes wait in the socket for the server.
@@ -75,13 +78,27 @@ export class ConnectionDistributor {
     this.#drainQueue();
   }
 
-  /** Stops accepting; connections not yet handed over are closed. */
+  /**
+   * The node drains: no connection goes to an API server any more; every one accepted from now on,
+   * and every one not yet handed over, is answered 503 (draining-answer.ts) until close().
+   */
+  refuse(retryAfterS: number): void {
+    this.#draining ??= new DrainingAnswer(retryAfterS);
+    for (const socket of this.#queue.splice(0)) this.#draining.take(socket);
+  }
+
+  /** Stops accepting; connections not yet handed over (or still being refused) are closed. */
   close(): void {
     this.#server.close();
     for (const socket of this.#queue.splice(0)) socket.destroy();
+    this.#draining?.close();
   }
 
   #accept(socket: Socket): void {
+    if (this.#draining !== null) {
+      this.#draining.take(socket);
+      return;
+    }
     // A client that leaves while queued must not be handed over (nor kept).
     socket.once('close', () => {
       const at = this.#queue.indexOf(socket);

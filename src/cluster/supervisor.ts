@@ -13,6 +13,7 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import cluster, { type Worker } from 'node:cluster';
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { RingserveConfig } from '../config.js';
 import { ExitCode } from '../errors.js';
 import { createLogger, type Logger } from '../obs/log.js';
@@ -97,16 +98,27 @@ export class Supervisor {
     return this.#port;
   }
 
-  /** Drains the API servers (bounded), stops the engine, unlinks the region. */
+  /**
+   * Drains the API servers (bounded), stops the engine, unlinks the region. From the start of the
+   * drain until --drain-grace-s after it, the listener answers new connections 503 (a load balancer
+   * may still send some); with a grace of 0 it closes at once.
+   */
   async stop(): Promise<void> {
     if (this.#stopping) return;
     this.#stopping = true;
-    this.#connections.close();
+    const graceS = this.config.drainGraceS;
+    if (graceS > 0) this.#connections.refuse(Math.max(1, Math.ceil(graceS)));
+    else this.#connections.close();
     const drainMs = this.config.drainTimeoutS * 1000;
     await Promise.all(
       [...this.#servers.values()].map((worker) => stopChild(worker.process, drainMs + 2_000)),
     );
-    if (this.#engine) await stopChild(this.#engine, ENGINE_STOP_MS);
+    const engineStopped = this.#engine ? stopChild(this.#engine, ENGINE_STOP_MS) : undefined;
+    if (graceS > 0) {
+      await sleep(graceS * 1000);
+      this.#connections.close();
+    }
+    await engineStopped;
     if (this.#region) unlinkRegion(this.regionName);
   }
 
