@@ -22,6 +22,14 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { DrainingAnswer } from './draining-answer.js';
 import type { SupervisorMessage } from './roles.js';
 
+/** A connection that waited longer than this for a free API server is reported (onSlowHandover). */
+export const SLOW_HANDOVER_MS = 100;
+
+export interface DistributorOptions {
+  /** A connection waited `waitedMs` in the primary before it went to a server; `queued` still wait. */
+  onSlowHandover?: (waitedMs: number, queued: number) => void;
+}
+
 interface Member {
   readonly worker: Worker;
   /** The connection handed over and not yet acknowledged, or null when it may take another. */
@@ -37,8 +45,12 @@ export class ConnectionDistributor {
   #next = 0;
   /** Set once the node drains: new and queued connections get a 503 from the primary itself. */
   #draining: DrainingAnswer | null = null;
+  /** When each queued connection was accepted (performance.now()), to report long waits. */
+  readonly #acceptedAt = new WeakMap<Socket, number>();
+  readonly #onSlowHandover: DistributorOptions['onSlowHandover'];
 
-  constructor() {
+  constructor(options: DistributorOptions = {}) {
+    this.#onSlowHandover = options.onSlowHandover;
     // pauseOnConnect: the primary never reads; the bytes wait in the socket for the server.
     this.#server = createServer({ pauseOnConnect: true }, (socket) => this.#accept(socket));
   }
@@ -104,6 +116,7 @@ export class ConnectionDistributor {
       const at = this.#queue.indexOf(socket);
       if (at >= 0) this.#queue.splice(at, 1);
     });
+    this.#acceptedAt.set(socket, performance.now());
     this.#queue.push(socket);
     this.#drainQueue();
   }
@@ -131,6 +144,8 @@ export class ConnectionDistributor {
 
   #handOver(member: Member, socket: Socket): void {
     if (socket.destroyed) return;
+    const waitedMs = performance.now() - (this.#acceptedAt.get(socket) ?? performance.now());
+    if (waitedMs > SLOW_HANDOVER_MS) this.#onSlowHandover?.(waitedMs, this.#queue.length);
     member.pending = socket;
     const message: SupervisorMessage = { type: 'conn' };
     // keepOpen: the primary's copy stays open until the server acknowledges (see above).

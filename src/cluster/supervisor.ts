@@ -16,7 +16,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { RingserveConfig } from '../config.js';
 import { ExitCode } from '../errors.js';
-import { createLogger, type Logger } from '../obs/log.js';
+import { createLogger, type Logger, rateLimit } from '../obs/log.js';
 import {
   ENGINE_STATS,
   STAT_PAUSED,
@@ -42,6 +42,8 @@ import { stopChild } from './stop-child.js';
 
 /** How long the engine may take to stop once asked before it is killed. */
 const ENGINE_STOP_MS = 5_000;
+/** At most one 'waited for a free API server' warning a second (a burst of connections is one event). */
+const SLOW_HANDOVER_LOG_MS = 1_000;
 
 export interface SupervisorOptions {
   /**
@@ -63,7 +65,7 @@ export class Supervisor {
   #port = 0;
   readonly #log: Logger;
   #engineReady: Promise<void> = Promise.resolve();
-  readonly #connections = new ConnectionDistributor();
+  readonly #connections: ConnectionDistributor;
   readonly #engineBackoff = new RestartBackoff(performance.now());
   readonly #serverBackoff = new Map<number, RestartBackoff>();
   /** What a restarted engine takes over from the one that died (pause state, weight version). */
@@ -74,6 +76,17 @@ export class Supervisor {
     this.regionName =
       options.regionName ?? `ringserve-${process.pid}-${randomBytes(16).toString('hex')}`;
     this.#log = options.logger ?? createLogger(config.logLevel, { name: 'ringserve' });
+    const slowHandover = rateLimit(SLOW_HANDOVER_LOG_MS);
+    this.#connections = new ConnectionDistributor({
+      onSlowHandover: (waitedMs, queued) => {
+        if (slowHandover()) {
+          this.#log.warn(
+            { waited_ms: Math.round(waitedMs), queued },
+            'a connection waited for a free API server',
+          );
+        }
+      },
+    });
   }
 
   /** The port the API servers listen on (known once start() resolved). */
