@@ -39,7 +39,8 @@ const exited = (child: { exitCode: number | null; signalCode: string | null }): 
 
 describe('drain grace', () => {
   it('after the drain, a request during the grace gets 503 with Retry-After, then the listener closes', async () => {
-    const cluster = await startCluster(['--drain-grace-s', '3', '--api-server-count', '2']);
+    // A grace far longer than the probes below take, even on a loaded machine.
+    const cluster = await startCluster(['--drain-grace-s', '8', '--api-server-count', '2']);
     const body = JSON.stringify({
       token_ids: [1, 2, 3],
       sampling_params: { max_tokens: 2 },
@@ -55,7 +56,7 @@ describe('drain grace', () => {
     expect(exited(cluster.process)).toBe(false);
     const answer = await post(cluster.port, '/inference/v1/generate', body);
     expect(answer.status).toBe(503);
-    expect(answer.retryAfter).toBe('3');
+    expect(answer.retryAfter).toBe('8');
     expect(JSON.parse(answer.body)).toEqual({
       error: {
         message: 'the server is draining or shutting down',
@@ -67,7 +68,7 @@ describe('drain grace', () => {
     await waitFor(
       () => exited(cluster.process),
       (done) => done,
-      15_000,
+      20_000,
     );
     expect(exited(cluster.process)).toBe(true);
     await expect(post(cluster.port, '/health', '')).rejects.toThrow(/ECONNREFUSED/);
