@@ -116,7 +116,7 @@ async function soak(
   const faults = new FaultInjector(cluster.pid, health, o.healthMaxMs, random(o.seed));
   const rss = new Map<string, RssSeries>();
   const peaks = { ringBytes: 0, kvBlocks: 0, inFlight: 0, heap: new Map<string, number>() };
-  const pauses = { cycles: 0, failedCalls: 0 };
+  const pauses = { cycles: 0, failedCalls: 0, spans: [] as string[] };
   const startMs = Date.now();
   const endMs = startMs + o.durationS * 1000;
   let running = true;
@@ -172,6 +172,7 @@ async function soak(
           (r) => r.ok,
           () => false,
         );
+      const cycleStart = Date.now();
       if (!(await post('/pause'))) pauses.failedCalls++;
       await sleep(500);
       if (!(await post('/update_weights', '{}'))) pauses.failedCalls++;
@@ -182,6 +183,8 @@ async function soak(
         await sleep(500);
       }
       pauses.cycles++;
+      const s = (ms: number) => ((ms - startMs) / 1000).toFixed(1);
+      pauses.spans.push(`${s(cycleStart)}-${s(Date.now())} s`);
     }
   })();
 
@@ -240,7 +243,7 @@ async function soak(
   if (last === null) problems.push('/metrics did not answer after the drain');
   const notes = [
     `requests: ${traffic.counts.left} clients left on purpose, ${traffic.counts.slowReaders} slow-reader streams completed`,
-    `pause -> update_weights -> resume cycles: ${pauses.cycles} (${pauses.failedCalls} calls refused, mostly during faults)`,
+    `pause -> update_weights -> resume cycles: ${pauses.cycles} (${pauses.failedCalls} calls refused, mostly during faults), at ${pauses.spans.join(', ')}`,
     `peaks: output rings ${mb(peaks.ringBytes)}, KV blocks ${peaks.kvBlocks}, requests in flight ${peaks.inFlight}, ` +
       `heap ${[...peaks.heap].map(([k, v]) => `${k} ${mb(v)}`).join(', ')}`,
     `/health: ${health.length} probes, ${steady.length} judged (after the ${o.healthWarmupS} s warm-up, outside fault windows + ${o.graceS} s grace); ` +
