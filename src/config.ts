@@ -45,6 +45,7 @@ export interface RingserveConfig {
   readonly maxQueueLen: number;
   readonly bodyLimitMb: number;
   readonly drainTimeoutS: number;
+  readonly drainGraceS: number;
   readonly packerThreads: number;
   readonly workerNice: number;
   readonly workerSchedPolicy: 'other' | 'batch' | 'idle';
@@ -131,6 +132,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'maxQueueLen', flag: '--max-queue-len', kind: 'int', default: 4096, min: 1, max: MAX_SLOTS_PER_SERVER, help: 'requests in flight per API server (running or queued) before answering 429 with Retry-After (the default is far above 300 RL clients)' },
   { key: 'bodyLimitMb', flag: '--body-limit-mb', kind: 'number', default: 32, min: 0, minExclusive: true, max: 1024, help: 'largest request body in MiB (413 above; a 128k-token prompt is under 1 MiB of JSON)' },
   { key: 'drainTimeoutS', flag: '--drain-timeout-s', kind: 'number', default: 30, min: 0, max: 3600, help: 'on SIGTERM, wait this long for in-flight requests, then abort them' },
+  { key: 'drainGraceS', flag: '--drain-grace-s', kind: 'number', default: 3, min: 0, max: 600, help: 'on SIGTERM, the listener answers new connections 503 (Retry-After) from the start of the drain until this long after it, so a load balancer that has not yet noticed gets an answer, not a reset (0 = close it at once)' },
   { key: 'packerThreads', flag: '--packer-threads', kind: 'int', default: null, min: 1, max: 64, derived: 'cores / api-server-count, at least 1', help: 'packer worker threads per API server' },
   { key: 'workerNice', flag: '--worker-nice', kind: 'int', default: 10, min: 0, max: 19, env: 'RINGSERVE_WORKER_NICE', help: 'nice of the output worker and packer threads above the main thread (0 = same priority)' },
   { key: 'workerSchedPolicy', flag: '--worker-sched-policy', kind: 'enum', default: 'other', choices: ['other', 'batch', 'idle'], env: 'RINGSERVE_WORKER_SCHED_POLICY', help: 'Linux scheduling policy of the output worker and packer threads' },

@@ -1,18 +1,25 @@
 /**
  * Faults on a schedule, one at a time, rotating: SIGKILL of a random API server, SIGKILL of the
  * engine core, SIGSTOP of a random API server for 2 s then SIGCONT. A fault is recovered when the
- * process it hit is back (a new pid under the same title, or the stopped one running again) and
- * /health has then answered 200 three times in a row; its window runs from the injection to the
- * recovery (or the end of the run, if it never recovers within RECOVERY_BOUND_MS).
+ * process it hit is back (a new pid under the same title, or the stopped one running again) and the
+ * cluster answers normally again: the soak's own /health probes (health-probe.ts: a new connection
+ * each, so they reach every API server in turn) answered HEALTHY_IN_A_ROW times in a row, all after
+ * the process was back, with 200 within the verdict's --health-max-ms. Its window runs from the
+ * injection to the first of those probes (or to the end of the run, if that never happens within
+ * RECOVERY_BOUND_MS). A process that is back but whose cluster still answers slowly (the survivor
+ * absorbing the reconnecting clients, the newcomer's first requests) is still recovering: the time
+ * that takes is the fault's recovery time, reported per fault, and bounded.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { ProbeSample } from './health-probe.js';
 import { clusterProcesses } from './processes.js';
 
 export type FaultKind = 'kill-api' | 'kill-engine' | 'stop-api';
 const ROTATION: readonly FaultKind[] = ['kill-api', 'kill-engine', 'stop-api'];
 const STOP_FOR_MS = 2_000;
 const RECOVERY_BOUND_MS = 60_000;
-const HEALTHY_IN_A_ROW = 3;
+/** Five probes: one second of the probe's answers, across both API servers. */
+const HEALTHY_IN_A_ROW = 5;
 
 export interface Fault {
   kind: FaultKind;
@@ -24,13 +31,21 @@ export interface Fault {
 export class FaultInjector {
   readonly faults: Fault[] = [];
   readonly #primaryPid: number;
-  readonly #url: string;
+  readonly #health: readonly ProbeSample[];
+  readonly #healthMaxMs: number;
   readonly #rand: () => number;
   #next = 0;
 
-  constructor(primaryPid: number, url: string, rand: () => number) {
+  /** `health`: the probe's samples as they arrive (appended to by the soak). */
+  constructor(
+    primaryPid: number,
+    health: readonly ProbeSample[],
+    healthMaxMs: number,
+    rand: () => number,
+  ) {
     this.#primaryPid = primaryPid;
-    this.#url = url;
+    this.#health = health;
+    this.#healthMaxMs = healthMaxMs;
     this.#rand = rand;
   }
 
@@ -60,10 +75,14 @@ export class FaultInjector {
       process.kill(target.pid, 'SIGKILL');
     }
     const deadline = fault.injectedAtMs + RECOVERY_BOUND_MS;
+    let backAtMs: number | null = null;
     while (Date.now() < deadline) {
-      if (await this.#isBack(kind, target.title, target.pid)) {
-        fault.recoveredAtMs = Date.now();
-        break;
+      if (backAtMs === null && (await this.#isBack(kind, target.title, target.pid))) {
+        backAtMs = Date.now();
+      }
+      if (backAtMs !== null) {
+        fault.recoveredAtMs = this.#normalSince(backAtMs);
+        if (fault.recoveredAtMs !== null) break;
       }
       await sleep(100);
     }
@@ -74,14 +93,17 @@ export class FaultInjector {
     const procs = await clusterProcesses(this.#primaryPid);
     const now = procs.find((p) => p.title === title);
     if (now === undefined || now.state === 'T' || now.state === 'Z') return false;
-    if (kind !== 'stop-api' && now.pid === oldPid) return false;
-    for (let i = 0; i < HEALTHY_IN_A_ROW; i++) {
-      const ok = await fetch(`${this.#url}/health`, { signal: AbortSignal.timeout(2_000) }).then(
-        (r) => r.status === 200,
-        () => false,
-      );
-      if (!ok) return false;
+    return kind === 'stop-api' || now.pid !== oldPid;
+  }
+
+  /** When the last HEALTHY_IN_A_ROW probes, all started at or after `sinceMs`, began; else null. */
+  #normalSince(sinceMs: number): number | null {
+    const h = this.#health;
+    if (h.length < HEALTHY_IN_A_ROW) return null;
+    for (let i = h.length - HEALTHY_IN_A_ROW; i < h.length; i++) {
+      const s = h[i]!;
+      if (s.atMs < sinceMs || s.status !== 200 || s.latencyMs > this.#healthMaxMs) return null;
     }
-    return true;
+    return h[h.length - HEALTHY_IN_A_ROW]!.atMs;
   }
 }

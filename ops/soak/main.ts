@@ -24,8 +24,8 @@ import { clusterProcesses } from './processes.js';
 import { Traffic } from './traffic.js';
 import {
   buildVerdict,
+  judgedProbes,
   judgedSlopes,
-  outsideFaults,
   type RssSeries,
   type Verdict,
   violations,
@@ -35,6 +35,8 @@ const SAMPLE_EVERY_MS = 2_000;
 const PROGRESS_EVERY_MS = 10_000;
 /** After the drain, how long held slots and blocks get to come back before they count as leaked. */
 const SETTLE_MS = 30_000;
+/** The cluster's log is kept whole for the run's stall report (at --log-level warn: a few lines a minute). */
+const LOG_KEEP_CHARS = 16 * 1024 * 1024;
 
 interface ClusterFigures {
   inFlight: number;
@@ -93,9 +95,7 @@ async function soak(
   const cluster = await startCluster(
     ['--api-server-count', String(o.apiServers), ...o.serverFlags],
     60_000,
-    {
-      stopTimeoutMs: 30_000,
-    },
+    { stopTimeoutMs: 30_000, logKeepChars: LOG_KEEP_CHARS },
   );
   const health: ProbeSample[] = [];
   const probe = new Worker(new URL('./health-probe.js', import.meta.url), {
@@ -113,10 +113,10 @@ async function soak(
     seed: o.seed,
     answerTimeoutMs: o.answerTimeoutS * 1000,
   });
-  const faults = new FaultInjector(cluster.pid, cluster.url, random(o.seed));
+  const faults = new FaultInjector(cluster.pid, health, o.healthMaxMs, random(o.seed));
   const rss = new Map<string, RssSeries>();
   const peaks = { ringBytes: 0, kvBlocks: 0, inFlight: 0, heap: new Map<string, number>() };
-  const pauses = { cycles: 0, failedCalls: 0 };
+  const pauses = { cycles: 0, failedCalls: 0, spans: [] as string[] };
   const startMs = Date.now();
   const endMs = startMs + o.durationS * 1000;
   let running = true;
@@ -172,6 +172,7 @@ async function soak(
           (r) => r.ok,
           () => false,
         );
+      const cycleStart = Date.now();
       if (!(await post('/pause'))) pauses.failedCalls++;
       await sleep(500);
       if (!(await post('/update_weights', '{}'))) pauses.failedCalls++;
@@ -182,6 +183,8 @@ async function soak(
         await sleep(500);
       }
       pauses.cycles++;
+      const s = (ms: number) => ((ms - startMs) / 1000).toFixed(1);
+      pauses.spans.push(`${s(cycleStart)}-${s(Date.now())} s`);
     }
   })();
 
@@ -220,7 +223,11 @@ async function soak(
   await cluster.stop();
 
   const slopes = judgedSlopes([...rss.values()], o);
-  const steady = outsideFaults(health, faults.faults, o.graceS * 1000, Date.now());
+  const steady = judgedProbes(health, faults.faults, {
+    warmupEndMs: startMs + o.healthWarmupS * 1000,
+    graceMs: o.graceS * 1000,
+    endMs: Date.now(),
+  });
   const verdict = buildVerdict(
     traffic.counts,
     {
@@ -236,10 +243,12 @@ async function soak(
   if (last === null) problems.push('/metrics did not answer after the drain');
   const notes = [
     `requests: ${traffic.counts.left} clients left on purpose, ${traffic.counts.slowReaders} slow-reader streams completed`,
-    `pause -> update_weights -> resume cycles: ${pauses.cycles} (${pauses.failedCalls} calls refused, mostly during faults)`,
+    `pause -> update_weights -> resume cycles: ${pauses.cycles} (${pauses.failedCalls} calls refused, mostly during faults), at ${pauses.spans.join(', ')}`,
     `peaks: output rings ${mb(peaks.ringBytes)}, KV blocks ${peaks.kvBlocks}, requests in flight ${peaks.inFlight}, ` +
       `heap ${[...peaks.heap].map(([k, v]) => `${k} ${mb(v)}`).join(', ')}`,
-    `/health: ${health.length} probes, ${steady.length} outside fault windows (+${o.graceS} s grace)`,
+    `/health: ${health.length} probes, ${steady.length} judged (after the ${o.healthWarmupS} s warm-up, outside fault windows + ${o.graceS} s grace); ` +
+      `slowest of all: ${slowest(health, startMs)}`,
+    ...stallReport(cluster.log(), startMs),
     `RSS slope judged for ${slopes.size} of ${rss.size} process incarnations (>= ${o.slopeWindowS} s after ${o.warmupS} s warm-up): ` +
       ([...slopes].map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ') || 'none long enough'),
     ...faults.faults.map(
@@ -249,6 +258,44 @@ async function soak(
     ...traffic.counts.lostDetails.map((d) => `lost: ${d}`),
   ];
   return { verdict, problems, notes };
+}
+
+/** The five slowest probes of the whole run, with when they started (seconds into the run). */
+function slowest(health: readonly ProbeSample[], startMs: number): string {
+  return [...health]
+    .sort((a, b) => b.latencyMs - a.latencyMs)
+    .slice(0, 5)
+    .map((s) => `${s.latencyMs.toFixed(0)} ms at ${((s.atMs - startMs) / 1000).toFixed(1)} s`)
+    .join(', ');
+}
+
+/**
+ * What the cluster itself logged about stalls (at --log-level warn): API servers whose event loop
+ * was blocked (src/obs/process-health.ts) and connections that waited in the primary for a free
+ * API server (src/cluster/connection-distributor.ts), with when (seconds into the run).
+ */
+function stallReport(log: string, startMs: number): string[] {
+  const out: string[] = [];
+  for (const [what, pattern, field] of [
+    ['event loop blocked', /"event loop blocked"/, 'blocked_ms'],
+    ['waited for a free API server', /"a connection waited for a free API server"/, 'waited_ms'],
+  ] as const) {
+    const seen: string[] = [];
+    for (const line of log.split('\n')) {
+      if (!pattern.test(line)) continue;
+      let entry: Record<string, number | string>;
+      try {
+        entry = JSON.parse(line);
+      } catch {
+        continue; // Not a whole pino line (a crash report on stderr, say).
+      }
+      const who = entry.api_server === undefined ? 'primary' : `api-${entry.api_server}`;
+      const at = ((Number(entry.time) - startMs) / 1000).toFixed(1);
+      seen.push(`${who} ${entry[field]} ms at ${at} s`);
+    }
+    out.push(`cluster log, ${what}: ${seen.length === 0 ? 'none' : seen.join(', ')}`);
+  }
+  return out;
 }
 
 function describe(f: Fault): string {
@@ -280,7 +327,11 @@ function printTable(v: Verdict, o: SoakOptions, problems: string[], notes: strin
       `<= ${o.maxRssSlopePctPerH}`,
     ],
     ['/health p99 outside faults, ms', String(v.health_p99_ms), `<= ${o.healthP99Ms}`],
-    ['/health max outside faults, ms', String(v.health_max_ms), `<= ${o.healthMaxMs}`],
+    [
+      '/health max outside faults, ms',
+      String(v.health_max_ms),
+      `<= ${o.healthMaxMs} (from ${o.healthWarmupS} s in, fault windows to recovery + ${o.graceS} s left out)`,
+    ],
     [
       'faults injected / recovered',
       `${v.faults_injected} / ${v.faults_recovered}`,

@@ -26,6 +26,8 @@ export interface SoakOptions {
   slopeWindowS: number;
   healthP99Ms: number;
   healthMaxMs: number;
+  /** /health probes in the first S seconds of traffic (all clients connect at once) are not judged. */
+  healthWarmupS: number;
   /** A request unanswered this long is lost; the final drain waits as long. */
   answerTimeoutS: number;
   seed: number;
@@ -47,6 +49,7 @@ const DEFAULTS: SoakOptions = {
   slopeWindowS: 600,
   healthP99Ms: 50,
   healthMaxMs: 50,
+  healthWarmupS: 10,
   answerTimeoutS: 300,
   seed: 15,
 };
@@ -65,6 +68,8 @@ export const SOAK_USAGE = `usage: ringserve soak | npm run soak -- [flags]
   --max-rss-slope P       %/h allowed per process (default 1), judged where >= --slope-window S
   --slope-window S        post-warm-up seconds a process needs to be judged (default 600)
   --health-p99-ms M --health-max-ms M   /health bounds outside fault windows (default 50, 50)
+  --health-warmup S       /health is judged from S seconds after the clients start (default 10:
+                          all of them connect, and run cold code, in the first seconds)
   --answer-timeout S      a request unanswered this long is lost (default 300)
   --seed S`;
 
@@ -132,6 +137,9 @@ export function parseSoakOptions(argv: readonly string[]): SoakOptions {
         break;
       case '--health-max-ms':
         o.healthMaxMs = num(flag, value());
+        break;
+      case '--health-warmup':
+        o.healthWarmupS = num(flag, value());
         break;
       case '--answer-timeout':
         o.answerTimeoutS = Math.max(1, num(flag, value()));

@@ -61,17 +61,19 @@ export function judgedSlopes(series: readonly RssSeries[], o: SoakOptions): Map<
   return out;
 }
 
-export function outsideFaults(
+/** The probes the verdict judges: started after the warm-up and outside every fault's window. */
+export function judgedProbes(
   samples: readonly ProbeSample[],
   faults: readonly Fault[],
-  graceMs: number,
-  endMs: number,
+  window: { warmupEndMs: number; graceMs: number; endMs: number },
 ): ProbeSample[] {
   return samples.filter(
     (s) =>
+      s.atMs >= window.warmupEndMs &&
       !faults.some(
         (f) =>
-          s.atMs + s.latencyMs >= f.injectedAtMs && s.atMs <= (f.recoveredAtMs ?? endMs) + graceMs,
+          s.atMs + s.latencyMs >= f.injectedAtMs &&
+          s.atMs <= (f.recoveredAtMs ?? window.endMs) + window.graceMs,
       ),
   );
 }

@@ -19,7 +19,16 @@
  */
 import type { Worker } from 'node:cluster';
 import { createServer, type Server, type Socket } from 'node:net';
+import { DrainingAnswer } from './draining-answer.js';
 import type { SupervisorMessage } from './roles.js';
+
+/** A connection that waited longer than this for a free API server is reported (onSlowHandover). */
+export const SLOW_HANDOVER_MS = 100;
+
+export interface DistributorOptions {
+  /** A connection waited `waitedMs` in the primary before it went to a server; `queued` still wait. */
+  onSlowHandover?: (waitedMs: number, queued: number) => void;
+}
 
 interface Member {
   readonly worker: Worker;
@@ -34,8 +43,14 @@ export class ConnectionDistributor {
   /** Accepted connections no server could take yet (every one busy with a handover, or none up). */
   readonly #queue: Socket[] = [];
   #next = 0;
+  /** Set once the node drains: new and queued connections get a 503 from the primary itself. */
+  #draining: DrainingAnswer | null = null;
+  /** When each queued connection was accepted (performance.now()), to report long waits. */
+  readonly #acceptedAt = new WeakMap<Socket, number>();
+  readonly #onSlowHandover: DistributorOptions['onSlowHandover'];
 
-  constructor() {
+  constructor(options: DistributorOptions = {}) {
+    this.#onSlowHandover = options.onSlowHandover;
     // pauseOnConnect: the primary never reads; the bytes wait in the socket for the server.
     this.#server = createServer({ pauseOnConnect: true }, (socket) => this.#accept(socket));
   }
@@ -75,18 +90,33 @@ export class ConnectionDistributor {
     this.#drainQueue();
   }
 
-  /** Stops accepting; connections not yet handed over are closed. */
+  /**
+   * The node drains: no connection goes to an API server any more; every one accepted from now on,
+   * and every one not yet handed over, is answered 503 (draining-answer.ts) until close().
+   */
+  refuse(retryAfterS: number): void {
+    this.#draining ??= new DrainingAnswer(retryAfterS);
+    for (const socket of this.#queue.splice(0)) this.#draining.take(socket);
+  }
+
+  /** Stops accepting; connections not yet handed over (or still being refused) are closed. */
   close(): void {
     this.#server.close();
     for (const socket of this.#queue.splice(0)) socket.destroy();
+    this.#draining?.close();
   }
 
   #accept(socket: Socket): void {
+    if (this.#draining !== null) {
+      this.#draining.take(socket);
+      return;
+    }
     // A client that leaves while queued must not be handed over (nor kept).
     socket.once('close', () => {
       const at = this.#queue.indexOf(socket);
       if (at >= 0) this.#queue.splice(at, 1);
     });
+    this.#acceptedAt.set(socket, performance.now());
     this.#queue.push(socket);
     this.#drainQueue();
   }
@@ -114,6 +144,8 @@ export class ConnectionDistributor {
 
   #handOver(member: Member, socket: Socket): void {
     if (socket.destroyed) return;
+    const waitedMs = performance.now() - (this.#acceptedAt.get(socket) ?? performance.now());
+    if (waitedMs > SLOW_HANDOVER_MS) this.#onSlowHandover?.(waitedMs, this.#queue.length);
     member.pending = socket;
     const message: SupervisorMessage = { type: 'conn' };
     // keepOpen: the primary's copy stays open until the server acknowledges (see above).

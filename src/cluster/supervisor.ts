@@ -13,9 +13,10 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import cluster, { type Worker } from 'node:cluster';
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { RingserveConfig } from '../config.js';
 import { ExitCode } from '../errors.js';
-import { createLogger, type Logger } from '../obs/log.js';
+import { createLogger, type Logger, rateLimit } from '../obs/log.js';
 import {
   ENGINE_STATS,
   STAT_PAUSED,
@@ -41,6 +42,8 @@ import { stopChild } from './stop-child.js';
 
 /** How long the engine may take to stop once asked before it is killed. */
 const ENGINE_STOP_MS = 5_000;
+/** At most one 'waited for a free API server' warning a second (a burst of connections is one event). */
+const SLOW_HANDOVER_LOG_MS = 1_000;
 
 export interface SupervisorOptions {
   /**
@@ -62,7 +65,7 @@ export class Supervisor {
   #port = 0;
   readonly #log: Logger;
   #engineReady: Promise<void> = Promise.resolve();
-  readonly #connections = new ConnectionDistributor();
+  readonly #connections: ConnectionDistributor;
   readonly #engineBackoff = new RestartBackoff(performance.now());
   readonly #serverBackoff = new Map<number, RestartBackoff>();
   /** What a restarted engine takes over from the one that died (pause state, weight version). */
@@ -73,6 +76,17 @@ export class Supervisor {
     this.regionName =
       options.regionName ?? `ringserve-${process.pid}-${randomBytes(16).toString('hex')}`;
     this.#log = options.logger ?? createLogger(config.logLevel, { name: 'ringserve' });
+    const slowHandover = rateLimit(SLOW_HANDOVER_LOG_MS);
+    this.#connections = new ConnectionDistributor({
+      onSlowHandover: (waitedMs, queued) => {
+        if (slowHandover()) {
+          this.#log.warn(
+            { waited_ms: Math.round(waitedMs), queued },
+            'a connection waited for a free API server',
+          );
+        }
+      },
+    });
   }
 
   /** The port the API servers listen on (known once start() resolved). */
@@ -97,16 +111,27 @@ export class Supervisor {
     return this.#port;
   }
 
-  /** Drains the API servers (bounded), stops the engine, unlinks the region. */
+  /**
+   * Drains the API servers (bounded), stops the engine, unlinks the region. From the start of the
+   * drain until --drain-grace-s after it, the listener answers new connections 503 (a load balancer
+   * may still send some); with a grace of 0 it closes at once.
+   */
   async stop(): Promise<void> {
     if (this.#stopping) return;
     this.#stopping = true;
-    this.#connections.close();
+    const graceS = this.config.drainGraceS;
+    if (graceS > 0) this.#connections.refuse(Math.max(1, Math.ceil(graceS)));
+    else this.#connections.close();
     const drainMs = this.config.drainTimeoutS * 1000;
     await Promise.all(
       [...this.#servers.values()].map((worker) => stopChild(worker.process, drainMs + 2_000)),
     );
-    if (this.#engine) await stopChild(this.#engine, ENGINE_STOP_MS);
+    const engineStopped = this.#engine ? stopChild(this.#engine, ENGINE_STOP_MS) : undefined;
+    if (graceS > 0) {
+      await sleep(graceS * 1000);
+      this.#connections.close();
+    }
+    await engineStopped;
     if (this.#region) unlinkRegion(this.regionName);
   }
 

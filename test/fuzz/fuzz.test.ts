@@ -1,13 +1,14 @@
 /**
  * The CI share of issue 15's fuzz (ops/fuzz/; `npm run fuzz` runs 100,000): 5,000 route cases on
  * a real cluster, 5,000 of each ring-record property in-process, with a fixed seed so a failure here
- * reproduces with `npm run fuzz -- --cases 5000 --seed 15`. Also the two decoder bugs it found, as
+ * reproduces with `npm run fuzz -- --cases 5000 --seed 15`. Also the decoder bugs it found, as
  * plain regressions.
  */
 import { describe, expect, it } from 'vitest';
 import { FUZZ_CLUSTER_FLAGS } from '../../ops/fuzz/flags.js';
 import { runHttpFuzz } from '../../ops/fuzz/http-fuzz.js';
 import { makeScatter, ringProblem, runRingFuzz, stepProblem } from '../../ops/fuzz/ring-fuzz.js';
+import { regionViews } from '../../src/wire/messages.js';
 import { startCluster } from '../cluster/harness.js';
 
 const CASES = 5_000;
@@ -21,6 +22,19 @@ describe('fuzz', () => {
   it('a STEP header declaring 2^30 outputs is refused, not looped over', () => {
     const header = Int32Array.from([2 ** 30, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
     expect(stepProblem(makeScatter(), header)).toBeNull();
+  });
+
+  // Case 14,374 of seed 15 (100,000 cases): negative routing factors made the declared size
+  // negative, so ~1.7e9 outputs passed the length check and the output worker spun for minutes.
+  it.each([
+    ['the case found', [1737003325, 5, 1369409198, -1838625203, 1805957132, 1, -7, 1930563297, 13]],
+    ['one negative factor', [2 ** 30, 0, 2 ** 30, -(2 ** 31 - 1), 1, 1, 0, 0, 0, 0, 0, 0]],
+  ])('a STEP header with negative layers or top-k is refused (%s)', (_name, header) => {
+    const views = regionViews(new SharedArrayBuffer(4096));
+    views.i32.set(header, 16);
+    expect(() => makeScatter().scatterStep(views, 64, header.length * 4)).toThrow(
+      /declares more than it holds/,
+    );
   });
 
   it('a ring record of length 2^31 - 7 is corrupt, not read past the ring', () => {

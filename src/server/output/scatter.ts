@@ -98,6 +98,9 @@ export class StepScatter {
       rec.count < 0 ||
       rec.maskIdsTotal < 0 ||
       rec.routingRowsTotal < 0 ||
+      // Signed factors: two of them negative make stepRecordBytes negative, and the check passes.
+      rec.layers < 0 ||
+      rec.topk < 0 ||
       (rec.routingIdBytes !== 1 && rec.routingIdBytes !== 2) ||
       stepRecordBytes(
         rec.count,

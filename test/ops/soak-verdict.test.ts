@@ -1,0 +1,46 @@
+/**
+ * Which /health probes the soak's verdict judges (ops/soak/verdict.ts): none that started in the
+ * warm-up (--health-warmup), none overlapping a fault's window (injection to recovery + grace, or to
+ * the end of the run for a fault never recovered); every other one, however slow.
+ */
+import { describe, expect, it } from 'vitest';
+import type { Fault } from '../../ops/soak/faults.js';
+import type { ProbeSample } from '../../ops/soak/health-probe.js';
+import { judgedProbes } from '../../ops/soak/verdict.js';
+
+const probe = (atMs: number, latencyMs = 1): ProbeSample => ({ atMs, latencyMs, status: 200 });
+const fault = (injectedAtMs: number, recoveredAtMs: number | null): Fault => ({
+  kind: 'kill-api',
+  title: 'ringserve-api-0',
+  injectedAtMs,
+  recoveredAtMs,
+});
+
+describe('judgedProbes', () => {
+  const window = { warmupEndMs: 10_000, graceMs: 2_000, endMs: 100_000 };
+
+  it('leaves out the warm-up and nothing else when there is no fault', () => {
+    const probes = [probe(0, 750), probe(9_999), probe(10_000), probe(50_000, 300)];
+    expect(judgedProbes(probes, [], window).map((p) => p.atMs)).toEqual([10_000, 50_000]);
+  });
+
+  it('leaves out a fault window up to recovery + grace, and a probe still in flight at injection', () => {
+    const probes = [
+      probe(19_000, 500), // in flight when the fault is injected at 19.4 s
+      probe(18_000, 10), // answered before it
+      probe(25_000, 200),
+      probe(32_000, 211), // within recovery (30 s) + grace (2 s)
+      probe(32_001, 71), // after it: judged
+    ];
+    expect(judgedProbes(probes, [fault(19_400, 30_000)], window).map((p) => p.atMs)).toEqual([
+      18_000, 32_001,
+    ]);
+  });
+
+  it('a fault never recovered covers the rest of the run', () => {
+    const probes = [probe(40_000), probe(60_000), probe(99_000)];
+    expect(judgedProbes(probes, [fault(50_000, null)], window).map((p) => p.atMs)).toEqual([
+      40_000,
+    ]);
+  });
+});
