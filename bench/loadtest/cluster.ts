@@ -104,7 +104,7 @@ export interface StartOptions {
   onSpawn?: (child: ChildProcess) => void;
 }
 
-/** `ringserve serve` on 127.0.0.1 with `flags` (which may override --log-level warn). */
+/** `ringserve serve` on 127.0.0.1 with `flags` (which may override --log-level warn, --drain-grace-s 0). */
 export async function startCluster(
   flags: string[],
   startTimeoutMs = 60_000,
@@ -120,6 +120,9 @@ export async function startCluster(
     port,
     '--log-level',
     'warn',
+    // No load balancer sends to these clusters after a stop: they close at once (flags may override).
+    '--drain-grace-s',
+    '0',
     ...flags,
   ];
   return startServerProcess('cluster', args, READY, startTimeoutMs, options);
