@@ -18,6 +18,9 @@ import { StepOutputs } from '../step-outputs.js';
 export class BridgeBacklog {
   #rows: StepOutputs;
   #spare: StepOutputs;
+  /** Servers that had rows at the last drain (by server index), to find one the room did not hold. */
+  #staged = new Uint8Array(0);
+  #serverWithRoom = false;
 
   constructor(layers: number, topk: number, numExperts: number) {
     this.#rows = new StepOutputs(256);
@@ -36,6 +39,15 @@ export class BridgeBacklog {
   }
 
   /**
+   * True when, at the last drain, some server with staged rows was not held: its ring still has
+   * room, so reading more of the engine's outputs can feed it whatever the other servers do. False
+   * when every such server was held (or before the first drain).
+   */
+  get serverWithRoom(): boolean {
+    return this.#serverWithRoom;
+  }
+
+  /**
    * Moves into `out` every staged row the room takes, oldest first (a held server keeps the rest of
    * its rows, in order). Without a room, everything goes.
    */
@@ -44,13 +56,26 @@ export class BridgeBacklog {
     if (src.count === 0) return;
     const kept = this.#spare;
     kept.clear();
+    const staged = this.#stagedFor(room?.servers ?? 0);
     for (let i = 0; i < src.count; i++) {
-      const held = room?.isHeld(src.server[i]!) === true;
+      const server = src.server[i]!;
+      if (server < staged.length) staged[server] = 1;
+      const held = room?.isHeld(server) === true;
       if (held || !this.#deliver(src, i, out, room)) copyRow(src, i, kept, src.routingRows[i]!);
     }
     src.clear();
     this.#rows = kept;
     this.#spare = src;
+    this.#serverWithRoom = room === null;
+    for (let k = 0; k < staged.length; k++) {
+      if (staged[k] === 1 && !room!.isHeld(k)) this.#serverWithRoom = true;
+    }
+  }
+
+  #stagedFor(servers: number): Uint8Array {
+    if (this.#staged.length !== servers) this.#staged = new Uint8Array(servers);
+    else this.#staged.fill(0);
+    return this.#staged;
   }
 
   /** Drops every staged row of API server k (it is gone). */

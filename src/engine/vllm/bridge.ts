@@ -75,12 +75,14 @@ const OUTPUT_POLL_MS = 1;
 /** The same while paused: only aborts and rejects can change anything, none is urgent. */
 const PAUSED_POLL_MS = 10;
 /**
- * Staged output rows above which the link stops reading the engine's outputs until the core loop
- * has drained below the low mark (ZMQ then queues, and the engine's sends wait at its HWM). Rows
- * the rings' room did not take are re-staged every step, so without this bound an engine that
- * outruns the bridge made each step cost O(backlog): under bench:bridge, with the simulator
- * sped up, the bridge fell from ~35k to ~18k tokens/s at the same CPU. 1,024 rows is four steps of
- * 256 sequences.
+ * Staged output rows above which the link stops reading the engine's outputs, while every server
+ * with staged rows is held, until the core loop has drained below the low mark or a server has room
+ * again (ZMQ then queues, and the engine's sends wait at its HWM). Rows the rings' room did not take
+ * are re-staged every step, so without this bound an engine that outruns the bridge made each step
+ * cost O(backlog): under bench:bridge, with the simulator sped up, the bridge fell from ~35k to
+ * ~18k tokens/s at the same CPU. A server that can take rows keeps the reader going, so one stopped
+ * API server (its rows kept here, bounded by its requests) does not stall its siblings. 1,024 rows
+ * is four steps of 256 sequences.
  */
 const BACKLOG_HIGH = 1024;
 const BACKLOG_LOW = BACKLOG_HIGH / 2;
@@ -155,20 +157,25 @@ export class VllmBridge implements EngineCore {
   }
 
   /**
-   * For the link's output reader: null while the backlog is under BACKLOG_HIGH, else a promise
-   * that settles once the core loop drained it under BACKLOG_LOW (or the engine is detached).
+   * For the link's output reader: null while the backlog is under BACKLOG_HIGH or a server with
+   * staged rows has room, else a promise that settles once the core loop drained it under
+   * BACKLOG_LOW, a server has room again, or the engine is detached.
    */
   backlogRoom(): Promise<void> | null {
-    if (this.#backlog.count < BACKLOG_HIGH) return null;
+    if (this.#backlog.count < BACKLOG_HIGH || this.#backlog.serverWithRoom) return null;
     return new Promise<void>((resolve) => {
       this.#roomWaiter = resolve;
     });
   }
 
-  /** Lets the parked reader go on once the backlog is under BACKLOG_LOW (or at once: `always`). */
+  /**
+   * Lets the parked reader go on once the backlog is under BACKLOG_LOW or a server has room (or at
+   * once: `always`).
+   */
   #releaseReader(always = false): void {
     const waiter = this.#roomWaiter;
-    if (waiter === null || (!always && this.#backlog.count >= BACKLOG_LOW)) return;
+    const go = always || this.#backlog.count < BACKLOG_LOW || this.#backlog.serverWithRoom;
+    if (waiter === null || !go) return;
     this.#roomWaiter = null;
     waiter();
   }

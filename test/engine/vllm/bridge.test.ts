@@ -296,6 +296,34 @@ describe('VllmBridge', () => {
     expect(released).toBe(true);
   });
 
+  it('keeps reading, or lets a parked reader go, while a server with staged rows has room', async () => {
+    const { bridge, link } = attached();
+    bridge.add(request(1, [1, 2], { maxTokens: 4000 }));
+    bridge.add({ ...request(2, [1, 2], { maxTokens: 4000 }), server: 1 });
+    const [stopped, running] = [link.adds[0]!.requestId, link.adds[1]!.requestId];
+    for (let t = 0; t < 1024; t++) bridge.output(facts(stopped, [7], 1, 3));
+    // Before any drain nothing is known to have room: the reader parks.
+    const room = bridge.backlogRoom();
+    expect(room).not.toBeNull();
+    let released = false;
+    void room!.then(() => {
+      released = true;
+    });
+    // Server 0's ring is full (a stopped API server), server 1's has room: its row goes out, and
+    // the reader goes on although server 0's 1,024 rows stay.
+    bridge.output(facts(running, [8], 1, 3));
+    const out = bridge.newStepOutputs();
+    const rings = new OutputRoom(2, 12, 1);
+    rings.open(0, 0, 1 << 20, 1 << 18);
+    rings.open(1, 1 << 20, 1 << 20, 1 << 18);
+    bridge.step(out, rings);
+    await Promise.resolve();
+    expect(out.count).toBe(1);
+    expect(out.server[0]).toBe(1);
+    expect(released).toBe(true);
+    expect(bridge.backlogRoom()).toBeNull();
+  });
+
   it('lets a parked output reader go when the engine is detached', async () => {
     const { bridge, link } = attached();
     bridge.add(request(1, [1, 2], { maxTokens: 4000 }));
