@@ -23,6 +23,7 @@ import {
 } from '../src/shm/layout.js';
 import { openRegion, type Region } from '../src/shm/region.js';
 import { startCluster } from './loadtest/cluster.js';
+import { percentile } from './loadtest/stats.js';
 
 const SETTLE_MS = 5_000;
 const MB = 1024 * 1024;
@@ -76,8 +77,7 @@ function serverPid(region: Region): number {
 }
 
 function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[s.length >> 1]!;
+  return percentile(xs, 50) ?? Number.NaN;
 }
 
 async function main(): Promise<void> {
