@@ -1,5 +1,5 @@
 /**
- * Faults on a schedule, one at a time, rotating: SIGKILL of a random API server, SIGKILL of the
+ * Faults on a schedule, one at a time, rotating (through all kinds, or those --faults names): SIGKILL of a random API server, SIGKILL of the
  * engine core, SIGSTOP of a random API server for 2 s then SIGCONT. A fault is recovered when the
  * process it hit is back (a new pid under the same title, or the stopped one running again) and the
  * cluster answers normally again: the soak's own /health probes (health-probe.ts: a new connection
@@ -14,8 +14,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ProbeSample } from './health-probe.js';
 import { clusterProcesses } from './processes.js';
 
-export type FaultKind = 'kill-api' | 'kill-engine' | 'stop-api';
-const ROTATION: readonly FaultKind[] = ['kill-api', 'kill-engine', 'stop-api'];
+export const FAULT_KINDS = ['kill-api', 'kill-engine', 'stop-api'] as const;
+export type FaultKind = (typeof FAULT_KINDS)[number];
 const STOP_FOR_MS = 2_000;
 const RECOVERY_BOUND_MS = 60_000;
 /** Five probes: one second of the probe's answers, across both API servers. */
@@ -34,24 +34,30 @@ export class FaultInjector {
   readonly #health: readonly ProbeSample[];
   readonly #healthMaxMs: number;
   readonly #rand: () => number;
+  readonly #rotation: readonly FaultKind[];
   #next = 0;
 
-  /** `health`: the probe's samples as they arrive (appended to by the soak). */
+  /**
+   * `health`: the probe's samples as they arrive (appended to by the soak); `rotation`: the kinds
+   * injected in turn.
+   */
   constructor(
     primaryPid: number,
     health: readonly ProbeSample[],
     healthMaxMs: number,
     rand: () => number,
+    rotation: readonly FaultKind[] = FAULT_KINDS,
   ) {
     this.#primaryPid = primaryPid;
     this.#health = health;
     this.#healthMaxMs = healthMaxMs;
     this.#rand = rand;
+    this.#rotation = rotation;
   }
 
   /** Injects the next fault and waits for its recovery (bounded). */
   async injectNext(): Promise<Fault | null> {
-    const kind = ROTATION[this.#next++ % ROTATION.length]!;
+    const kind = this.#rotation[this.#next++ % this.#rotation.length]!;
     const procs = await clusterProcesses(this.#primaryPid);
     const targets = procs.filter((p) =>
       kind === 'kill-engine'

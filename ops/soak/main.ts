@@ -12,6 +12,7 @@
  * second (an hour: 18,000).
  */
 
+import { writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Worker } from 'node:worker_threads';
 import { startCluster } from '../../bench/loadtest/cluster.js';
@@ -24,6 +25,7 @@ import { clusterProcesses } from './processes.js';
 import { Traffic } from './traffic.js';
 import {
   buildVerdict,
+  judgedGrowth,
   judgedProbes,
   judgedSlopes,
   type RssSeries,
@@ -113,7 +115,13 @@ async function soak(
     seed: o.seed,
     answerTimeoutMs: o.answerTimeoutS * 1000,
   });
-  const faults = new FaultInjector(cluster.pid, health, o.healthMaxMs, random(o.seed));
+  const faults = new FaultInjector(
+    cluster.pid,
+    health,
+    o.healthMaxMs,
+    random(o.seed),
+    o.faultKinds,
+  );
   const rss = new Map<string, RssSeries>();
   const peaks = { ringBytes: 0, kvBlocks: 0, inFlight: 0, heap: new Map<string, number>() };
   const pauses = { cycles: 0, failedCalls: 0, spans: [] as string[] };
@@ -130,10 +138,16 @@ async function soak(
         let s = rss.get(key);
         if (s === undefined) {
           // The primary and the first children start with the run; a restarted child starts now.
-          s = { key, startedAtMs: rss.size < o.apiServers + 2 ? startMs : now, points: [] };
+          s = {
+            key,
+            startedAtMs: rss.size < o.apiServers + 2 ? startMs : now,
+            points: [],
+            parts: [],
+          };
           rss.set(key, s);
         }
         s.points.push([now, p.rssBytes]);
+        s.parts.push({ anonBytes: p.anonBytes, shmemBytes: p.shmemBytes });
       }
       const f = await scrape(cluster.url);
       if (f !== null) {
@@ -223,6 +237,9 @@ async function soak(
   await cluster.stop();
 
   const slopes = judgedSlopes([...rss.values()], o);
+  if (o.seriesFile !== null) {
+    await writeFile(o.seriesFile, JSON.stringify({ startMs, series: [...rss.values()] }));
+  }
   const steady = judgedProbes(health, faults.faults, {
     warmupEndMs: startMs + o.healthWarmupS * 1000,
     graceMs: o.graceS * 1000,
@@ -247,10 +264,11 @@ async function soak(
     `peaks: output rings ${mb(peaks.ringBytes)}, KV blocks ${peaks.kvBlocks}, requests in flight ${peaks.inFlight}, ` +
       `heap ${[...peaks.heap].map(([k, v]) => `${k} ${mb(v)}`).join(', ')}`,
     `/health: ${health.length} probes, ${steady.length} judged (after the ${o.healthWarmupS} s warm-up, outside fault windows + ${o.graceS} s grace); ` +
-      `slowest of all: ${slowest(health, startMs)}`,
+      `slowest judged: ${slowest(steady, startMs)}; slowest of all: ${slowest(health, startMs)}`,
     ...stallReport(cluster.log(), startMs),
     `RSS slope judged for ${slopes.size} of ${rss.size} process incarnations (>= ${o.slopeWindowS} s after ${o.warmupS} s warm-up): ` +
       ([...slopes].map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ') || 'none long enough'),
+    ...judgedGrowth([...rss.values()], o).map((g) => `RSS over the judged span: ${g}`),
     ...faults.faults.map(
       (f) =>
         `fault ${f.kind} ${f.title} at ${new Date(f.injectedAtMs).toISOString()}: ${describe(f)}`,
@@ -260,7 +278,7 @@ async function soak(
   return { verdict, problems, notes };
 }
 
-/** The five slowest probes of the whole run, with when they started (seconds into the run). */
+/** The five slowest of these probes, with when they started (seconds into the run). */
 function slowest(health: readonly ProbeSample[], startMs: number): string {
   return [...health]
     .sort((a, b) => b.latencyMs - a.latencyMs)

@@ -3,6 +3,8 @@
  * a shorter or gentler run needs (CI runs 3 minutes at 64). Thresholds are flags so a run on a
  * loaded machine can say what it held itself to; the defaults are issue 15's.
  */
+import { FAULT_KINDS, type FaultKind } from './faults.js';
+
 export interface SoakOptions {
   durationS: number;
   concurrency: number;
@@ -15,6 +17,8 @@ export interface SoakOptions {
   serverFlags: string[];
   /** Seconds between two faults (they rotate: API-server SIGKILL, engine SIGKILL, API-server SIGSTOP). */
   faultEveryS: number;
+  /** The fault kinds the rotation takes, in this order (default: all three). */
+  faultKinds: FaultKind[];
   /** Seconds between two pause -> update_weights -> resume cycles. */
   pauseEveryS: number;
   /** RSS samples before this are warm-up (also after each process's start). */
@@ -31,6 +35,8 @@ export interface SoakOptions {
   /** A request unanswered this long is lost; the final drain waits as long. */
   answerTimeoutS: number;
   seed: number;
+  /** Where to write every process incarnation's memory samples as JSON, or null. */
+  seriesFile: string | null;
 }
 
 const DEFAULTS: SoakOptions = {
@@ -42,6 +48,7 @@ const DEFAULTS: SoakOptions = {
   apiServers: 2,
   serverFlags: ['--speedup', '4'],
   faultEveryS: 45,
+  faultKinds: [...FAULT_KINDS],
   pauseEveryS: 30,
   warmupS: 120,
   graceS: 2,
@@ -52,6 +59,7 @@ const DEFAULTS: SoakOptions = {
   healthWarmupS: 10,
   answerTimeoutS: 300,
   seed: 15,
+  seriesFile: null,
 };
 
 export const SOAK_USAGE = `usage: ringserve soak | npm run soak -- [flags]
@@ -62,6 +70,7 @@ export const SOAK_USAGE = `usage: ringserve soak | npm run soak -- [flags]
   --api-servers N         API-server processes (default 2)
   --server-flags "..."    more 'ringserve serve' flags (default "--speedup 4")
   --fault-every S         seconds between faults (default 45)
+  --faults K,K            the kinds they rotate through (default kill-api,kill-engine,stop-api)
   --pause-every S         seconds between pause/update_weights/resume cycles (default 30)
   --warmup S              RSS warm-up after start and after each restart (default 120)
   --grace S               a fault window lasts until recovery + S (default 2)
@@ -71,7 +80,9 @@ export const SOAK_USAGE = `usage: ringserve soak | npm run soak -- [flags]
   --health-warmup S       /health is judged from S seconds after the clients start (default 10:
                           all of them connect, and run cold code, in the first seconds)
   --answer-timeout S      a request unanswered this long is lost (default 300)
-  --seed S`;
+  --seed S
+  --series FILE           write every process's RSS samples (with private and shared-region
+                          parts) to FILE as JSON`;
 
 export function parseDuration(text: string): number {
   const m = /^(\d+(?:\.\d+)?)(h|m|s)?$/.exec(text);
@@ -81,7 +92,11 @@ export function parseDuration(text: string): number {
 }
 
 export function parseSoakOptions(argv: readonly string[]): SoakOptions {
-  const o: SoakOptions = { ...DEFAULTS, serverFlags: [...DEFAULTS.serverFlags] };
+  const o: SoakOptions = {
+    ...DEFAULTS,
+    serverFlags: [...DEFAULTS.serverFlags],
+    faultKinds: [...DEFAULTS.faultKinds],
+  };
   const num = (flag: string, value: string | undefined): number => {
     const n = Number(value);
     if (value === undefined || !Number.isFinite(n) || n < 0) {
@@ -116,6 +131,21 @@ export function parseSoakOptions(argv: readonly string[]): SoakOptions {
         break;
       case '--fault-every':
         o.faultEveryS = num(flag, value());
+        break;
+      case '--faults': {
+        const kinds = (value() ?? '').split(',').filter((k) => k !== '');
+        const bad = kinds.find((k) => !(FAULT_KINDS as readonly string[]).includes(k));
+        if (kinds.length === 0 || bad !== undefined) {
+          throw new Error(
+            `--faults: expected a comma-separated list of ${FAULT_KINDS.join(', ')}, got "${bad ?? ''}"`,
+          );
+        }
+        o.faultKinds = kinds as FaultKind[];
+        break;
+      }
+      case '--series':
+        o.seriesFile = value() ?? '';
+        if (o.seriesFile === '') throw new Error('--series: expected a file path');
         break;
       case '--pause-every':
         o.pauseEveryS = num(flag, value());

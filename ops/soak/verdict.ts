@@ -8,11 +8,16 @@ import type { ProbeSample } from './health-probe.js';
 import type { SoakOptions } from './options.js';
 import type { TrafficCounts } from './traffic.js';
 
-/** One process incarnation's RSS samples: [ms since epoch, bytes]. */
+/**
+ * One process incarnation's RSS samples: [ms since epoch, bytes], and beside each the RSS's parts
+ * (private, shared-region) in bytes, so that a slope can be told apart: private memory that grows
+ * is a leak, shared-region pages that grow are this process touching more of a fixed-size region.
+ */
 export interface RssSeries {
   key: string;
   startedAtMs: number;
   points: [number, number][];
+  parts: { anonBytes: number; shmemBytes: number }[];
 }
 
 export interface Verdict {
@@ -48,15 +53,40 @@ export function rssSlopePctPerH(points: readonly [number, number][]): number {
   return ((bytesPerMs * 3_600_000) / mr) * 100;
 }
 
-/** Slopes of the series with at least `windowS` seconds after their warm-up, by key. */
+/** The index of a series' first sample after its warm-up, if it has `slopeWindowS` after it. */
+function judgedFrom(s: RssSeries, o: SoakOptions): number | null {
+  const from = s.points.findIndex(([t]) => t >= s.startedAtMs + o.warmupS * 1000);
+  if (from < 0 || s.points.length - from < 3) return null;
+  const span = s.points[s.points.length - 1]![0] - s.points[from]![0];
+  return span < o.slopeWindowS * 1000 ? null : from;
+}
+
+/** Slopes of the series with at least `slopeWindowS` seconds after their warm-up, by key. */
 export function judgedSlopes(series: readonly RssSeries[], o: SoakOptions): Map<string, number> {
   const out = new Map<string, number>();
   for (const s of series) {
-    const after = s.points.filter(([t]) => t >= s.startedAtMs + o.warmupS * 1000);
-    if (after.length < 3) continue;
-    const span = after[after.length - 1]![0] - after[0]![0];
-    if (span < o.slopeWindowS * 1000) continue;
-    out.set(s.key, rssSlopePctPerH(after));
+    const from = judgedFrom(s, o);
+    if (from !== null) out.set(s.key, rssSlopePctPerH(s.points.slice(from)));
+  }
+  return out;
+}
+
+/**
+ * For each judged series, where its RSS went over the judged span and in which part: e.g.
+ * "ringserve-api-1#42 RSS 210 -> 236 MB (private 150 -> 151, shared region 52 -> 77)".
+ */
+export function judgedGrowth(series: readonly RssSeries[], o: SoakOptions): string[] {
+  const mb = (b: number) => (b / 1048576).toFixed(0);
+  const out: string[] = [];
+  for (const s of series) {
+    const from = judgedFrom(s, o);
+    if (from === null) continue;
+    const last = s.points.length - 1;
+    const [a, b] = [s.parts[from]!, s.parts[last]!];
+    out.push(
+      `${s.key} RSS ${mb(s.points[from]![1])} -> ${mb(s.points[last]![1])} MB ` +
+        `(private ${mb(a.anonBytes)} -> ${mb(b.anonBytes)}, shared region ${mb(a.shmemBytes)} -> ${mb(b.shmemBytes)})`,
+    );
   }
   return out;
 }

@@ -6,7 +6,13 @@
 import { describe, expect, it } from 'vitest';
 import type { Fault } from '../../ops/soak/faults.js';
 import type { ProbeSample } from '../../ops/soak/health-probe.js';
-import { judgedProbes } from '../../ops/soak/verdict.js';
+import { parseSoakOptions } from '../../ops/soak/options.js';
+import {
+  judgedGrowth,
+  judgedProbes,
+  judgedSlopes,
+  type RssSeries,
+} from '../../ops/soak/verdict.js';
 
 const probe = (atMs: number, latencyMs = 1): ProbeSample => ({ atMs, latencyMs, status: 200 });
 const fault = (injectedAtMs: number, recoveredAtMs: number | null): Fault => ({
@@ -42,5 +48,40 @@ describe('judgedProbes', () => {
     expect(judgedProbes(probes, [fault(50_000, null)], window).map((p) => p.atMs)).toEqual([
       40_000,
     ]);
+  });
+});
+
+describe('RSS over the judged span', () => {
+  const o = parseSoakOptions(['--warmup', '10', '--slope-window', '60']);
+  const MB = 1048576;
+  // 2 s samples for 100 s: private memory flat at 150 MB, shared-region pages growing 50 -> 99 MB.
+  const series = (key: string, seconds: number): RssSeries => {
+    const s: RssSeries = { key, startedAtMs: 0, points: [], parts: [] };
+    for (let t = 0; t <= seconds; t += 2) {
+      const shmem = (50 + t / 2) * MB;
+      s.points.push([t * 1000, 150 * MB + shmem]);
+      s.parts.push({ anonBytes: 150 * MB, shmemBytes: shmem });
+    }
+    return s;
+  };
+
+  it('judges only series with the slope window after warm-up, and says which part grew', () => {
+    const all = [series('api-0#1', 100), series('api-1#2', 60)];
+    expect([...judgedSlopes(all, o).keys()]).toEqual(['api-0#1']);
+    expect(judgedGrowth(all, o)).toEqual([
+      'api-0#1 RSS 205 -> 250 MB (private 150 -> 150, shared region 55 -> 100)',
+    ]);
+  });
+});
+
+describe('soak options', () => {
+  it('takes a subset of fault kinds, in the order given, and refuses an unknown one naming the flag', () => {
+    expect(parseSoakOptions([]).faultKinds).toEqual(['kill-api', 'kill-engine', 'stop-api']);
+    expect(parseSoakOptions(['--faults', 'stop-api,kill-engine']).faultKinds).toEqual([
+      'stop-api',
+      'kill-engine',
+    ]);
+    expect(() => parseSoakOptions(['--faults', 'kill-api,reboot'])).toThrow(/--faults.*"reboot"/);
+    expect(() => parseSoakOptions(['--faults', ''])).toThrow(/--faults/);
   });
 });
