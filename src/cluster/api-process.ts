@@ -34,7 +34,7 @@ import {
   threadClaimIndex,
   threadHealthIndex,
 } from '../shm/layout.js';
-import { openRegion, type Region } from '../shm/region.js';
+import { openRegion, populateRegion, type Region } from '../shm/region.js';
 import { TokenizerPool } from '../tokenizer/pool.js';
 import { getModelCard } from '../wire/model-card.js';
 import { type ChildEnv, readChildEnv, type SupervisorMessage, sendToParent } from './roles.js';
@@ -169,6 +169,7 @@ function startBeat(
 
 const env = readChildEnv();
 const region = openRegion(env.region);
+populateRegion(region, env.server);
 // Every thread of this server publishes its GC and heap into the server's thread-health entries,
 // which it finds in its environment data: shared before the first thread (pino's) starts.
 shareThreadHealth({

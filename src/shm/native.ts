@@ -45,6 +45,11 @@ export interface ShmAddon {
    */
   discard(sab: SharedArrayBuffer, offset: number, length: number): number;
   /**
+   * Maps the whole pages inside [offset, offset + length) of `sab` into this process now, not on
+   * first touch (the region's pages already exist: this allocates nothing); returns the bytes.
+   */
+  populate(sab: SharedArrayBuffer, offset: number, length: number): number;
+  /**
    * An ArrayBuffer over the same bytes as `sab` (no copy; keeps them alive), for APIs that send
    * only ArrayBuffer-backed Buffers as bytes. V8 counts its length as external memory once, when
    * it is made. Pass it to worker_threads.markAsUntransferable: a transfer would detach it.

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   ENG_HEARTBEAT,
@@ -6,8 +7,11 @@ import {
   HDR_MAGIC,
   LAYOUT_MAGIC,
   LAYOUT_VERSION,
+  outputRingOffset,
   regionBytes,
   requestRingOffset,
+  SERVERS_START,
+  serverStride,
 } from '../../src/shm/layout.js';
 import { shmAddon } from '../../src/shm/native.js';
 import {
@@ -15,6 +19,7 @@ import {
   openRegion,
   outputRingConsumer,
   outputRingProducer,
+  populateRegion,
   removeStaleRegions,
   requestRingConsumer,
   requestRingProducer,
@@ -124,5 +129,53 @@ describe('region', () => {
     expect(openRegion(live).params).toEqual(SMALL);
     expect(shmAddon().open(fresh).byteLength).toBe(4096);
     expect(removeStaleRegions(prefix)).toEqual([]);
+  });
+});
+
+/** This process's resident shared-memory pages (the region's, as far as this test file goes). */
+function rssShmemBytes(): number {
+  const status = readFileSync('/proc/self/status', 'utf8');
+  return 1024 * Number(/RssShmem:\s+(\d+)/.exec(status)?.[1]);
+}
+
+describe('populateRegion', () => {
+  const MIB = 1024 * 1024;
+  const params = { apiServerCount: 2, requestRingBytes: MIB, outputRingBytes: 16 * MIB };
+
+  it("maps an API server's area and the header at once, none of another server's, data intact", () => {
+    const name = track(uniqueRegionName('populate'));
+    const created = createRegion(name, params);
+    Atomics.store(created.i32, (outputRingOffset(params, 1) >> 2) + 1000, 77);
+    const region = openRegion(name);
+    const before = rssShmemBytes();
+    const mapped = populateRegion(region, 1);
+    const grew = rssShmemBytes() - before;
+    expect(mapped).toBeGreaterThanOrEqual(serverStride(params) + SERVERS_START - 4096);
+    expect(grew).toBeGreaterThanOrEqual(serverStride(params) - 64 * 1024);
+    expect(grew).toBeLessThan(serverStride(params) + MIB); // server 0's 17 MiB stay unmapped
+    expect(Atomics.load(region.i32, (outputRingOffset(params, 1) >> 2) + 1000)).toBe(77);
+    expect(region.i32[HDR_MAGIC >> 2]).toBe(LAYOUT_MAGIC);
+    expect(populateRegion(region, 'all')).toBeGreaterThanOrEqual(regionBytes(params) - 4096);
+  });
+
+  it('refuses a range outside the buffer or a wrong argument, with a coded error', () => {
+    const sab = new SharedArrayBuffer(4 * 4096);
+    const addon = shmAddon();
+    // Whole pages inside the range only (a plain SharedArrayBuffer need not start on a page).
+    expect(addon.populate(sab, 0, 4 * 4096)).toBeGreaterThanOrEqual(3 * 4096);
+    expect(addon.populate(sab, 0, 100)).toBe(0);
+    for (const [offset, length] of [
+      [-1, 10],
+      [0, 4 * 4096 + 1],
+      [0.5, 10],
+      [Number.NaN, 1],
+    ]) {
+      expect(() => addon.populate(sab, offset!, length!)).toThrow(
+        expect.objectContaining({ code: 'RS_ERR_SHM_BAD_ARGUMENT' }),
+      );
+    }
+    expect(() => addon.populate(new ArrayBuffer(8) as unknown as SharedArrayBuffer, 0, 8)).toThrow(
+      expect.objectContaining({ code: 'RS_ERR_SHM_BAD_ARGUMENT' }),
+    );
   });
 });
