@@ -11,7 +11,7 @@
  * - every cycleEveryMs: POST /pause, POST /update_weights {"weight_dir": null}, POST /resume, each
  *   timed, and the cycle as a whole.
  * - after the load: one more scrape once the generator's requests are done, the servers have none
- *   in flight and a second has passed (the memory a server keeps once its load is gone).
+ *   in flight and 13 s have passed (the memory a server keeps once its load is gone).
  * Every call is bounded by callTimeoutMs; a probe that reaches the bound is recorded at it.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -31,8 +31,12 @@ const PROGRESS_EVERY_MS = 500;
 /** After the load: the longest wait for 'load-done' and then no request in flight on any server. */
 const DRAIN_BOUND_MS = 20_000;
 const DRAIN_POLL_MS = 200;
-/** Time given to the servers once nothing is in flight (aborted requests freed, buffers returned). */
-const DRAIN_SETTLE_MS = 1_000;
+/**
+ * Time given to the servers once nothing is in flight: aborted requests freed, buffers returned,
+ * and the free memory they keep through a lull (response pool chunks unused for 10-12 s, an empty
+ * output arena after 10 s quiet; src/server/output/) given back.
+ */
+const DRAIN_SETTLE_MS = 13_000;
 
 class Probe {
   readonly #spec: ProbeSpec;

@@ -44,7 +44,7 @@ export interface ArmFigures {
   cpu_ms_per_1k_tokens: number | null;
   /** Peak over scrapes of the heap in use summed over a server's isolates, largest server. */
   heap_peak_mb_all_threads: number | null;
-  /** RSS of the largest API server a second after its last request ended. */
+  /** RSS of the largest API server 13 s after its last request ended (probe.ts, DRAIN_SETTLE_MS). */
   rss_after_drain_mb: number | null;
   /** Requests the load generator saw fail (HTTP error, broken or timed-out answer), whole arm. */
   failed_reqs: number;

@@ -42,7 +42,7 @@ const BAR_FIGURES: readonly [keyof ArmFigures, string, string][] = [
   ['main_heap_peak_mb', 'main-thread heap peak', 'MiB'],
   ['heap_peak_mb_all_threads', 'heap peak, every isolate of an API server', 'MiB'],
   ['rss_peak_mb', 'RSS peak per API server', 'MiB'],
-  ['rss_after_drain_mb', 'RSS per API server a second after the load', 'MiB'],
+  ['rss_after_drain_mb', 'RSS per API server 13 s after the load', 'MiB'],
 ];
 
 const esc = (s: string): string =>

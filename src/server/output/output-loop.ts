@@ -31,6 +31,12 @@ const MAX_RECORDS_PER_PASS = 256;
  * returned within a second or two of its end.
  */
 const TRIM_EVERY_MS = 1_000;
+/**
+ * An arena with no live request is left as it is until the ring has been quiet this long: an
+ * engine restart (a few seconds) or a short gap between rollout batches does not give back what
+ * the next requests fault in again at once; an idle server gives it back after 10 s.
+ */
+const EMPTY_HOLD_MS = 10_000;
 
 export class OutputLoop {
   readonly scatter: StepScatter;
@@ -42,6 +48,8 @@ export class OutputLoop {
   readonly #lookupHeaders = (): void => this.#readMessages();
   #running = true;
   #lastTrimMs = 0;
+  /** When the last pass that handled records ran (performance.now()). */
+  #lastRecordsMs = 0;
 
   constructor(data: OutputWorkerData) {
     const meta = new SlotMetaTable(data.metaSab);
@@ -81,7 +89,9 @@ export class OutputLoop {
       while (this.#running) {
         this.#readMessages();
         if (!this.#running) break;
-        if (this.#pass() === 0) {
+        if (this.#pass() > 0) {
+          this.#lastRecordsMs = performance.now();
+        } else {
           this.#trimWhenDue();
           this.#consumer.waitForData(this.#waitMs);
         }
@@ -144,11 +154,15 @@ export class OutputLoop {
     return records;
   }
 
-  /** On an idle pass: gives the arena's excess free memory back, at most every TRIM_EVERY_MS. */
+  /**
+   * On an idle pass: gives the arena's excess free memory back, at most every TRIM_EVERY_MS (an
+   * arena with no live request only once the ring has been quiet for EMPTY_HOLD_MS).
+   */
   #trimWhenDue(): void {
     const now = performance.now();
     if (now - this.#lastTrimMs < TRIM_EVERY_MS) return;
     this.#lastTrimMs = now;
+    if (this.#arena.liveBytes === 0 && now - this.#lastRecordsMs < EMPTY_HOLD_MS) return;
     if (this.#arena.excessBytes > 0) this.#arena.trim();
   }
 

@@ -14,10 +14,13 @@ import { type PoolRun, ResponsePool, type ResponsePoolStats } from './response-p
 import { pooledAnswer } from './sent-answers.js';
 
 /**
- * The response pool is trimmed when no answer went into it for this long: after a burst its
- * pages go back, and a steady load, which places answers every few ms, never trims it.
+ * Every POOL_TRIM_EVERY_MS the response pool gives back the chunks no answer used for the last
+ * POOL_IDLE_TICKS ticks (10-12 s): a burst's peak goes back soon after it, a steady load keeps
+ * its working set warm, and a lull shorter than that (an engine restart, the gap between two
+ * rollout batches) keeps it too, rather than giving pages back only to fault them in again.
  */
-const POOL_IDLE_TRIM_MS = 2_000;
+const POOL_TRIM_EVERY_MS = 2_000;
+const POOL_IDLE_TICKS = 5;
 
 /** One finished request to encode. */
 export interface PackTask {
@@ -93,7 +96,6 @@ export class PackerPool {
   readonly #timeoutMs: number;
   readonly #answers: ResponsePool | null;
   readonly #trimTimer: NodeJS.Timeout | null;
-  #pooledAtLastTick = -1;
 
   constructor(opts: PackerPoolOptions) {
     const threads = opts.threads ?? 1;
@@ -119,7 +121,9 @@ export class PackerPool {
       name: 'default',
     });
     this.#trimTimer =
-      this.#answers === null ? null : setInterval(() => this.#trimIfIdle(), POOL_IDLE_TRIM_MS);
+      this.#answers === null
+        ? null
+        : setInterval(() => this.#answers!.trim(POOL_IDLE_TICKS), POOL_TRIM_EVERY_MS);
     this.#trimTimer?.unref();
   }
 
@@ -155,11 +159,5 @@ export class PackerPool {
   async close(): Promise<void> {
     if (this.#trimTimer !== null) clearInterval(this.#trimTimer);
     await this.#pool.close();
-  }
-
-  #trimIfIdle(): void {
-    const pooled = this.#answers!.stats().pooled;
-    if (pooled === this.#pooledAtLastTick) this.#answers!.trim();
-    this.#pooledAtLastTick = pooled;
   }
 }

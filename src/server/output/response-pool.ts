@@ -15,7 +15,8 @@
 // the main thread frees the run with Atomics.store(0) after checking the id: no lock, no waiting.
 // An answer larger than a quarter of the pool, or one that finds no free run, is a one-off buffer,
 // as before, and counted. The memory comes from the addon's reserve() where it can: pages are
-// committed as answers touch them, and trim() gives back the pages of touched chunks that are free.
+// committed as answers touch them, and trim() gives back the pages of touched chunks that have been
+// free for a while (it ages them on every call).
 import { markAsUntransferable } from 'node:worker_threads';
 import { shmAddon } from '../../shm/native.js';
 
@@ -168,27 +169,29 @@ export class ResponsePool {
   }
 
   /**
-   * Gives back the pages of every chunk that was touched and is free now. It claims such chunks
-   * while it discards them (a packer that finds no other room meanwhile makes a one-off buffer);
-   * chunks that answers hold are left alone. Returns the bytes given back (0 when the memory is
-   * not the addon's).
+   * Gives back the pages of touched chunks that are free and were free at the `idleTicks` calls
+   * before this one too (0: every touched free chunk, now), and ages the other free ones; an
+   * answer placed in a chunk makes it young again. Called on a timer, this keeps resident what
+   * the last few ticks used and lets go of a burst's peak once it has passed, so RSS follows the
+   * load instead of climbing to the highest peak it ever saw, and a pause shorter than the ticks
+   * (an engine restart) gives nothing back only to fault it in again. Chunks are claimed while
+   * their pages are discarded (a packer that finds no other room meanwhile makes a one-off
+   * buffer); chunks that answers hold are left alone. Returns the bytes given back (0 when the
+   * memory is not the addon's).
    */
-  trim(): number {
+  trim(idleTicks = 0): number {
     const w = this.#words;
     let released = 0;
-    let i = 0;
-    while (i < this.chunks) {
-      if (!this.#claimTouched(i)) {
-        i++;
+    let run = -1;
+    for (let i = 0; i < this.chunks; i++) {
+      if (this.#claimCold(i, idleTicks)) {
+        if (run < 0) run = i;
         continue;
       }
-      let end = i + 1;
-      while (end < this.chunks && this.#claimTouched(end)) end++;
-      released += this.#discard(i, end);
-      for (let k = i; k < end; k++) Atomics.store(w, this.#touched + k, 0);
-      for (let k = i; k < end; k++) Atomics.store(w, this.#owners + k, 0);
-      i = end + 1;
+      if (run >= 0) released += this.#discardClaimed(run, i);
+      run = -1;
     }
+    if (run >= 0) released += this.#discardClaimed(run, this.chunks);
     Atomics.add(w, H.ReleasedKib, released / 1024);
     return released;
   }
@@ -219,13 +222,29 @@ export class ResponsePool {
     return count;
   }
 
-  /** trim(): claims chunk i if it was touched and is free. */
-  #claimTouched(i: number): boolean {
+  /**
+   * trim(): claims chunk i if it was touched, is free and has aged past `idleTicks`; else, if it
+   * is free, ages it (a packer that claims it meanwhile makes it young, and the age is not bumped).
+   * The touched word holds 0 (never touched, or discarded) or 1 + the ticks since its last answer.
+   */
+  #claimCold(i: number, idleTicks: number): boolean {
     const w = this.#words;
-    return (
-      Atomics.load(w, this.#touched + i) === 1 &&
-      Atomics.compareExchange(w, this.#owners + i, 0, TRIM_OWNER) === 0
-    );
+    const age = Atomics.load(w, this.#touched + i);
+    if (age === 0 || Atomics.load(w, this.#owners + i) !== 0) return false;
+    if (age <= idleTicks) {
+      Atomics.compareExchange(w, this.#touched + i, age, age + 1);
+      return false;
+    }
+    return Atomics.compareExchange(w, this.#owners + i, 0, TRIM_OWNER) === 0;
+  }
+
+  /** trim(): gives back chunks from .. to - 1, which it claimed, and frees them untouched. */
+  #discardClaimed(from: number, to: number): number {
+    const w = this.#words;
+    const released = this.#discard(from, to);
+    for (let k = from; k < to; k++) Atomics.store(w, this.#touched + k, 0);
+    for (let k = from; k < to; k++) Atomics.store(w, this.#owners + k, 0);
+    return released;
   }
 
   #discard(from: number, to: number): number {

@@ -85,6 +85,26 @@ describe('ResponsePool', () => {
     expect(pool.acquire(1)).toBeNull();
   });
 
+  it('trim(n) gives back a chunk on the (n+1)th call it stayed free through; an answer makes it young again', () => {
+    const pool = smallPool();
+    const a = pool.acquire(2 * CHUNK)!;
+    const b = pool.acquire(CHUNK)!;
+    pool.release(a);
+    pool.release(b);
+    // Ticks 1 and 2 age both runs; a is used again before tick 3, so only b has aged past 2.
+    expect(pool.trim(2)).toBe(0);
+    expect(pool.trim(2)).toBe(0);
+    const again = pool.acquire(2 * CHUNK)!;
+    expect(again.offset).toBe(a.offset);
+    pool.release(again);
+    expect(pool.trim(2)).toBe(CHUNK);
+    // a's chunks, young again: aged by ticks 3 and 4, given back at 5; nothing is left after.
+    expect(pool.trim(2)).toBe(0);
+    expect(pool.trim(2)).toBe(2 * CHUNK);
+    expect(pool.trim(0)).toBe(0);
+    expect(pool.stats()).toMatchObject({ inUseChunks: 0, releasedBytes: 3 * CHUNK });
+  });
+
   it('threads claiming and releasing at once never get overlapping runs', async () => {
     const pool = ResponsePool.create(64 * CHUNK, CHUNK);
     const moduleUrl = new URL('../../../dist/src/server/output/response-pool.js', import.meta.url)
