@@ -4,12 +4,12 @@
  * - GET /health every healthEveryMs, open loop: a probe is sent when it is due whether or not the
  *   previous one has answered, and its latency is measured from when it was due, so a server that
  *   stalls for 2 s shows 40 slow probes, not one (no coordinated omission).
- * - GET /metrics every metricsEveryMs, kept as text and parsed into the figures the benchmark
- *   reports once the window is over: parsing a scrape takes 1-5 ms of this process's event loop,
- *   and done at once it delayed the /health answer that arrived with it (the two timers share a
- *   phase), so the probe's own work showed as server latency in 1 probe in 20.
- * - every cycleEveryMs: POST /pause, POST /update_weights {"weight_dir": null}, POST /resume, each
- *   timed, and the cycle as a whole.
+ * - GET /metrics every metricsEveryMs, half a health period out of phase with the probes, kept as
+ *   text and parsed into the figures the benchmark reports once the window is over: parsing a
+ *   scrape takes 1-5 ms of this process's event loop, and done at once it delayed the /health
+ *   answer that arrived with it, so the probe's own work showed as server latency.
+ * - every cycleEveryMs (a quarter of a health period out of phase): POST /pause, POST
+ *   /update_weights {"weight_dir": null}, POST /resume, each timed, and the cycle as a whole.
  * - after the load: one more scrape once the generator's requests are done, the servers have none
  *   in flight and 13 s have passed (the memory a server keeps once its load is gone).
  * Every call is bounded by callTimeoutMs; a probe that reaches the bound is recorded at it.
@@ -88,9 +88,15 @@ class Probe {
     // A scrape at the start, so counters (GC, generated tokens) are differenced over the whole arm.
     const first = this.#metrics().finally(() => this.#pending.delete(first));
     this.#pending.add(first);
-    this.#every(spec.healthEveryMs, (dueAtMs) => this.#health(dueAtMs));
-    this.#every(spec.metricsEveryMs, () => this.#metrics());
-    if (spec.cycleEveryMs > 0) this.#every(spec.cycleEveryMs, () => this.#cycle(), true);
+    // Three clocks, as a router, a Prometheus server and a trainer would be: a scrape or a control
+    // cycle never falls due in the same millisecond as a health probe (on one phase, every scrape
+    // landed on a probe, whose answer then waited behind the scrape's in the server's socket
+    // writes and in this process: 1 probe in 20, systematically, which no deployment sees).
+    const { healthEveryMs } = spec;
+    this.#every(healthEveryMs, (dueAtMs) => this.#health(dueAtMs));
+    this.#every(spec.metricsEveryMs, () => this.#metrics(), false, healthEveryMs / 2);
+    if (spec.cycleEveryMs > 0)
+      this.#every(spec.cycleEveryMs, () => this.#cycle(), true, healthEveryMs / 4);
     this.#timers.add(
       setInterval(
         () =>
@@ -149,11 +155,17 @@ class Probe {
   }
 
   /**
-   * Runs `task` at fixed epoch-time multiples of everyMs (no drift), tracking its promise; a task
-   * that `exclusive` says must not overlap itself skips a tick while its previous run is out.
+   * Runs `task` every everyMs from `phaseMs` past the start (fixed multiples: no drift), tracking
+   * its promise; a task that `exclusive` says must not overlap itself skips a tick while its
+   * previous run is out.
    */
-  #every(everyMs: number, task: (dueAtMs: number) => Promise<void>, exclusive = false): void {
-    let due = nowMs() + everyMs;
+  #every(
+    everyMs: number,
+    task: (dueAtMs: number) => Promise<void>,
+    exclusive = false,
+    phaseMs = 0,
+  ): void {
+    let due = nowMs() + everyMs + phaseMs;
     let running: Promise<void> | null = null;
     let timer: NodeJS.Timeout;
     const tick = (): void => {
@@ -172,7 +184,7 @@ class Probe {
       timer = setTimeout(tick, due - nowMs());
       this.#timers.add(timer);
     };
-    timer = setTimeout(tick, everyMs);
+    timer = setTimeout(tick, everyMs + phaseMs);
     this.#timers.add(timer);
   }
 
