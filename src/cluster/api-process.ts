@@ -34,6 +34,7 @@ import {
   threadClaimIndex,
   threadHealthIndex,
 } from '../shm/layout.js';
+import { startMallocTrimmer } from '../shm/malloc-trim.js';
 import { openRegion, populateRegion, type Region } from '../shm/region.js';
 import { TokenizerPool } from '../tokenizer/pool.js';
 import { getModelCard } from '../wire/model-card.js';
@@ -170,6 +171,7 @@ function startBeat(
 const env = readChildEnv();
 const region = openRegion(env.region);
 populateRegion(region, env.server);
+startMallocTrimmer(env.config.mallocTrimIntervalS);
 // Every thread of this server publishes its GC and heap into the server's thread-health entries,
 // which it finds in its environment data: shared before the first thread (pino's) starts.
 shareThreadHealth({

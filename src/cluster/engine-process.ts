@@ -11,6 +11,7 @@ import { carryEngineCounters } from '../obs/engine-carry.js';
 import { createLogger } from '../obs/log.js';
 import { ProcessHealth } from '../obs/process-health.js';
 import { healthIndex } from '../shm/layout.js';
+import { startMallocTrimmer } from '../shm/malloc-trim.js';
 import { openRegion, populateRegion } from '../shm/region.js';
 import { getPreset, type ModelPreset } from '../sim/presets.js';
 import { SimEngine } from '../sim/sim-engine.js';
@@ -44,6 +45,7 @@ async function main(): Promise<void> {
   const log = createLogger(config.logLevel, { name: 'ringserve-engine' });
   const region = openRegion(name);
   populateRegion(region, 'all');
+  startMallocTrimmer(config.mallocTrimIntervalS);
   const bridge = config.engine === 'vllm' ? await startVllmBridge(config, log) : null;
   // A restarted simulator comes back as its predecessor was: paused if the trainer had paused it
   // (a trainer mid weight-swap must not see generation resume behind its back), same weights. A

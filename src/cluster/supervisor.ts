@@ -26,6 +26,7 @@ import {
   SUP_ENGINE_BACKOFF_S,
   SUP_ENGINE_RESTARTS,
 } from '../shm/layout.js';
+import { startMallocTrimmer } from '../shm/malloc-trim.js';
 import { createRegion, type Region, removeStaleRegions, unlinkRegion } from '../shm/region.js';
 import { ConnectionDistributor } from './connection-distributor.js';
 import { layoutParamsFor } from './layout-params.js';
@@ -100,6 +101,7 @@ export class Supervisor {
     if (removed.length > 0)
       this.#log.warn({ regions: removed }, 'removed stale shared-memory regions');
     this.#region = createRegion(this.regionName, layoutParamsFor(this.config));
+    startMallocTrimmer(this.config.mallocTrimIntervalS);
     await this.#startEngine();
     cluster.setupPrimary({ exec: entryPoint('api'), silent: false });
     cluster.on('exit', (worker, code, signal) => this.#onServerExit(worker, code, signal));

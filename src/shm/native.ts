@@ -50,6 +50,13 @@ export interface ShmAddon {
    */
   populate(sab: SharedArrayBuffer, offset: number, length: number): number;
   /**
+   * Starts the process's malloc trimmer: a nice-19 thread calling malloc_trim(0) every
+   * `intervalMs` (10..86,400,000). 'running' if one already runs; 'unsupported' without glibc.
+   */
+  startMallocTrimmer(intervalMs: number): 'started' | 'running' | 'unsupported';
+  /** [trims done, trims that gave memory back] by this process's trimmer. */
+  mallocTrims(): [number, number];
+  /**
    * An ArrayBuffer over the same bytes as `sab` (no copy; keeps them alive), for APIs that send
    * only ArrayBuffer-backed Buffers as bytes. V8 counts its length as external memory once, when
    * it is made. Pass it to worker_threads.markAsUntransferable: a transfer would detach it.

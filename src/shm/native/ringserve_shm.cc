@@ -392,9 +392,15 @@ bool Export(Local<Context> context, Local<Object> exports, const char* name,
 
 #include <sched.h>
 #include <sys/resource.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
+#include <thread>
 
 namespace ringserve_shm {
 namespace thread_and_memory {
@@ -651,8 +657,69 @@ void ArrayBufferOf(const FunctionCallbackInfo<Value>& info) {
   info.GetReturnValue().Set(v8::ArrayBuffer::New(isolate, std::move(alias)));
 }
 
+// The malloc trimmer: one thread per process, at nice 19, that calls malloc_trim(0) every interval.
+// glibc's malloc keeps freed memory in its arenas (one per thread that allocated, up to 8 per core)
+// and gives it back only from the top of the main heap; in a long-lived server the freed chunks in
+// the middle of the arenas (libuv's and V8's native allocations, worker threads' buffers) stay
+// resident, so RSS creeps up to the highest fragmentation it ever saw. malloc_trim(0) walks every
+// arena and gives back (MADV_DONTNEED) each whole free page. It takes each arena's lock in turn
+// while it walks it, so a thread that allocates from that arena at that moment waits: the walk of a
+// few tens of MB of arenas takes about a millisecond. Other allocators (musl) have no such call; there
+// the trimmer does not start.
+std::atomic<bool> trimmer_started{false};
+// Written by the trimmer thread only; read by any.
+std::atomic<uint64_t> trims{0};
+std::atomic<uint64_t> trims_released{0};
+
+// startMallocTrimmer(intervalMs) -> 'started' if this call started the process's trimmer,
+// 'running' if it already runs (any thread of the process may call it; one trimmer serves them
+// all), 'unsupported' where the C library has no malloc_trim. Throws RS_ERR_SHM_BAD_ARGUMENT for an
+// interval outside [10 ms, 1 day].
+void StartMallocTrimmer(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  double interval = info.Length() > 0 && info[0]->IsNumber() ? info[0].As<Number>()->Value() : NAN;
+  if (!(interval >= 10 && interval <= 86400000) || std::floor(interval) != interval) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "interval must be an integer in [10, 86400000] ms", 0);
+    return;
+  }
+#ifdef __GLIBC__
+  bool expected = false;
+  if (!trimmer_started.compare_exchange_strong(expected, true)) {
+    info.GetReturnValue().Set(String::NewFromUtf8(isolate, "running").ToLocalChecked());
+    return;
+  }
+  auto period = std::chrono::milliseconds(static_cast<int64_t>(interval));
+  std::thread([period] {
+    // Below every thread of the process: it runs when a core has a moment, never ahead of a request.
+    setpriority(PRIO_PROCESS, static_cast<id_t>(ThisThreadId()), 19);
+    for (;;) {
+      std::this_thread::sleep_for(period);
+      bool released = malloc_trim(0) != 0;
+      trims.fetch_add(1, std::memory_order_relaxed);
+      if (released) trims_released.fetch_add(1, std::memory_order_relaxed);
+    }
+  }).detach();
+  info.GetReturnValue().Set(String::NewFromUtf8(isolate, "started").ToLocalChecked());
+#else
+  info.GetReturnValue().Set(String::NewFromUtf8(isolate, "unsupported").ToLocalChecked());
+#endif
+}
+
+// mallocTrims() -> [trims done, trims that gave memory back] by this process's trimmer.
+void MallocTrims(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  Local<v8::Array> out = v8::Array::New(isolate, 2);
+  Local<Context> context = isolate->GetCurrentContext();
+  static_cast<void>(out->Set(context, 0, Number::New(isolate, static_cast<double>(trims.load()))));
+  static_cast<void>(
+      out->Set(context, 1, Number::New(isolate, static_cast<double>(trims_released.load()))));
+  info.GetReturnValue().Set(out);
+}
+
 void Register(Local<Context> context, Local<Object> exports) {
   Export(context, exports, "threadId", ThreadId);
+  Export(context, exports, "startMallocTrimmer", StartMallocTrimmer);
+  Export(context, exports, "mallocTrims", MallocTrims);
   Export(context, exports, "threadNice", ThreadNice);
   Export(context, exports, "setThreadNice", SetThreadNice);
   Export(context, exports, "threadSchedPolicy", ThreadSchedPolicy);
