@@ -1,6 +1,12 @@
 /**
- * Faults on a schedule, one at a time, rotating (through all kinds, or those --faults names): SIGKILL of a random API server, SIGKILL of the
- * engine core, SIGSTOP of a random API server for 2 s then SIGCONT. A fault is recovered when the
+ * Faults on a schedule, one at a time, rotating (through all kinds, or those --faults names): SIGKILL
+ * of a random API server, SIGKILL of the engine core, SIGSTOP of a random API server for 2 s then
+ * SIGCONT. Two exceptions keep processes alive long enough for their RSS slope to be judged (a slope
+ * needs a warm-up and a window after it, ~20 minutes; a fault every 45 s restarts everything far
+ * sooner): with two or more API servers, SIGKILL spares one of them, the witness (it is still
+ * stopped, and lives through every other fault: its siblings' deaths, the engine's restarts), and
+ * the engine is no longer killed once the rest of the run is the last incarnation's judged span
+ * (`engineKillsUntilMs`; a kill-engine turn then passes to the next kind). A fault is recovered when the
  * process it hit is back (a new pid under the same title, or the stopped one running again) and the
  * cluster answers normally again: the soak's own /health probes (health-probe.ts: a new connection
  * each, so they reach every API server in turn) answered HEALTHY_IN_A_ROW times in a row, all after
@@ -12,7 +18,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ProbeSample } from './health-probe.js';
-import { clusterProcesses } from './processes.js';
+import { clusterProcesses, type ProcessInfo } from './processes.js';
 
 export const FAULT_KINDS = ['kill-api', 'kill-engine', 'stop-api'] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
@@ -20,6 +26,35 @@ const STOP_FOR_MS = 2_000;
 const RECOVERY_BOUND_MS = 60_000;
 /** Five probes: one second of the probe's answers, across both API servers. */
 const HEALTHY_IN_A_ROW = 5;
+
+/** The processes a fault of this kind may hit: SIGKILL of an API server spares the witness. */
+export function faultTargets(
+  kind: FaultKind,
+  procs: readonly ProcessInfo[],
+  witness: string | null,
+): ProcessInfo[] {
+  return procs.filter((p) =>
+    kind === 'kill-engine'
+      ? p.title === 'ringserve-engine'
+      : p.title.startsWith('ringserve-api-') && (kind !== 'kill-api' || p.title !== witness),
+  );
+}
+
+/**
+ * Until when the engine may be killed (ms since epoch): in a run long enough to hold twice the
+ * warm-up plus the slope window, not in the last such span plus `restartMarginMs` (a restart, and
+ * its first sample), so that the engine's last incarnation is judged; in a shorter run none would
+ * be, and the engine is killed throughout.
+ */
+export function engineKillsUntil(
+  o: { durationS: number; warmupS: number; slopeWindowS: number },
+  startMs: number,
+  restartMarginMs = 60_000,
+): number {
+  const judgedSpanS = o.warmupS + o.slopeWindowS;
+  if (o.durationS < 2 * judgedSpanS) return Number.POSITIVE_INFINITY;
+  return startMs + (o.durationS - judgedSpanS) * 1000 - restartMarginMs;
+}
 
 export interface Fault {
   kind: FaultKind;
@@ -35,35 +70,49 @@ export class FaultInjector {
   readonly #healthMaxMs: number;
   readonly #rand: () => number;
   readonly #rotation: readonly FaultKind[];
+  readonly #witness: string | null;
+  readonly #engineKillsUntilMs: number;
   #next = 0;
 
   /**
-   * `health`: the probe's samples as they arrive (appended to by the soak); `rotation`: the kinds
-   * injected in turn.
+   * `health`: the probe's samples as they arrive (appended to by the soak); `schedule.rotation`:
+   * the kinds injected in turn; `schedule.witness`: the title of the API server SIGKILL spares, or
+   * null; `schedule.engineKillsUntilMs`: no engine SIGKILL after this time.
    */
   constructor(
     primaryPid: number,
     health: readonly ProbeSample[],
     healthMaxMs: number,
     rand: () => number,
-    rotation: readonly FaultKind[] = FAULT_KINDS,
+    schedule: {
+      rotation?: readonly FaultKind[];
+      witness?: string | null;
+      engineKillsUntilMs?: number;
+    } = {},
   ) {
     this.#primaryPid = primaryPid;
     this.#health = health;
     this.#healthMaxMs = healthMaxMs;
     this.#rand = rand;
-    this.#rotation = rotation;
+    this.#rotation = schedule.rotation ?? FAULT_KINDS;
+    this.#witness = schedule.witness ?? null;
+    this.#engineKillsUntilMs = schedule.engineKillsUntilMs ?? Number.POSITIVE_INFINITY;
   }
 
-  /** Injects the next fault and waits for its recovery (bounded). */
+  /** The kind whose turn it is, passing over kill-engine once its time is up; null if none is left. */
+  #nextKind(): FaultKind | null {
+    for (let tries = 0; tries < this.#rotation.length; tries++) {
+      const kind = this.#rotation[this.#next++ % this.#rotation.length]!;
+      if (kind !== 'kill-engine' || Date.now() < this.#engineKillsUntilMs) return kind;
+    }
+    return null;
+  }
+
+  /** Injects the next fault and waits for its recovery (bounded); null if there was nothing to hit. */
   async injectNext(): Promise<Fault | null> {
-    const kind = this.#rotation[this.#next++ % this.#rotation.length]!;
-    const procs = await clusterProcesses(this.#primaryPid);
-    const targets = procs.filter((p) =>
-      kind === 'kill-engine'
-        ? p.title === 'ringserve-engine'
-        : p.title.startsWith('ringserve-api-'),
-    );
+    const kind = this.#nextKind();
+    if (kind === null) return null;
+    const targets = faultTargets(kind, await clusterProcesses(this.#primaryPid), this.#witness);
     if (targets.length === 0) return null;
     const target = targets[Math.floor(this.#rand() * targets.length)]!;
     const fault: Fault = {

@@ -18,7 +18,7 @@ import { Worker } from 'node:worker_threads';
 import { startCluster } from '../../bench/loadtest/cluster.js';
 import { parsePromText } from '../../bench/loadtest/prom-text.js';
 import { ExitCode } from '../../src/errors.js';
-import { type Fault, FaultInjector } from './faults.js';
+import { engineKillsUntil, type Fault, FaultInjector } from './faults.js';
 import type { ProbeSample } from './health-probe.js';
 import { parseSoakOptions, SOAK_USAGE, type SoakOptions } from './options.js';
 import { clusterProcesses } from './processes.js';
@@ -89,6 +89,9 @@ function random(seed: number): () => number {
   };
 }
 
+/** The API server that SIGKILL spares when there are two or more (faults.ts). */
+const WITNESS_TITLE = 'ringserve-api-0';
+
 const mb = (bytes: number) => `${(bytes / 1048576).toFixed(0)} MB`;
 
 async function soak(
@@ -115,18 +118,16 @@ async function soak(
     seed: o.seed,
     answerTimeoutMs: o.answerTimeoutS * 1000,
   });
-  const faults = new FaultInjector(
-    cluster.pid,
-    health,
-    o.healthMaxMs,
-    random(o.seed),
-    o.faultKinds,
-  );
+  const startMs = Date.now();
+  const endMs = startMs + o.durationS * 1000;
+  const faults = new FaultInjector(cluster.pid, health, o.healthMaxMs, random(o.seed), {
+    rotation: o.faultKinds,
+    witness: o.apiServers >= 2 ? WITNESS_TITLE : null,
+    engineKillsUntilMs: engineKillsUntil(o, startMs),
+  });
   const rss = new Map<string, RssSeries>();
   const peaks = { ringBytes: 0, kvBlocks: 0, inFlight: 0, heap: new Map<string, number>() };
   const pauses = { cycles: 0, failedCalls: 0, spans: [] as string[] };
-  const startMs = Date.now();
-  const endMs = startMs + o.durationS * 1000;
   let running = true;
   traffic.start();
 

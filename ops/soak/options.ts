@@ -50,7 +50,7 @@ const DEFAULTS: SoakOptions = {
   faultEveryS: 45,
   faultKinds: [...FAULT_KINDS],
   pauseEveryS: 30,
-  warmupS: 120,
+  warmupS: 600,
   graceS: 2,
   maxRssSlopePctPerH: 1,
   slopeWindowS: 600,
@@ -70,9 +70,14 @@ export const SOAK_USAGE = `usage: ringserve soak | npm run soak -- [flags]
   --api-servers N         API-server processes (default 2)
   --server-flags "..."    more 'ringserve serve' flags (default "--speedup 4")
   --fault-every S         seconds between faults (default 45)
-  --faults K,K            the kinds they rotate through (default kill-api,kill-engine,stop-api)
+  --faults K,K            the kinds they rotate through (default kill-api,kill-engine,stop-api);
+                          with 2+ API servers, kill-api spares ringserve-api-0 (the witness, whose
+                          RSS is judged over the whole run), and in a run of at least twice
+                          (--warmup + --slope-window) the engine is not killed in the last such span
+                          (+ 60 s), so its last incarnation is judged too
   --pause-every S         seconds between pause/update_weights/resume cycles (default 30)
-  --warmup S              RSS warm-up after start and after each restart (default 120)
+  --warmup S              RSS warm-up after start and after each restart (default 600: private
+                          memory takes ~10 minutes to level off under load)
   --grace S               a fault window lasts until recovery + S (default 2)
   --max-rss-slope P       %/h allowed per process (default 1), judged where >= --slope-window S
   --slope-window S        post-warm-up seconds a process needs to be judged (default 600)

@@ -4,9 +4,10 @@
  * the end of the run for a fault never recovered); every other one, however slow.
  */
 import { describe, expect, it } from 'vitest';
-import type { Fault } from '../../ops/soak/faults.js';
+import { engineKillsUntil, type Fault, faultTargets } from '../../ops/soak/faults.js';
 import type { ProbeSample } from '../../ops/soak/health-probe.js';
 import { parseSoakOptions } from '../../ops/soak/options.js';
+import type { ProcessInfo } from '../../ops/soak/processes.js';
 import {
   judgedGrowth,
   judgedProbes,
@@ -83,5 +84,48 @@ describe('soak options', () => {
     ]);
     expect(() => parseSoakOptions(['--faults', 'kill-api,reboot'])).toThrow(/--faults.*"reboot"/);
     expect(() => parseSoakOptions(['--faults', ''])).toThrow(/--faults/);
+  });
+});
+
+describe('fault schedule', () => {
+  const proc = (pid: number, title: string): ProcessInfo => ({
+    pid,
+    title,
+    rssBytes: 0,
+    anonBytes: 0,
+    fileBytes: 0,
+    shmemBytes: 0,
+    state: 'S',
+  });
+  const procs = [
+    proc(1, 'ringserve-engine'),
+    proc(2, 'ringserve-api-0'),
+    proc(3, 'ringserve-api-1'),
+    proc(4, 'ringserve-api-2'),
+  ];
+  const titles = (ps: ProcessInfo[]) => ps.map((p) => p.title);
+
+  it('SIGKILL spares the witness API server; SIGSTOP and the engine kill do not care', () => {
+    const w = 'ringserve-api-0';
+    expect(titles(faultTargets('kill-api', procs, w))).toEqual([
+      'ringserve-api-1',
+      'ringserve-api-2',
+    ]);
+    expect(titles(faultTargets('stop-api', procs, w))).toEqual([
+      'ringserve-api-0',
+      'ringserve-api-1',
+      'ringserve-api-2',
+    ]);
+    expect(titles(faultTargets('kill-engine', procs, w))).toEqual(['ringserve-engine']);
+    expect(titles(faultTargets('kill-api', procs.slice(0, 2), null))).toEqual(['ringserve-api-0']);
+  });
+
+  it('stops killing the engine in the last warm-up + window (+ margin) of a long run only', () => {
+    const o = { durationS: 3600, warmupS: 600, slopeWindowS: 600 };
+    expect(engineKillsUntil(o, 1_000_000, 60_000)).toBe(1_000_000 + 2_400_000 - 60_000);
+    expect(engineKillsUntil({ ...o, durationS: 2399 }, 0)).toBe(Number.POSITIVE_INFINITY);
+    expect(engineKillsUntil({ ...o, durationS: 180, warmupS: 60 }, 0)).toBe(
+      Number.POSITIVE_INFINITY,
+    );
   });
 });
