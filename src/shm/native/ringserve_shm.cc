@@ -663,9 +663,8 @@ void ArrayBufferOf(const FunctionCallbackInfo<Value>& info) {
 // the middle of the arenas (libuv's and V8's native allocations, worker threads' buffers) stay
 // resident, so RSS creeps up to the highest fragmentation it ever saw. malloc_trim(0) walks every
 // arena and gives back (MADV_DONTNEED) each whole free page. It takes each arena's lock in turn
-// while it walks it, so a thread that allocates from that arena at that moment waits: the walk of a
-// few tens of MB of arenas takes about a millisecond. Other allocators (musl) have no such call; there
-// the trimmer does not start.
+// while it walks it, so a thread that allocates from that arena at that moment waits for the walk
+// of that arena. Other allocators (musl) have no such call; there the trimmer does not start.
 std::atomic<bool> trimmer_started{false};
 // Written by the trimmer thread only; read by any.
 std::atomic<uint64_t> trims{0};
@@ -690,7 +689,7 @@ void StartMallocTrimmer(const FunctionCallbackInfo<Value>& info) {
   }
   auto period = std::chrono::milliseconds(static_cast<int64_t>(interval));
   std::thread([period] {
-    // Below every thread of the process: it runs when a core has a moment, never ahead of a request.
+    // Below every other thread of the process: it runs when a core has a moment to spare.
     setpriority(PRIO_PROCESS, static_cast<id_t>(ThisThreadId()), 19);
     for (;;) {
       std::this_thread::sleep_for(period);
