@@ -1,7 +1,7 @@
 // The C heap's free pages back to the kernel, on a schedule. glibc's malloc keeps what a process
 // frees in its arenas (one per allocating thread, up to 8 per core) and returns only the top of the
 // main heap, so a long-lived process's RSS climbs to the worst fragmentation it ever saw and stays
-// there. Every ringserve process starts one trimmer thread (native/ringserve_shm.cc, nice 19) that
+// there. Every ringserve process starts one trimmer thread (native/ringserve_shm.cc, at its starter's priority) that
 // calls malloc_trim(0) every --malloc-trim-interval-s: RSS then follows the memory in use, which is
 // what an operator (and the soak's RSS slope) should be looking at.
 import { shmAddon } from './native.js';

@@ -50,7 +50,7 @@ export interface ShmAddon {
    */
   populate(sab: SharedArrayBuffer, offset: number, length: number): number;
   /**
-   * Starts the process's malloc trimmer: a nice-19 thread calling malloc_trim(0) every
+   * Starts the process's malloc trimmer: a thread (at the caller's priority) calling malloc_trim(0) every
    * `intervalMs` (10..86,400,000). 'running' if one already runs; 'unsupported' without glibc.
    */
   startMallocTrimmer(intervalMs: number): 'started' | 'running' | 'unsupported';

@@ -657,7 +657,11 @@ void ArrayBufferOf(const FunctionCallbackInfo<Value>& info) {
   info.GetReturnValue().Set(v8::ArrayBuffer::New(isolate, std::move(alias)));
 }
 
-// The malloc trimmer: one thread per process, at nice 19, that calls malloc_trim(0) every interval.
+// The malloc trimmer: one thread per process that calls malloc_trim(0) every interval. It keeps the
+// priority of the thread that started it (the main thread's), not a lower one: a SIGKILLed process
+// is gone, its sockets closed and its parent told, only once every thread has run its exit, and a
+// nice-19 thread on busy cores ran its exit tens of ms late (a killed node's listener kept taking
+// connections it then reset). The trim itself is short and rare.
 // glibc's malloc keeps freed memory in its arenas (one per thread that allocated, up to 8 per core)
 // and gives it back only from the top of the main heap; in a long-lived server the freed chunks in
 // the middle of the arenas (libuv's and V8's native allocations, worker threads' buffers) stay
@@ -689,8 +693,6 @@ void StartMallocTrimmer(const FunctionCallbackInfo<Value>& info) {
   }
   auto period = std::chrono::milliseconds(static_cast<int64_t>(interval));
   std::thread([period] {
-    // Below every other thread of the process: it runs when a core has a moment to spare.
-    setpriority(PRIO_PROCESS, static_cast<id_t>(ThisThreadId()), 19);
     for (;;) {
       std::this_thread::sleep_for(period);
       bool released = malloc_trim(0) != 0;
