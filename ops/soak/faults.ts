@@ -27,6 +27,11 @@ const RECOVERY_BOUND_MS = 60_000;
 /** Five probes: one second of the probe's answers, across both API servers. */
 const HEALTHY_IN_A_ROW = 5;
 
+/** The API server SIGKILL spares when there are two or more (the witness). */
+export const WITNESS_TITLE = 'ringserve-api-0';
+/** Time a killed engine takes to be back and sampled once (engineKillsUntil). */
+const ENGINE_RESTART_MARGIN_MS = 60_000;
+
 /** The processes a fault of this kind may hit: SIGKILL of an API server spares the witness. */
 export function faultTargets(
   kind: FaultKind,
@@ -49,7 +54,7 @@ export function faultTargets(
 export function engineKillsUntil(
   o: { durationS: number; warmupS: number; slopeWindowS: number },
   startMs: number,
-  restartMarginMs = 60_000,
+  restartMarginMs = ENGINE_RESTART_MARGIN_MS,
 ): number {
   const judgedSpanS = o.warmupS + o.slopeWindowS;
   if (o.durationS < 2 * judgedSpanS) return Number.POSITIVE_INFINITY;

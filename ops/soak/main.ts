@@ -18,7 +18,7 @@ import { Worker } from 'node:worker_threads';
 import { startCluster } from '../../bench/loadtest/cluster.js';
 import { parsePromText } from '../../bench/loadtest/prom-text.js';
 import { ExitCode } from '../../src/errors.js';
-import { engineKillsUntil, type Fault, FaultInjector } from './faults.js';
+import { engineKillsUntil, type Fault, FaultInjector, WITNESS_TITLE } from './faults.js';
 import type { ProbeSample } from './health-probe.js';
 import { parseSoakOptions, SOAK_USAGE, type SoakOptions } from './options.js';
 import { clusterProcesses } from './processes.js';
@@ -88,9 +88,6 @@ function random(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
   };
 }
-
-/** The API server that SIGKILL spares when there are two or more (faults.ts). */
-const WITNESS_TITLE = 'ringserve-api-0';
 
 const mb = (bytes: number) => `${(bytes / 1048576).toFixed(0)} MB`;
 

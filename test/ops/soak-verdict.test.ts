@@ -4,7 +4,12 @@
  * the end of the run for a fault never recovered); every other one, however slow.
  */
 import { describe, expect, it } from 'vitest';
-import { engineKillsUntil, type Fault, faultTargets } from '../../ops/soak/faults.js';
+import {
+  engineKillsUntil,
+  type Fault,
+  faultTargets,
+  WITNESS_TITLE,
+} from '../../ops/soak/faults.js';
 import type { ProbeSample } from '../../ops/soak/health-probe.js';
 import { parseSoakOptions } from '../../ops/soak/options.js';
 import type { ProcessInfo } from '../../ops/soak/processes.js';
@@ -106,7 +111,7 @@ describe('fault schedule', () => {
   const titles = (ps: ProcessInfo[]) => ps.map((p) => p.title);
 
   it('SIGKILL spares the witness API server; SIGSTOP and the engine kill do not care', () => {
-    const w = 'ringserve-api-0';
+    const w = WITNESS_TITLE;
     expect(titles(faultTargets('kill-api', procs, w))).toEqual([
       'ringserve-api-1',
       'ringserve-api-2',
