@@ -113,7 +113,10 @@ describe('region', () => {
   });
 
   it('removes a crashed run’s region and keeps live ones', async () => {
-    const prefix = `${uniqueRegionName('stale')}-`;
+    // Outside the default `ringserve-` prefix: every supervisor a parallel test file starts sweeps
+    // that prefix at start-up and could take the dead region before this test's own sweep looks.
+    // track() unlinks these names after the test, failed or not.
+    const prefix = `rstest-${uniqueRegionName('stale')}-`;
     const dead = track(`${prefix}dead`);
     const live = track(`${prefix}live`);
     const fresh = track(`${prefix}headerless`);
