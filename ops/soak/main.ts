@@ -20,14 +20,18 @@ import { parsePromText } from '../../bench/loadtest/prom-text.js';
 import { ExitCode } from '../../src/errors.js';
 import { engineKillsUntil, type Fault, FaultInjector, WITNESS_TITLE } from './faults.js';
 import type { ProbeSample } from './health-probe.js';
+import { type IdleCheckpoint, readIdleMemory, Turns } from './idle-memory.js';
 import { parseSoakOptions, SOAK_USAGE, type SoakOptions } from './options.js';
 import { clusterProcesses } from './processes.js';
 import { Traffic } from './traffic.js';
 import {
   buildVerdict,
+  idleGrowth,
+  idleSlopes,
   judgedGrowth,
   judgedProbes,
   judgedSlopes,
+  outsideSpells,
   type RssSeries,
   type Verdict,
   violations,
@@ -125,6 +129,13 @@ async function soak(
   const rss = new Map<string, RssSeries>();
   const peaks = { ringBytes: 0, kvBlocks: 0, inFlight: 0, heap: new Map<string, number>() };
   const pauses = { cycles: 0, failedCalls: 0, spans: [] as string[] };
+  // Faults and pause cycles take turns with the quiet spell at the end of the warm-up.
+  const turns = new Turns();
+  const idle = {
+    first: null as IdleCheckpoint | null,
+    spells: [] as [number, number][],
+    note: 'no idle checkpoint: the run is shorter than --warmup + --slope-window',
+  };
   let running = true;
   traffic.start();
 
@@ -162,7 +173,7 @@ async function soak(
     if (o.faultEveryS <= 0) return;
     await sleep(Math.min(o.faultEveryS * 1000, Math.max(0, endMs - Date.now() - 30_000)));
     while (running && Date.now() < endMs - 20_000) {
-      const fault = await faults.injectNext();
+      const fault = await turns.run(() => faults.injectNext());
       if (fault !== null) progressLine(`fault ${fault.kind} (${fault.title}) ${describe(fault)}`);
       // Not past the end: the drain starts on time.
       await sleep(Math.min(o.faultEveryS * 1000, Math.max(0, endMs - Date.now())));
@@ -174,30 +185,56 @@ async function soak(
     while (running) {
       await sleep(o.pauseEveryS * 1000);
       if (!running) break;
-      const post = (path: string, body?: string) =>
-        fetch(`${cluster.url}${path}`, {
-          method: 'POST',
-          headers: body === undefined ? {} : { 'content-type': 'application/json' },
-          body,
-          signal: AbortSignal.timeout(10_000),
-        }).then(
-          (r) => r.ok,
-          () => false,
-        );
-      const cycleStart = Date.now();
-      if (!(await post('/pause'))) pauses.failedCalls++;
-      await sleep(500);
-      if (!(await post('/update_weights', '{}'))) pauses.failedCalls++;
-      // Resume until it is acknowledged: a paused engine must not outlive the cycle.
-      for (let i = 0; !(await post('/resume')); i++) {
-        pauses.failedCalls++;
-        if (i > 60) break;
-        await sleep(500);
-      }
-      pauses.cycles++;
-      const s = (ms: number) => ((ms - startMs) / 1000).toFixed(1);
-      pauses.spans.push(`${s(cycleStart)}-${s(Date.now())} s`);
+      await turns.run(() => pauseCycle());
     }
+  })();
+
+  async function pauseCycle(): Promise<void> {
+    const post = (path: string, body?: string) =>
+      fetch(`${cluster.url}${path}`, {
+        method: 'POST',
+        headers: body === undefined ? {} : { 'content-type': 'application/json' },
+        body,
+        signal: AbortSignal.timeout(10_000),
+      }).then(
+        (r) => r.ok,
+        () => false,
+      );
+    const cycleStart = Date.now();
+    if (!(await post('/pause'))) pauses.failedCalls++;
+    await sleep(500);
+    if (!(await post('/update_weights', '{}'))) pauses.failedCalls++;
+    // Resume until it is acknowledged: a paused engine must not outlive the cycle.
+    for (let i = 0; !(await post('/resume')); i++) {
+      pauses.failedCalls++;
+      if (i > 60) break;
+      await sleep(500);
+    }
+    pauses.cycles++;
+    const s = (ms: number) => ((ms - startMs) / 1000).toFixed(1);
+    pauses.spans.push(`${s(cycleStart)}-${s(Date.now())} s`);
+  }
+
+  // The first idle checkpoint, where a slope can be judged at all (idle-memory.ts).
+  const quietSpell = (async () => {
+    if (o.durationS < o.warmupS + o.slopeWindowS) return;
+    await sleep(Math.max(0, startMs + o.warmupS * 1000 - Date.now()));
+    if (!running) return;
+    await turns.quietly(async () => {
+      const from = Date.now();
+      progressLine(
+        'quiet spell: no new requests, faults or pause cycles until memory at rest is read',
+      );
+      if (await traffic.hold(o.answerTimeoutS * 1000)) {
+        idle.first = await readIdleMemory(cluster.pid);
+        idle.note = `idle checkpoint at ${((idle.first.atMs - startMs) / 1000).toFixed(0)} s (quiet spell of ${((Date.now() - from) / 1000).toFixed(0)} s)`;
+      } else {
+        idle.note = `no idle checkpoint: requests still in flight ${o.answerTimeoutS} s into the quiet spell`;
+      }
+      traffic.resume();
+      idle.spells.push([from, Date.now()]);
+      progressLine(`quiet spell over: ${idle.note}`);
+    });
   })();
 
   const progressTimer = setInterval(() => {
@@ -216,7 +253,7 @@ async function soak(
 
   await sleep(Math.max(0, endMs - Date.now()));
   running = false;
-  await faulting;
+  await Promise.all([faulting, quietSpell]);
   progressLine('draining: no new requests, waiting for those in flight');
   await Promise.all([traffic.drain(o.answerTimeoutS * 1000), pausing]);
   clearInterval(progressTimer);
@@ -228,13 +265,21 @@ async function soak(
     if (last !== null && last.inFlight + last.running + last.waiting + last.kvBlocks === 0) break;
     await sleep(500);
   }
+  // The second idle checkpoint: the cluster at rest after the drain.
+  const lastIdle = idle.first === null ? null : await readIdleMemory(cluster.pid);
   await sampler;
   probe.postMessage('stop');
   await probeDone;
   const crashed = cluster.crashed();
   await cluster.stop();
 
-  const slopes = judgedSlopes([...rss.values()], o);
+  const underLoad = outsideSpells([...rss.values()], idle.spells);
+  const loadSlopes = judgedSlopes(underLoad, o);
+  const restSlopes =
+    idle.first === null || lastIdle === null ? new Map() : idleSlopes(idle.first, lastIdle);
+  // A process at rest at both checkpoints is judged by what it kept; one born later under load.
+  const slopes = new Map([...loadSlopes].filter(([k]) => !restSlopes.has(k)));
+  for (const [k, v] of restSlopes) slopes.set(k, v);
   if (o.seriesFile !== null) {
     await writeFile(o.seriesFile, JSON.stringify({ startMs, series: [...rss.values()] }));
   }
@@ -264,9 +309,15 @@ async function soak(
     `/health: ${health.length} probes, ${steady.length} judged (after the ${o.healthWarmupS} s warm-up, outside fault windows + ${o.graceS} s grace); ` +
       `slowest judged: ${slowest(steady, startMs)}; slowest of all: ${slowest(health, startMs)}`,
     ...stallReport(cluster.log(), startMs),
-    `RSS slope judged for ${slopes.size} of ${rss.size} process incarnations (>= ${o.slopeWindowS} s after ${o.warmupS} s warm-up): ` +
-      ([...slopes].map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ') || 'none long enough'),
-    ...judgedGrowth([...rss.values()], o).map((g) => `RSS over the judged span: ${g}`),
+    `RSS slope judged for ${slopes.size} of ${rss.size} process incarnations; ${idle.note}`,
+    `  at rest, warm-up end -> after the drain (judged): ` +
+      ([...restSlopes].map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ') || 'none'),
+    ...(idle.first === null || lastIdle === null ? [] : idleGrowth(idle.first, lastIdle)).map(
+      (g) => `  at rest: ${g}`,
+    ),
+    `  under load, least squares >= ${o.slopeWindowS} s after ${o.warmupS} s warm-up (judged only where not at rest at both): ` +
+      ([...loadSlopes].map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ') || 'none long enough'),
+    ...judgedGrowth(underLoad, o).map((g) => `  under load: ${g}`),
     ...faults.faults.map(
       (f) =>
         `fault ${f.kind} ${f.title} at ${new Date(f.injectedAtMs).toISOString()}: ${describe(f)}`,
@@ -340,7 +391,7 @@ function printTable(v: Verdict, o: SoakOptions, problems: string[], notes: strin
     [
       'RSS slope max, %/h',
       v.rss_slope_pct_per_h_max === null ? 'n/a' : String(v.rss_slope_pct_per_h_max),
-      `<= ${o.maxRssSlopePctPerH}`,
+      `<= ${o.maxRssSlopePctPerH} (at rest at the warm-up's end vs after the drain; a later incarnation under load)`,
     ],
     ['/health p99 outside faults, ms', String(v.health_p99_ms), `<= ${o.healthP99Ms}`],
     [

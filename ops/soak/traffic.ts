@@ -53,6 +53,8 @@ const SLOW_PERCENT = 6;
 const SLOW_READ_PAUSE_MS = 40;
 /** After a failure a client waits this long (a restarting server is not hammered). */
 const FAILURE_BACKOFF_MS = 200;
+/** After a hold, clients come back spread over this long. */
+const RESUME_SPREAD_MS = 10_000;
 
 /** mulberry32: a small seeded generator, so a run's request mix is reproducible. */
 function random(seed: number): () => number {
@@ -85,6 +87,9 @@ export class Traffic {
   readonly #stopSending = new AbortController();
   readonly #clients: Promise<void>[] = [];
   #drained = false;
+  /** While set, clients send nothing new (a quiet spell: idle-memory.ts); resolved when it ends. */
+  #held: Promise<void> | null = null;
+  #release: (() => void) | null = null;
 
   constructor(spec: TrafficSpec) {
     this.#spec = spec;
@@ -101,9 +106,32 @@ export class Traffic {
     for (let c = 0; c < this.#spec.concurrency; c++) this.#clients.push(this.#client(c));
   }
 
+  /**
+   * Holds every client before its next request; resolves true once none is in flight, false if
+   * some still are after `timeoutMs` (the hold stays on either way, until resume()).
+   */
+  async hold(timeoutMs: number): Promise<boolean> {
+    if (this.#held === null) {
+      this.#held = new Promise<void>((resolve) => {
+        this.#release = resolve;
+      });
+    }
+    const deadline = Date.now() + timeoutMs;
+    while (this.counts.inFlight > 0 && Date.now() < deadline) await sleep(100);
+    return this.counts.inFlight === 0;
+  }
+
+  /** Lets held clients go on. */
+  resume(): void {
+    this.#release?.();
+    this.#held = null;
+    this.#release = null;
+  }
+
   /** Stops sending; resolves when every request in flight has ended or `drainMs` passed. */
   async drain(drainMs: number): Promise<void> {
     this.#stopSending.abort();
+    this.resume();
     await Promise.race([Promise.all(this.#clients), sleep(drainMs)]);
     // What is still in flight now was accepted and never answered.
     this.#drained = true;
@@ -130,6 +158,12 @@ export class Traffic {
   async #client(index: number): Promise<void> {
     const tail = new BodyTail();
     for (let n = 0; !this.#stopSending.signal.aborted; n++) {
+      if (this.#held !== null) {
+        await this.#held;
+        if (this.#stopSending.signal.aborted) break;
+        // Not all at once: 300 requests in one instant measure a start, not a steady load.
+        await sleep(this.#rand() * RESUME_SPREAD_MS);
+      }
       const ok = await this.#one(FORMS[(index + n) % FORMS.length]!, tail);
       if (!ok && !this.#stopSending.signal.aborted) await sleep(FAILURE_BACKOFF_MS);
     }

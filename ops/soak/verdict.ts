@@ -1,10 +1,18 @@
 /**
- * From the soak's samples to its verdict: RSS slope per process after warm-up (least squares, in %
- * of the process's mean RSS per hour), /health percentiles outside fault windows, and the table and
- * JSON object the run ends with. Each violation is a line of text; none means the run passed.
+ * From the soak's samples to its verdict: RSS slope per process after warm-up, /health percentiles
+ * outside fault windows, and the table and JSON object the run ends with. Each violation is a line
+ * of text; none means the run passed.
+ *
+ * A process that lived through both idle checkpoints (idle-memory.ts: at rest at the end of the
+ * warm-up, and after the final drain) is judged by what it kept between them, in % of the first
+ * per hour; a process incarnation born later (a restarted engine) by the least-squares slope of its
+ * samples under load after its own warm-up, in % of its mean per hour. The least-squares slope of
+ * the first kind is reported beside, not judged: under a load that moves (faults send a dead
+ * server's clients to its sibling) it measures the working set as much as any leak.
  */
 import type { Fault } from './faults.js';
 import type { ProbeSample } from './health-probe.js';
+import type { IdleCheckpoint } from './idle-memory.js';
 import type { SoakOptions } from './options.js';
 import type { TrafficCounts } from './traffic.js';
 
@@ -59,6 +67,53 @@ function judgedFrom(s: RssSeries, o: SoakOptions): number | null {
   if (from < 0 || s.points.length - from < 3) return null;
   const span = s.points[s.points.length - 1]![0] - s.points[from]![0];
   return span < o.slopeWindowS * 1000 ? null : from;
+}
+
+/** The series without their samples inside quiet spells ([from, to] ms): those are not under load. */
+export function outsideSpells(
+  series: readonly RssSeries[],
+  spells: readonly [number, number][],
+): RssSeries[] {
+  return series.map((s) => {
+    const keep = s.points.map(([t]) => !spells.some(([from, to]) => t >= from && t <= to));
+    return {
+      ...s,
+      points: s.points.filter((_, i) => keep[i]),
+      parts: s.parts.filter((_, i) => keep[i]),
+    };
+  });
+}
+
+/**
+ * What each process present at both checkpoints kept between them: the RSS change in % of the
+ * first per hour, by key.
+ */
+export function idleSlopes(first: IdleCheckpoint, last: IdleCheckpoint): Map<string, number> {
+  const out = new Map<string, number>();
+  const hours = (last.atMs - first.atMs) / 3_600_000;
+  if (hours <= 0) return out;
+  for (const [key, a] of first.memory) {
+    const b = last.memory.get(key);
+    if (b !== undefined && a.rssBytes > 0) {
+      out.set(key, ((b.rssBytes - a.rssBytes) / a.rssBytes / hours) * 100);
+    }
+  }
+  return out;
+}
+
+/** "ringserve-api-0#42 RSS 300 -> 301 MB (private 250 -> 251, shared region 48 -> 48)" per process. */
+export function idleGrowth(first: IdleCheckpoint, last: IdleCheckpoint): string[] {
+  const mb = (b: number) => (b / 1048576).toFixed(1);
+  const out: string[] = [];
+  for (const [key, a] of first.memory) {
+    const b = last.memory.get(key);
+    if (b === undefined) continue;
+    out.push(
+      `${key} RSS ${mb(a.rssBytes)} -> ${mb(b.rssBytes)} MB ` +
+        `(private ${mb(a.anonBytes)} -> ${mb(b.anonBytes)}, shared region ${mb(a.shmemBytes)} -> ${mb(b.shmemBytes)})`,
+    );
+  }
+  return out;
 }
 
 /** Slopes of the series with at least `slopeWindowS` seconds after their warm-up, by key. */

@@ -1,7 +1,9 @@
 /**
  * Which /health probes the soak's verdict judges (ops/soak/verdict.ts): none that started in the
  * warm-up (--health-warmup), none overlapping a fault's window (injection to recovery + grace, or to
- * the end of the run for a fault never recovered); every other one, however slow.
+ * the end of the run for a fault never recovered); every other one, however slow. And the RSS
+ * slopes: at rest between two idle checkpoints, under load without the quiet spell's samples; the
+ * turns faults and pause cycles take with a quiet spell; options and the fault schedule.
  */
 import { describe, expect, it } from 'vitest';
 import {
@@ -11,12 +13,16 @@ import {
   WITNESS_TITLE,
 } from '../../ops/soak/faults.js';
 import type { ProbeSample } from '../../ops/soak/health-probe.js';
+import { type IdleCheckpoint, Turns } from '../../ops/soak/idle-memory.js';
 import { parseSoakOptions } from '../../ops/soak/options.js';
 import type { ProcessInfo } from '../../ops/soak/processes.js';
 import {
+  idleGrowth,
+  idleSlopes,
   judgedGrowth,
   judgedProbes,
   judgedSlopes,
+  outsideSpells,
   type RssSeries,
 } from '../../ops/soak/verdict.js';
 
@@ -77,6 +83,81 @@ describe('RSS over the judged span', () => {
     expect(judgedGrowth(all, o)).toEqual([
       'api-0#1 RSS 205 -> 250 MB (private 150 -> 150, shared region 55 -> 100)',
     ]);
+  });
+});
+
+describe('RSS at rest', () => {
+  const MB = 1048576;
+  const at = (atMs: number, entries: [string, number][]): IdleCheckpoint => ({
+    atMs,
+    memory: new Map(
+      entries.map(([k, mb]) => [
+        k,
+        { rssBytes: mb * MB, anonBytes: (mb - 48) * MB, shmemBytes: 48 * MB },
+      ]),
+    ),
+  });
+
+  it('judges what a process present at both checkpoints kept, in % of the first per hour', () => {
+    // 30 minutes apart: +3 MB of 300 is 1 % in half an hour, 2 %/h; the engine was restarted between.
+    const first = at(0, [
+      ['api-0#1', 300],
+      ['engine#2', 100],
+    ]);
+    const last = at(1_800_000, [
+      ['api-0#1', 303],
+      ['engine#9', 100],
+    ]);
+    const slopes = idleSlopes(first, last);
+    expect([...slopes.keys()]).toEqual(['api-0#1']);
+    expect(slopes.get('api-0#1')).toBeCloseTo(2, 6);
+    expect(idleGrowth(first, last)).toEqual([
+      'api-0#1 RSS 300.0 -> 303.0 MB (private 252.0 -> 255.0, shared region 48.0 -> 48.0)',
+    ]);
+  });
+
+  it('leaves the samples of a quiet spell out of the slope under load', () => {
+    // Flat at 200 MB under load, 120 MB at rest from 60 to 100 s: the spell would tilt the line.
+    const s: RssSeries = { key: 'api-0#1', startedAtMs: 0, points: [], parts: [] };
+    for (let t = 0; t <= 300; t += 2) {
+      const mb = t >= 60 && t <= 100 ? 120 : 200;
+      s.points.push([t * 1000, mb * MB]);
+      s.parts.push({ anonBytes: mb * MB, shmemBytes: 0 });
+    }
+    const o = parseSoakOptions(['--warmup', '50', '--slope-window', '100']);
+    expect(Math.abs(judgedSlopes([s], o).get('api-0#1')!)).toBeGreaterThan(10);
+    const [kept] = outsideSpells([s], [[60_000, 100_000]]);
+    expect(kept!.points.length).toBe(s.points.length - 21);
+    expect(kept!.parts.length).toBe(kept!.points.length);
+    expect(judgedSlopes([kept!], o).get('api-0#1')).toBeCloseTo(0, 6);
+  });
+});
+
+describe('Turns', () => {
+  it('a quiet spell waits for the action under way and holds the next until it ends', async () => {
+    const turns = new Turns();
+    const log: string[] = [];
+    let finishFault!: () => void;
+    const fault = turns.run(async () => {
+      log.push('fault start');
+      await new Promise<void>((r) => {
+        finishFault = r;
+      });
+      log.push('fault end');
+    });
+    let next: Promise<unknown> | undefined;
+    const spell = turns.quietly(async () => {
+      log.push('quiet start');
+      next = turns.run(async () => log.push('next fault'));
+      await new Promise((r) => setTimeout(r, 20));
+      log.push('quiet end');
+    });
+    await new Promise((r) => setTimeout(r, 10));
+    expect(log).toEqual(['fault start']);
+    finishFault();
+    await Promise.all([fault, spell]);
+    await next;
+    expect(log).toEqual(['fault start', 'fault end', 'quiet start', 'quiet end', 'next fault']);
   });
 });
 

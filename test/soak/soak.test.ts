@@ -1,10 +1,11 @@
 /**
  * The CI share of the soak (issue 15): `ringserve soak` for 3 minutes at 64 clients, every answer
- * form, clients that leave and read slowly, pause cycles, and a fault every 20 s (API-server
- * SIGKILL, engine SIGKILL, API-server SIGSTOP). It holds the run to what a shared 2-core CI machine
+ * form, clients that leave and read slowly, pause cycles, a fault every 15 s (API-server
+ * SIGKILL, engine SIGKILL, API-server SIGSTOP) and a quiet spell at 40 s for the first reading of
+ * memory at rest. It holds the run to what a shared 2-core CI machine
  * can hold exactly: nothing lost, nothing leaked after the drain, every fault recovered, failures
  * only of the kinds a fault causes. /health latency and the RSS slope are reported, not judged here
- * (bounds of 5 s, and a 3-minute run has no 10-minute window after warm-up): the 1-hour run on a
+ * (bounds of 5 s and 1,000,000 %/h: a minute apart, noise is all a slope can show): the 1-hour run on a
  * quiet machine judges them at the issue's 50 ms and 1 %/h.
  */
 import { spawn } from 'node:child_process';
@@ -21,11 +22,17 @@ const ARGS = [
   '--max-tokens',
   '1024',
   '--fault-every',
-  '20',
+  '15',
   '--pause-every',
   '15',
+  // A quiet spell at 40 s and memory at rest read again after the drain (ops/soak/idle-memory.ts):
+  // the slope is computed, and not judged (a minute apart, a few MB of noise is hundreds of %/h).
   '--warmup',
+  '40',
+  '--slope-window',
   '60',
+  '--max-rss-slope',
+  '1000000',
   '--answer-timeout',
   '90',
   '--health-p99-ms',
@@ -56,9 +63,11 @@ describe('soak', () => {
     expect(verdict.lost, context).toBe(0);
     expect(verdict.leaked_slots, context).toBe(0);
     expect(verdict.leaked_blocks, context).toBe(0);
-    expect(verdict.faults_injected, context).toBeGreaterThanOrEqual(6);
+    expect(verdict.faults_injected, context).toBeGreaterThanOrEqual(5);
     expect(verdict.faults_recovered, context).toBe(verdict.faults_injected);
     expect(verdict.completed, context).toBeGreaterThan(100);
+    expect(out, context).toMatch(/idle checkpoint at \d+ s/);
+    expect(typeof verdict.rss_slope_pct_per_h_max, context).toBe('number');
     expect(
       Object.keys(verdict.failed).filter((c) => !FAULT_CAUSES.has(c)),
       context,

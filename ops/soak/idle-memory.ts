@@ -1,0 +1,102 @@
+/**
+ * A process's memory at rest, for telling a leak from a working set. Under load an API server's
+ * RSS follows what it holds for the requests in flight (the output arena, the response pool, glibc's
+ * thread arenas), and in a soak with faults that load is not steady: a server takes its dead
+ * sibling's clients and keeps most of them, and the cluster completes more once the engine is no
+ * longer being killed. So the soak also measures each process at rest twice, with the same nothing
+ * in flight: once at the end of the warm-up (a quiet spell: no new requests, no faults, no pause
+ * cycles, until every request in flight has ended and the cluster has had IDLE_SETTLE_MS to give
+ * back what it holds for none) and once after the final drain. What a process kept between the two
+ * is what it will keep: a leak. verdict.ts turns the two into a slope in %/h.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { clusterProcesses } from './processes.js';
+
+/**
+ * How long a cluster with nothing in flight gets before its memory is read: the output arena gives
+ * an idle server's blocks back after 10 s (src/server/output/output-loop.ts), the malloc trimmer
+ * runs every 30 s, V8's memory reducer collects an isolate that stopped allocating within seconds.
+ */
+export const IDLE_SETTLE_MS = 45_000;
+/** Reads after the settle, 2 s apart; a process's figure is their median (one slow GC is not it). */
+const IDLE_READS = 5;
+
+/** One process's memory at rest: RSS and its private and shared-region parts, in bytes. */
+export interface IdleMemory {
+  rssBytes: number;
+  anonBytes: number;
+  shmemBytes: number;
+}
+
+/** Memory at rest of every cluster process, by `title#pid` (the soak's series keys), and when. */
+export interface IdleCheckpoint {
+  atMs: number;
+  memory: Map<string, IdleMemory>;
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+/** Waits IDLE_SETTLE_MS, then reads every process IDLE_READS times; the caller keeps the cluster idle. */
+export async function readIdleMemory(primaryPid: number): Promise<IdleCheckpoint> {
+  await sleep(IDLE_SETTLE_MS);
+  const reads = new Map<string, IdleMemory[]>();
+  for (let i = 0; i < IDLE_READS; i++) {
+    if (i > 0) await sleep(2_000);
+    for (const p of await clusterProcesses(primaryPid)) {
+      const key = `${p.title}#${p.pid}`;
+      const list = reads.get(key) ?? [];
+      list.push({ rssBytes: p.rssBytes, anonBytes: p.anonBytes, shmemBytes: p.shmemBytes });
+      reads.set(key, list);
+    }
+  }
+  const memory = new Map<string, IdleMemory>();
+  for (const [key, list] of reads) {
+    // A process that died or was born during the reads is not at rest.
+    if (list.length < IDLE_READS) continue;
+    memory.set(key, {
+      rssBytes: median(list.map((m) => m.rssBytes)),
+      anonBytes: median(list.map((m) => m.anonBytes)),
+      shmemBytes: median(list.map((m) => m.shmemBytes)),
+    });
+  }
+  return { atMs: Date.now(), memory };
+}
+
+/**
+ * The soak's disturbances (faults, pause cycles) take turns with quiet spells: an action starts only
+ * outside a quiet spell, and a quiet spell starts once the actions under way have ended.
+ */
+export class Turns {
+  #quiet: Promise<void> | null = null;
+  readonly #active = new Set<Promise<unknown>>();
+
+  /** Runs `action` once no quiet spell is on. */
+  async run<T>(action: () => Promise<T>): Promise<T> {
+    while (this.#quiet !== null) await this.#quiet;
+    const running = action();
+    this.#active.add(running);
+    try {
+      return await running;
+    } finally {
+      this.#active.delete(running);
+    }
+  }
+
+  /** Waits for the actions under way, then runs `during` with no new action starting until it ends. */
+  async quietly<T>(during: () => Promise<T>): Promise<T> {
+    let end!: () => void;
+    this.#quiet = new Promise<void>((resolve) => {
+      end = resolve;
+    });
+    try {
+      await Promise.allSettled([...this.#active]);
+      return await during();
+    } finally {
+      this.#quiet = null;
+      end();
+    }
+  }
+}
