@@ -10,7 +10,7 @@
  * is what it will keep: a leak. verdict.ts turns the two into a slope in %/h.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { clusterProcesses } from './processes.js';
+import { clusterProcesses, type ProcessInfo, processKey } from './processes.js';
 
 /**
  * How long a cluster with nothing in flight gets before its memory is read: the output arena gives
@@ -22,11 +22,7 @@ export const IDLE_SETTLE_MS = 45_000;
 const IDLE_READS = 5;
 
 /** One process's memory at rest: RSS and its private and shared-region parts, in bytes. */
-export interface IdleMemory {
-  rssBytes: number;
-  anonBytes: number;
-  shmemBytes: number;
-}
+export type IdleMemory = Pick<ProcessInfo, 'rssBytes' | 'anonBytes' | 'shmemBytes'>;
 
 /** Memory at rest of every cluster process, by `title#pid` (the soak's series keys), and when. */
 export interface IdleCheckpoint {
@@ -46,7 +42,7 @@ export async function readIdleMemory(primaryPid: number): Promise<IdleCheckpoint
   for (let i = 0; i < IDLE_READS; i++) {
     if (i > 0) await sleep(2_000);
     for (const p of await clusterProcesses(primaryPid)) {
-      const key = `${p.title}#${p.pid}`;
+      const key = processKey(p);
       const list = reads.get(key) ?? [];
       list.push({ rssBytes: p.rssBytes, anonBytes: p.anonBytes, shmemBytes: p.shmemBytes });
       reads.set(key, list);

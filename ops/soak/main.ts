@@ -22,7 +22,7 @@ import { engineKillsUntil, type Fault, FaultInjector, WITNESS_TITLE } from './fa
 import type { ProbeSample } from './health-probe.js';
 import { type IdleCheckpoint, readIdleMemory, Turns } from './idle-memory.js';
 import { parseSoakOptions, SOAK_USAGE, type SoakOptions } from './options.js';
-import { clusterProcesses } from './processes.js';
+import { clusterProcesses, processKey } from './processes.js';
 import { Traffic } from './traffic.js';
 import {
   buildVerdict,
@@ -30,6 +30,7 @@ import {
   idleSlopes,
   judgedGrowth,
   judgedProbes,
+  judgedRssSlopes,
   judgedSlopes,
   outsideSpells,
   type RssSeries,
@@ -143,7 +144,7 @@ async function soak(
     while (running) {
       const now = Date.now();
       for (const p of await clusterProcesses(cluster.pid)) {
-        const key = `${p.title}#${p.pid}`;
+        const key = processKey(p);
         let s = rss.get(key);
         if (s === undefined) {
           // The primary and the first children start with the run; a restarted child starts now.
@@ -266,7 +267,8 @@ async function soak(
     await sleep(500);
   }
   // The second idle checkpoint: the cluster at rest after the drain.
-  const lastIdle = idle.first === null ? null : await readIdleMemory(cluster.pid);
+  const rest =
+    idle.first === null ? null : { first: idle.first, last: await readIdleMemory(cluster.pid) };
   await sampler;
   probe.postMessage('stop');
   await probeDone;
@@ -275,11 +277,8 @@ async function soak(
 
   const underLoad = outsideSpells([...rss.values()], idle.spells);
   const loadSlopes = judgedSlopes(underLoad, o);
-  const restSlopes =
-    idle.first === null || lastIdle === null ? new Map() : idleSlopes(idle.first, lastIdle);
-  // A process at rest at both checkpoints is judged by what it kept; one born later under load.
-  const slopes = new Map([...loadSlopes].filter(([k]) => !restSlopes.has(k)));
-  for (const [k, v] of restSlopes) slopes.set(k, v);
+  const restSlopes = rest === null ? new Map<string, number>() : idleSlopes(rest.first, rest.last);
+  const slopes = judgedRssSlopes(loadSlopes, restSlopes);
   if (o.seriesFile !== null) {
     await writeFile(o.seriesFile, JSON.stringify({ startMs, series: [...rss.values()] }));
   }
@@ -312,9 +311,7 @@ async function soak(
     `RSS slope judged for ${slopes.size} of ${rss.size} process incarnations; ${idle.note}`,
     `  at rest, warm-up end -> after the drain (judged): ` +
       ([...restSlopes].map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ') || 'none'),
-    ...(idle.first === null || lastIdle === null ? [] : idleGrowth(idle.first, lastIdle)).map(
-      (g) => `  at rest: ${g}`,
-    ),
+    ...(rest === null ? [] : idleGrowth(rest.first, rest.last)).map((g) => `  at rest: ${g}`),
     `  under load, least squares >= ${o.slopeWindowS} s after ${o.warmupS} s warm-up (judged only where not at rest at both): ` +
       ([...loadSlopes].map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ') || 'none long enough'),
     ...judgedGrowth(underLoad, o).map((g) => `  under load: ${g}`),

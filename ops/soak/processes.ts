@@ -41,6 +41,11 @@ async function read(
   };
 }
 
+/** A process incarnation's key in the soak's samples: `title#pid` (a restart is a new key). */
+export function processKey(p: Pick<ProcessInfo, 'title' | 'pid'>): string {
+  return `${p.title}#${p.pid}`;
+}
+
 /** The primary and its direct children. */
 export async function clusterProcesses(primaryPid: number): Promise<ProcessInfo[]> {
   const out: ProcessInfo[] = [];

@@ -14,6 +14,7 @@ import type { Fault } from './faults.js';
 import type { ProbeSample } from './health-probe.js';
 import type { IdleCheckpoint } from './idle-memory.js';
 import type { SoakOptions } from './options.js';
+import type { ProcessInfo } from './processes.js';
 import type { TrafficCounts } from './traffic.js';
 
 /**
@@ -101,19 +102,39 @@ export function idleSlopes(first: IdleCheckpoint, last: IdleCheckpoint): Map<str
   return out;
 }
 
-/** "ringserve-api-0#42 RSS 300 -> 301 MB (private 250 -> 251, shared region 48 -> 48)" per process. */
+/** "ringserve-api-0#42 RSS 300.0 -> 301.0 MB (private 250.0 -> 251.0, ...)" per process at both. */
 export function idleGrowth(first: IdleCheckpoint, last: IdleCheckpoint): string[] {
-  const mb = (b: number) => (b / 1048576).toFixed(1);
   const out: string[] = [];
   for (const [key, a] of first.memory) {
     const b = last.memory.get(key);
-    if (b === undefined) continue;
-    out.push(
-      `${key} RSS ${mb(a.rssBytes)} -> ${mb(b.rssBytes)} MB ` +
-        `(private ${mb(a.anonBytes)} -> ${mb(b.anonBytes)}, shared region ${mb(a.shmemBytes)} -> ${mb(b.shmemBytes)})`,
-    );
+    if (b !== undefined) out.push(growthLine(key, a, b, 1));
   }
   return out;
+}
+
+/**
+ * The slope each process is judged by: what it kept between the checkpoints at rest if it was at
+ * both, else its least-squares slope under load (an incarnation born after the quiet spell).
+ */
+export function judgedRssSlopes(
+  underLoad: ReadonlyMap<string, number>,
+  atRest: ReadonlyMap<string, number>,
+): Map<string, number> {
+  const out = new Map([...underLoad].filter(([k]) => !atRest.has(k)));
+  for (const [k, v] of atRest) out.set(k, v);
+  return out;
+}
+
+/** RSS and the parts of it the soak tells apart, at rest or under load. */
+type MemoryParts = Pick<ProcessInfo, 'rssBytes' | 'anonBytes' | 'shmemBytes'>;
+
+/** "<key> RSS a -> b MB (private a -> b, shared region a -> b)", in MB with `digits` decimals. */
+function growthLine(key: string, a: MemoryParts, b: MemoryParts, digits: number): string {
+  const mb = (bytes: number) => (bytes / 1048576).toFixed(digits);
+  return (
+    `${key} RSS ${mb(a.rssBytes)} -> ${mb(b.rssBytes)} MB ` +
+    `(private ${mb(a.anonBytes)} -> ${mb(b.anonBytes)}, shared region ${mb(a.shmemBytes)} -> ${mb(b.shmemBytes)})`
+  );
 }
 
 /** Slopes of the series with at least `slopeWindowS` seconds after their warm-up, by key. */
@@ -131,17 +152,12 @@ export function judgedSlopes(series: readonly RssSeries[], o: SoakOptions): Map<
  * "ringserve-api-1#42 RSS 210 -> 236 MB (private 150 -> 151, shared region 52 -> 77)".
  */
 export function judgedGrowth(series: readonly RssSeries[], o: SoakOptions): string[] {
-  const mb = (b: number) => (b / 1048576).toFixed(0);
   const out: string[] = [];
   for (const s of series) {
     const from = judgedFrom(s, o);
     if (from === null) continue;
-    const last = s.points.length - 1;
-    const [a, b] = [s.parts[from]!, s.parts[last]!];
-    out.push(
-      `${s.key} RSS ${mb(s.points[from]![1])} -> ${mb(s.points[last]![1])} MB ` +
-        `(private ${mb(a.anonBytes)} -> ${mb(b.anonBytes)}, shared region ${mb(a.shmemBytes)} -> ${mb(b.shmemBytes)})`,
-    );
+    const at = (i: number): MemoryParts => ({ rssBytes: s.points[i]![1], ...s.parts[i]! });
+    out.push(growthLine(s.key, at(from), at(s.points.length - 1), 0));
   }
   return out;
 }
