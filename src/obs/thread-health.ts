@@ -4,15 +4,15 @@
  * thread's: process.memoryUsage().heapUsed and perf_hooks' GC entries describe the calling isolate
  * alone, and the output worker and the packers are isolates of their own.
  *
- * A worker thread observes its GC with v8.GCProfiler, not a perf_hooks PerformanceObserver: Node
- * delivers each 'gc' entry through the thread's event loop (node_perf.cc queues it as a native
- * immediate), and the output worker's loop never turns while it runs (output-loop.ts), so an
- * observer there would see nothing and queue every entry until the thread ends. GCProfiler records
- * in V8's GC callbacks and is harvested synchronously at each publish. Its `cost` is the time
- * between the prologue and the epilogue callback, as perf_hooks' duration is. The main thread's
- * entry is written by its ProcessHealth from the observer it already runs.
+ * A worker thread's GC pauses go straight into its entry from V8's GC callbacks (the addon's
+ * watchGc), as each one ends: perf_hooks delivers 'gc' entries through the thread's event loop,
+ * which the output worker's never turns (output-loop.ts), and v8.GCProfiler cannot be restarted
+ * once stopped while its callbacks stay registered, appending every later GC's heap statistics to
+ * a string nothing reads: harvesting it on a timer counted the first 100 ms of GCs only, and leaked
+ * megabytes a second in a thread that scavenges often. The main thread's entry is written by its
+ * ProcessHealth from the perf_hooks observer it already runs.
  */
-import { GCProfiler, type GCProfilerResult, getHeapStatistics } from 'node:v8';
+import { getHeapStatistics } from 'node:v8';
 import {
   TH_GC_COUNT,
   TH_GC_MAX,
@@ -24,6 +24,7 @@ import {
   THREAD_MAIN,
   THREAD_OUTPUT,
 } from '../shm/layout.js';
+import { shmAddon } from '../shm/native.js';
 
 export const THREAD_PUBLISH_MS = 100;
 
@@ -57,6 +58,12 @@ export class ThreadHealthEntry {
     this.#slots[this.#base + TH_GC_MAX] = 0;
   }
 
+  /** From now on the calling thread's GC pauses reach the entry as they end (see above). */
+  watchGc(): void {
+    const b = this.#base;
+    shmAddon().watchGc(this.#slots, b + TH_GC_SECONDS, b + TH_GC_COUNT, b + TH_GC_MAX);
+  }
+
   recordGc(seconds: number): void {
     const s = this.#slots;
     const b = this.#base;
@@ -72,13 +79,12 @@ export class ThreadHealthEntry {
 }
 
 /**
- * A worker thread's publisher: harvests its GCProfiler and reads its isolate's heap at each
- * publish. A thread whose event loop runs publishes on a timer (start(intervalMs)); one whose loop
- * never turns calls publishIfDue() from its own loop.
+ * A worker thread's publisher: its GC pauses reach the entry as they end (watchGc), its isolate's
+ * heap at each publish. A thread whose event loop runs publishes on a timer (start(intervalMs));
+ * one whose loop never turns calls publishIfDue() from its own loop.
  */
 export class WorkerThreadHealth {
   readonly #entry: ThreadHealthEntry;
-  readonly #profiler = new GCProfiler();
   #timer: NodeJS.Timeout | null = null;
   #lastMs = 0;
 
@@ -86,10 +92,10 @@ export class WorkerThreadHealth {
     this.#entry = entry;
   }
 
-  /** Starts observing and publishes once; with `intervalMs`, then again on a timer. */
+  /** Starts watching GC and publishes once; with `intervalMs`, then again on a timer. */
   start(intervalMs?: number): void {
     this.#entry.begin();
-    this.#profiler.start();
+    this.#entry.watchGc();
     this.publish();
     if (intervalMs === undefined) return;
     this.#timer = setInterval(() => this.publish(), intervalMs);
@@ -104,17 +110,12 @@ export class WorkerThreadHealth {
   }
 
   publish(): void {
-    // stop() returns the GCs since start(); a GC between the two calls is the only one missed.
-    // (undefined if it was not started).
-    const harvest: GCProfilerResult | undefined = this.#profiler.stop();
-    this.#profiler.start();
-    for (const gc of harvest?.statistics ?? []) this.#entry.recordGc(gc.cost / 1e6); // µs
     this.#entry.publish(getHeapStatistics().used_heap_size);
   }
 
   stop(): void {
     if (this.#timer !== null) clearInterval(this.#timer);
     this.#timer = null;
-    this.#profiler.stop();
+    shmAddon().unwatchGc();
   }
 }

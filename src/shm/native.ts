@@ -62,6 +62,14 @@ export interface ShmAddon {
    * it is made. Pass it to worker_threads.markAsUntransferable: a transfer would detach it.
    */
   arrayBufferOf(sab: SharedArrayBuffer): ArrayBuffer;
+  /**
+   * From now on each GC pause of the calling thread's isolate, as it ends, adds its seconds to
+   * `f64[secondsIndex]`, 1 to `f64[countIndex]`, and raises `f64[maxIndex]` to the longest (V8's
+   * GC callbacks; nothing allocated per GC). Another call retargets; the thread's exit ends it.
+   */
+  watchGc(f64: Float64Array, secondsIndex: number, countIndex: number, maxIndex: number): void;
+  /** Ends the calling thread's watchGc; false if it had none. */
+  unwatchGc(): boolean;
 }
 
 const ADDON_RELATIVE_PATH = join('build', 'Release', 'ringserve_shm.node');

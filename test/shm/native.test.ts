@@ -129,6 +129,36 @@ describe('native addon', () => {
     for (const code of thrown) expect(registered).toContain(code);
   });
 
+  it('watchGc adds each GC pause of this thread into the given slots until unwatchGc', () => {
+    const slots = new Float64Array(new SharedArrayBuffer(8 * 8));
+    expect(() => addon.watchGc(slots, 0, 1, 8)).toThrow(/^RS_ERR_SHM_BAD_ARGUMENT: index outside/);
+    expect(() => addon.watchGc(slots, -1, 1, 2)).toThrow(/^RS_ERR_SHM_BAD_ARGUMENT: expected/);
+    expect(() =>
+      (addon.watchGc as unknown as (...a: unknown[]) => void)(new Float32Array(8), 0, 1, 2),
+    ).toThrow(/^RS_ERR_SHM_BAD_ARGUMENT/);
+    const garbage = () => {
+      let kept: object[] = [];
+      for (let i = 0; i < 1_000_000; i++) {
+        kept.push({ i });
+        if (kept.length > 50_000) kept = [];
+      }
+      return kept.length;
+    };
+    slots[4] = 1; // a total carried over from a predecessor
+    addon.watchGc(slots.subarray(4), 0, 1, 2);
+    garbage();
+    const [seconds, count, longest] = [slots[4]!, slots[5]!, slots[6]!];
+    expect(count).toBeGreaterThan(0);
+    expect(seconds).toBeGreaterThan(1);
+    expect(longest).toBeGreaterThan(0);
+    expect(longest).toBeLessThanOrEqual(seconds - 1);
+    expect(slots.subarray(0, 4).every((v) => v === 0)).toBe(true);
+    expect(addon.unwatchGc()).toBe(true);
+    garbage();
+    expect(slots[5]).toBe(count);
+    expect(addon.unwatchGc()).toBe(false);
+  });
+
   it('futexWake reaches a waiter in another process', async () => {
     const { name, sab } = create(4096);
     const words = new Int32Array(sab);

@@ -734,6 +734,125 @@ void Register(Local<Context> context, Local<Object> exports) {
 }  // namespace thread_and_memory
 // ---- end of thread scheduling and releasable memory ---------------------------------------------
 
+// ---- GC pauses of a thread ----------------------------------------------------------------------
+// watchGc(f64, secondsIndex, countIndex, maxIndex): from now on every GC pause of the calling
+// thread's isolate is added where the thread-health table keeps it (f64[secondsIndex] += pause,
+// f64[countIndex] += 1, f64[maxIndex] = the longest), from V8's GC prologue and epilogue callbacks,
+// as it happens. A worker thread has no other way that lasts: perf_hooks delivers its 'gc' entries
+// through the thread's event loop, which the output worker's never turns, and v8.GCProfiler cannot
+// be restarted once stopped (Node 20-24) while its callbacks stay registered, writing every later
+// GC's heap statistics into a string nothing ever reads (a leak of megabytes a second in a thread
+// that scavenges often). Here nothing is allocated per GC: two clock reads and three stores. A
+// second call retargets the watch; unwatchGc() ends it, and so does the thread's exit.
+namespace gc_watch {
+
+struct Watch {
+  Isolate* isolate;
+  std::shared_ptr<v8::BackingStore> store;  // keeps the table's memory mapped while we write it
+  double* seconds;
+  double* count;
+  double* longest;
+  std::chrono::steady_clock::time_point began;
+  int depth;  // V8 may nest a GC's callbacks (a weak callback's GC inside another)
+};
+
+std::mutex watches_mutex;
+std::map<Isolate*, Watch*>& Watches() {
+  static std::map<Isolate*, Watch*> watches;
+  return watches;
+}
+
+void Prologue(Isolate* /*isolate*/, v8::GCType /*type*/, v8::GCCallbackFlags /*flags*/, void* data) {
+  auto* w = static_cast<Watch*>(data);
+  if (w->depth++ == 0) w->began = std::chrono::steady_clock::now();
+}
+
+void Epilogue(Isolate* /*isolate*/, v8::GCType /*type*/, v8::GCCallbackFlags /*flags*/, void* data) {
+  auto* w = static_cast<Watch*>(data);
+  if (w->depth == 0 || --w->depth != 0) return;  // watching began inside this GC, or a nested one
+  double pause = std::chrono::duration<double>(std::chrono::steady_clock::now() - w->began).count();
+  *w->seconds += pause;
+  *w->count += 1;
+  if (pause > *w->longest) *w->longest = pause;
+}
+
+void Stop(void* data) {
+  auto* w = static_cast<Watch*>(data);
+  w->isolate->RemoveGCPrologueCallback(Prologue, w);
+  w->isolate->RemoveGCEpilogueCallback(Epilogue, w);
+  {
+    std::lock_guard<std::mutex> lock(watches_mutex);
+    Watches().erase(w->isolate);
+  }
+  delete w;
+}
+
+void WatchGc(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  if (info.Length() < 4 || !info[0]->IsFloat64Array() || !info[1]->IsUint32() ||
+      !info[2]->IsUint32() || !info[3]->IsUint32()) {
+    ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT",
+               "expected (Float64Array, secondsIndex, countIndex, maxIndex)", 0);
+    return;
+  }
+  Local<v8::Float64Array> array = info[0].As<v8::Float64Array>();
+  size_t length = array->Length();
+  uint32_t at[3];
+  for (int k = 0; k < 3; k++) {
+    at[k] = info[k + 1].As<v8::Uint32>()->Value();
+    if (at[k] >= length) {
+      ThrowCoded(isolate, "RS_ERR_SHM_BAD_ARGUMENT", "index outside the Float64Array", 0);
+      return;
+    }
+  }
+  std::shared_ptr<v8::BackingStore> store = array->Buffer()->GetBackingStore();
+  auto* base = reinterpret_cast<double*>(static_cast<uint8_t*>(store->Data()) + array->ByteOffset());
+  Watch* w;
+  {
+    std::lock_guard<std::mutex> lock(watches_mutex);
+    auto it = Watches().find(isolate);
+    w = it == Watches().end() ? nullptr : it->second;
+  }
+  bool fresh = w == nullptr;
+  if (fresh) w = new Watch{isolate, nullptr, nullptr, nullptr, nullptr, {}, 0};
+  w->store = std::move(store);
+  w->seconds = base + at[0];
+  w->count = base + at[1];
+  w->longest = base + at[2];
+  if (!fresh) return;
+  {
+    std::lock_guard<std::mutex> lock(watches_mutex);
+    Watches()[isolate] = w;
+  }
+  isolate->AddGCPrologueCallback(Prologue, w);
+  isolate->AddGCEpilogueCallback(Epilogue, w);
+  node::AddEnvironmentCleanupHook(isolate, Stop, w);
+}
+
+// unwatchGc() -> true if the calling thread's isolate had a watch (now ended).
+void UnwatchGc(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  Watch* w = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(watches_mutex);
+    auto it = Watches().find(isolate);
+    if (it != Watches().end()) w = it->second;
+  }
+  if (w != nullptr) {
+    node::RemoveEnvironmentCleanupHook(isolate, Stop, w);
+    Stop(w);
+  }
+  info.GetReturnValue().Set(w != nullptr);
+}
+
+void Register(Local<Context> context, Local<Object> exports) {
+  Export(context, exports, "watchGc", WatchGc);
+  Export(context, exports, "unwatchGc", UnwatchGc);
+}
+
+}  // namespace gc_watch
+// ---- end of GC pauses of a thread ---------------------------------------------------------------
+
 }  // namespace ringserve_shm
 
 // Context-aware: every Node environment (main thread, each worker thread) gets its own exports.
@@ -744,5 +863,6 @@ NODE_MODULE_INIT(/* exports, module, context */) {
       ringserve_shm::Export(context, exports, "futexWait", ringserve_shm::FutexWait) &&
       ringserve_shm::Export(context, exports, "futexWake", ringserve_shm::FutexWake)) {
     ringserve_shm::thread_and_memory::Register(context, exports);
+    ringserve_shm::gc_watch::Register(context, exports);
   }
 }
