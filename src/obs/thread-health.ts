@@ -6,11 +6,11 @@
  *
  * A worker thread's GC pauses go straight into its entry from V8's GC callbacks (the addon's
  * watchGc), as each one ends: perf_hooks delivers 'gc' entries through the thread's event loop,
- * which the output worker's never turns (output-loop.ts), and v8.GCProfiler cannot be restarted
- * once stopped while its callbacks stay registered, appending every later GC's heap statistics to
- * a string nothing reads: harvesting it on a timer counted the first 100 ms of GCs only, and leaked
- * megabytes a second in a thread that scavenges often. The main thread's entry is written by its
- * ProcessHealth from the perf_hooks observer it already runs.
+ * which the output worker's never turns (output-loop.ts), and a v8.GCProfiler stopped and
+ * restarted on a timer to harvest it keeps what its GC callbacks wrote (Node 20.20: 600 cycles over
+ * 1,500 scavenges left ~2 GB of RSS; an API server's busiest worker grew 3-5 MB/s in the soak).
+ * The main thread's entry is written by its ProcessHealth from the perf_hooks observer it already
+ * runs.
  */
 import { getHeapStatistics } from 'node:v8';
 import {

@@ -146,7 +146,6 @@ describe('threads of an API server', () => {
   });
 
   it('a worker keeps counting its GCs long after its first publishes', async () => {
-    // v8.GCProfiler, harvested on a timer, counted the first 100 ms only: it cannot restart.
     const region = fakeRegion();
     shareThreadHealth({ sab: region.sab, entries: region.entries, claim: region.claim });
     const entry = region.entries + THREAD_FIRST_PACKER * THREAD_STRIDE;

@@ -739,11 +739,11 @@ void Register(Local<Context> context, Local<Object> exports) {
 // thread's isolate is added where the thread-health table keeps it (f64[secondsIndex] += pause,
 // f64[countIndex] += 1, f64[maxIndex] = the longest), from V8's GC prologue and epilogue callbacks,
 // as it happens. A worker thread has no other way that lasts: perf_hooks delivers its 'gc' entries
-// through the thread's event loop, which the output worker's never turns, and v8.GCProfiler cannot
-// be restarted once stopped (Node 20-24) while its callbacks stay registered, writing every later
-// GC's heap statistics into a string nothing ever reads (a leak of megabytes a second in a thread
-// that scavenges often). Here nothing is allocated per GC: two clock reads and three stores. A
-// second call retargets the watch; unwatchGc() ends it, and so does the thread's exit.
+// through the thread's event loop, which the output worker's never turns, and a v8.GCProfiler
+// stopped and restarted on a timer to harvest it keeps what its GC callbacks wrote (heap
+// statistics as JSON, before and after each GC): megabytes a second in a thread that scavenges
+// often. Here nothing is allocated per GC: two clock reads and three stores. A second call
+// retargets the watch; unwatchGc() ends it, and so does the thread's exit.
 namespace gc_watch {
 
 struct Watch {
