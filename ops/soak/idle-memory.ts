@@ -10,7 +10,7 @@
  * is what it will keep: a leak. verdict.ts turns the two into a slope in %/h.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { clusterProcesses, type ProcessInfo, processKey } from './processes.js';
+import { clusterProcesses, type MemoryParts, processKey } from './processes.js';
 
 /**
  * How long a cluster with nothing in flight gets before its memory is read: the output arena gives
@@ -22,7 +22,7 @@ export const IDLE_SETTLE_MS = 45_000;
 const IDLE_READS = 5;
 
 /** One process's memory at rest: RSS and its private and shared-region parts, in bytes. */
-export type IdleMemory = Pick<ProcessInfo, 'rssBytes' | 'anonBytes' | 'shmemBytes'>;
+export type IdleMemory = MemoryParts;
 
 /** Memory at rest of every cluster process, by `title#pid` (the soak's series keys), and when. */
 export interface IdleCheckpoint {

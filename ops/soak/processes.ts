@@ -41,6 +41,9 @@ async function read(
   };
 }
 
+/** RSS and the parts of it the soak tells apart (at rest, under load). */
+export type MemoryParts = Pick<ProcessInfo, 'rssBytes' | 'anonBytes' | 'shmemBytes'>;
+
 /** A process incarnation's key in the soak's samples: `title#pid` (a restart is a new key). */
 export function processKey(p: Pick<ProcessInfo, 'title' | 'pid'>): string {
   return `${p.title}#${p.pid}`;

@@ -14,7 +14,7 @@ import type { Fault } from './faults.js';
 import type { ProbeSample } from './health-probe.js';
 import type { IdleCheckpoint } from './idle-memory.js';
 import type { SoakOptions } from './options.js';
-import type { ProcessInfo } from './processes.js';
+import type { MemoryParts } from './processes.js';
 import type { TrafficCounts } from './traffic.js';
 
 /**
@@ -124,9 +124,6 @@ export function judgedRssSlopes(
   for (const [k, v] of atRest) out.set(k, v);
   return out;
 }
-
-/** RSS and the parts of it the soak tells apart, at rest or under load. */
-type MemoryParts = Pick<ProcessInfo, 'rssBytes' | 'anonBytes' | 'shmemBytes'>;
 
 /** "<key> RSS a -> b MB (private a -> b, shared region a -> b)", in MB with `digits` decimals. */
 function growthLine(key: string, a: MemoryParts, b: MemoryParts, digits: number): string {

@@ -807,23 +807,21 @@ void WatchGc(const FunctionCallbackInfo<Value>& info) {
   }
   std::shared_ptr<v8::BackingStore> store = array->Buffer()->GetBackingStore();
   auto* base = reinterpret_cast<double*>(static_cast<uint8_t*>(store->Data()) + array->ByteOffset());
+  bool fresh;
   Watch* w;
   {
     std::lock_guard<std::mutex> lock(watches_mutex);
-    auto it = Watches().find(isolate);
-    w = it == Watches().end() ? nullptr : it->second;
+    Watch*& entry = Watches()[isolate];
+    fresh = entry == nullptr;
+    if (fresh) entry = new Watch{isolate, nullptr, nullptr, nullptr, nullptr, {}, 0};
+    w = entry;
   }
-  bool fresh = w == nullptr;
-  if (fresh) w = new Watch{isolate, nullptr, nullptr, nullptr, nullptr, {}, 0};
+  // Only this isolate's thread reaches its watch, and no GC runs while JS does: no lock needed.
   w->store = std::move(store);
   w->seconds = base + at[0];
   w->count = base + at[1];
   w->longest = base + at[2];
   if (!fresh) return;
-  {
-    std::lock_guard<std::mutex> lock(watches_mutex);
-    Watches()[isolate] = w;
-  }
   isolate->AddGCPrologueCallback(Prologue, w);
   isolate->AddGCEpilogueCallback(Epilogue, w);
   node::AddEnvironmentCleanupHook(isolate, Stop, w);
