@@ -6,11 +6,12 @@
  * (response-tail.ts). A few whole bodies are written to disk for the client-parse measurement,
  * which the benchmark makes afterwards on a quiet machine.
  */
+import { readdirSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
+import { getPriority, setPriority } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
-import { lowerThisThread } from '../../src/shm/thread-priority.js';
 import { serveChild } from './child.js';
 import { requestBody, requestLength } from './load-plan.js';
 import type { LoadProgress, LoadResult, LoadSpec } from './messages.js';
@@ -25,10 +26,27 @@ const SAMPLE_STRIDE = 3;
 /**
  * The generator shares the machine's cores with the cluster it loads, as a trainer's rollout
  * workers would not: it runs below the API servers' main threads (as their output workers and
- * packers do) so it does not delay the /health answers the probe times. The probe keeps normal
- * priority. RINGSERVE_BENCH_LOAD_NICE=0 runs it at the cluster's priority.
+ * packers do) so it does not delay the /health answers the probe times. Every thread of it: V8's
+ * GC and compiler threads and libuv's pool start with the process and would stay at the cluster's
+ * priority (a scheduler trace showed them running while a /health answer waited for a core);
+ * threads made later inherit the main thread's. The probe keeps normal priority.
+ * RINGSERVE_BENCH_LOAD_NICE=0 runs it at the cluster's priority.
  */
 const LOAD_NICE = Number(process.env.RINGSERVE_BENCH_LOAD_NICE ?? 10);
+
+/** Adds `nice` to every thread of this process (Linux: a thread id is a valid setpriority target). */
+function lowerEveryThread(nice: number): void {
+  if (nice <= 0) return;
+  const tids = process.platform === 'linux' ? readdirSync('/proc/self/task').map(Number) : [0];
+  for (const tid of tids) {
+    try {
+      setPriority(tid, Math.min(19, getPriority(tid) + nice));
+    } catch (error) {
+      // A thread that ended since the listing is not lowered; anything else is a real refusal.
+      if ((error as { info?: { code?: string } }).info?.code !== 'ESRCH') throw error;
+    }
+  }
+}
 
 class LoadGenerator {
   readonly #spec: LoadSpec;
@@ -179,7 +197,7 @@ let generator: LoadGenerator | null = null;
 serveChild<LoadSpec, LoadResult>({
   start(spec, progress) {
     process.title = 'ringserve-bench-load';
-    lowerThisThread({ nice: LOAD_NICE, policy: 'other' });
+    lowerEveryThread(LOAD_NICE);
     generator = new LoadGenerator(spec);
     generator.start(progress);
   },

@@ -1,8 +1,8 @@
 import type { MetricsSnapshot } from './prom-text.js';
 
 /**
- * The IPC messages between a benchmark and the processes it forks: the load generator and the
- * probe. They are few per second (start, progress, stop, result), never one per request.
+ * The IPC messages between a benchmark and the processes it forks: the load generator, the probe
+ * and the floor server. They are few per second (start, progress, stop, result), never one per request.
  */
 
 /** The load a generator applies: closed loop, `concurrency` requests always in flight. */
@@ -44,7 +44,19 @@ export interface ProbeSpec {
    * scrape (a count that does not depend on which output path the API servers run); null: none.
    */
   regionName: string | null;
+  /** The floor server (floor-server.ts), probed like /health and out of phase with it; null: none. */
+  floorUrl: string | null;
 }
+
+/** The floor server takes no settings: it listens on an ephemeral loopback port. */
+export type FloorSpec = Record<string, never>;
+
+/** Sent once, when the floor server listens. */
+export interface FloorProgress {
+  url: string;
+}
+
+export type FloorResult = Record<string, never>;
 
 export interface LoadProgress {
   done: number;
@@ -83,6 +95,10 @@ export interface ProbeResult {
   healthAtMs: number[];
   healthMs: number[];
   healthStatus: number[];
+  /** The same for the floor server's /health (empty without one). */
+  floorAtMs: number[];
+  floorMs: number[];
+  floorStatus: number[];
   /** Per completed scrape, in order. */
   metrics: MetricsSnapshot[];
   /** The engine's generated-token counter (engine stats block), read at each scrape. */
@@ -110,12 +126,12 @@ export interface ProbeResult {
 
 /** 'load-done' (to the probe, after its 'stop'): the load generator's requests have all ended. */
 export type ParentMessage =
-  | { type: 'start'; spec: LoadSpec | ProbeSpec }
+  | { type: 'start'; spec: LoadSpec | ProbeSpec | FloorSpec }
   | { type: 'stop' }
   | { type: 'load-done' };
 
 export type ChildMessage =
   | { type: 'ready' }
-  | { type: 'progress'; progress: LoadProgress | ProbeProgress }
-  | { type: 'result'; result: LoadResult | ProbeResult }
+  | { type: 'progress'; progress: LoadProgress | ProbeProgress | FloorProgress }
+  | { type: 'result'; result: LoadResult | ProbeResult | FloorResult }
   | { type: 'failed'; message: string };

@@ -10,6 +10,8 @@
  *   answer that arrived with it, so the probe's own work showed as server latency.
  * - every cycleEveryMs (a quarter of a health period out of phase): POST /pause, POST
  *   /update_weights {"weight_dir": null}, POST /resume, each timed, and the cycle as a whole.
+ * - GET /health of the floor server (floor-server.ts), if there is one, every healthEveryMs three
+ *   quarters of a period out of phase: the same probe of a process with nothing else to do.
  * - after the load: one more scrape once the generator's requests are done, the servers have none
  *   in flight and 13 s have passed (the memory a server keeps once its load is gone).
  * Every call is bounded by callTimeoutMs; a probe that reaches the bound is recorded at it.
@@ -43,10 +45,14 @@ class Probe {
   /** Health probes and control calls use their own connections, so neither queues behind the other. */
   readonly #healthPool: Pool;
   readonly #controlPool: Pool;
+  readonly #floorPool: Pool | null;
   readonly #result: ProbeResult = {
     healthAtMs: [],
     healthMs: [],
     healthStatus: [],
+    floorAtMs: [],
+    floorMs: [],
+    floorStatus: [],
     metrics: [],
     engineTokensAtMs: [],
     engineTokens: [],
@@ -81,6 +87,8 @@ class Probe {
     const options = { headersTimeout: spec.callTimeoutMs, bodyTimeout: spec.callTimeoutMs };
     this.#healthPool = new Pool(spec.url, { connections: 64, ...options });
     this.#controlPool = new Pool(spec.url, { connections: 4, ...options });
+    this.#floorPool =
+      spec.floorUrl === null ? null : new Pool(spec.floorUrl, { connections: 64, ...options });
   }
 
   start(progress: (p: ProbeProgress) => void): void {
@@ -91,9 +99,19 @@ class Probe {
     // Three clocks, as a router, a Prometheus server and a trainer would be: a scrape or a control
     // cycle never falls due in the same millisecond as a health probe (on one phase, every scrape
     // landed on a probe, whose answer then waited behind the scrape's in the server's socket
-    // writes and in this process: 1 probe in 20, systematically, which no deployment sees).
+    // writes and in this process: 1 probe in 20, systematically, which no deployment sees). The
+    // floor's probes keep a fourth phase, clear of the other three.
     const { healthEveryMs } = spec;
     this.#every(healthEveryMs, (dueAtMs) => this.#health(dueAtMs));
+    const floor = this.#floorPool;
+    if (floor !== null) {
+      const r = this.#result;
+      const times = { atMs: r.floorAtMs, ms: r.floorMs, status: r.floorStatus };
+      const probeFloor = async (dueAtMs: number): Promise<void> => {
+        await this.#time(floor, dueAtMs, times);
+      };
+      this.#every(healthEveryMs, probeFloor, false, (healthEveryMs * 3) / 4);
+    }
     this.#every(spec.metricsEveryMs, () => this.#metrics(), false, healthEveryMs / 2);
     if (spec.cycleEveryMs > 0)
       this.#every(spec.cycleEveryMs, () => this.#cycle(), true, healthEveryMs / 4);
@@ -119,7 +137,11 @@ class Probe {
     await Promise.all(this.#pending);
     this.#parseScrapes();
     await this.#drainScrape();
-    await Promise.all([this.#healthPool.destroy(), this.#controlPool.destroy()]);
+    await Promise.all([
+      this.#healthPool.destroy(),
+      this.#controlPool.destroy(),
+      this.#floorPool?.destroy(),
+    ]);
     return this.#result;
   }
 
@@ -189,25 +211,39 @@ class Probe {
   }
 
   async #health(dueAtMs: number): Promise<void> {
+    const r = this.#result;
+    const ms = await this.#time(this.#healthPool, dueAtMs, {
+      atMs: r.healthAtMs,
+      ms: r.healthMs,
+      status: r.healthStatus,
+    });
+    this.#healthLastMs = ms;
+    this.#healthMaxMs = Math.max(this.#healthMaxMs, ms);
+  }
+
+  /** One GET /health on `pool`, recorded into `into`; answers its latency. */
+  async #time(
+    pool: Pool,
+    dueAtMs: number,
+    into: { atMs: number[]; ms: number[]; status: number[] },
+  ): Promise<number> {
     // Latency counts from when the probe was due, so a late send counts against it (conservative:
     // on a shared machine it is contention either way), or from when it was sent if the timer fired
     // a fraction of a millisecond early.
     const from = Math.min(dueAtMs, nowMs());
     let status = NO_ANSWER;
     try {
-      const res = await this.#healthPool.request({ path: '/health', method: 'GET' });
+      const res = await pool.request({ path: '/health', method: 'GET' });
       await res.body.dump();
       status = res.statusCode;
     } catch {
       // recorded below as NO_ANSWER at the latency it took (the bound, for a timeout)
     }
     const ms = nowMs() - from;
-    const r = this.#result;
-    r.healthAtMs.push(dueAtMs);
-    r.healthMs.push(ms);
-    r.healthStatus.push(status);
-    this.#healthLastMs = ms;
-    this.#healthMaxMs = Math.max(this.#healthMaxMs, ms);
+    into.atMs.push(dueAtMs);
+    into.ms.push(ms);
+    into.status.push(status);
+    return ms;
   }
 
   async #metrics(): Promise<void> {

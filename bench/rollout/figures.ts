@@ -29,6 +29,13 @@ export interface ArmFigures {
   health_p50_ms: number | null;
   health_p99_ms: number | null;
   health_max_ms: number | null;
+  /**
+   * The same probe of the floor server (loadtest/floor-server.ts), a bare node:http process with no
+   * work of its own, under the same load: the /health latency the machine itself gives.
+   */
+  floor_health_p50_ms: number | null;
+  floor_health_p99_ms: number | null;
+  floor_health_max_ms: number | null;
   update_cycle_p99_ms: number | null;
   resp_bytes_per_token: number | null;
   client_parse_ms_mean: number | null;
@@ -71,6 +78,8 @@ interface Window {
   startMs: number;
   healthMs: number[];
   healthStatus: number[];
+  floorMs: number[];
+  floorStatus: number[];
   cycleMs: number[];
   /** Scrapes with per-server figures, from the one at the window's start to the last. */
   snaps: MetricsSnapshot[];
@@ -82,6 +91,7 @@ function windowOf(run: ArmRun): Window {
   const startMs = run.windowStartMs;
   const p = run.probe;
   const healthIdx = p.healthAtMs.flatMap((at, i) => (at >= startMs ? [i] : []));
+  const floorIdx = p.floorAtMs.flatMap((at, i) => (at >= startMs ? [i] : []));
   const cycleIdx = p.cycleAtMs.flatMap((at, i) => (at >= startMs ? [i] : []));
   const doneIdx = run.load.finishedAtMs.flatMap((at, i) => (at >= startMs ? [i] : []));
   // The scrape due at the window's start may land a little before it.
@@ -90,6 +100,8 @@ function windowOf(run: ArmRun): Window {
     startMs,
     healthMs: healthIdx.map((i) => p.healthMs[i] as number),
     healthStatus: healthIdx.map((i) => p.healthStatus[i] as number),
+    floorMs: floorIdx.map((i) => p.floorMs[i] as number),
+    floorStatus: floorIdx.map((i) => p.floorStatus[i] as number),
     cycleMs: cycleIdx.map((i) => p.cycleMs[i] as number),
     snaps: p.metrics.filter(
       (s) => s.atMs >= fromMs && s.servers.some((f) => f.heapUsedBytes !== null),
@@ -278,6 +290,10 @@ function runNotes(run: ArmRun, w: Window, m: Partial<ArmFigures>): string[] {
       `${failed} of ${w.healthStatus.length} /health probes got no 200 (no answer or an error)`,
     );
   }
+  const floorFailed = w.floorStatus.filter((s) => s !== 200).length;
+  if (floorFailed > 0) {
+    notes.push(`${floorFailed} of ${w.floorStatus.length} floor /health probes got no 200`);
+  }
   if (m.gc_pct_wall === undefined) {
     const why = probe.metricsFailureSample === null ? '' : `: ${probe.metricsFailureSample}`;
     notes.push(`no per-server /metrics figures (${probe.metricsFailures} failed scrapes${why})`);
@@ -312,6 +328,9 @@ export function armFigures(run: ArmRun): ArmFigures {
     health_p50_ms: percentile(w.healthMs, 50),
     health_p99_ms: percentile(w.healthMs, 99),
     health_max_ms: max(w.healthMs),
+    floor_health_p50_ms: percentile(w.floorMs, 50),
+    floor_health_p99_ms: percentile(w.floorMs, 99),
+    floor_health_max_ms: max(w.floorMs),
     update_cycle_p99_ms: percentile(w.cycleMs, 99),
     resp_bytes_per_token: tokens > 0 ? bytes / tokens : null,
     client_parse_ms_mean: mean(run.clientParseMs),

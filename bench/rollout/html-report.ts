@@ -36,6 +36,7 @@ const BAR_FIGURES: readonly [keyof ArmFigures, string, string][] = [
   ['eld_max_ms', 'event-loop delay max', 'ms'],
   ['health_p99_ms', '/health p99', 'ms'],
   ['health_max_ms', '/health max', 'ms'],
+  ['floor_health_p99_ms', '/health p99 of a bare node:http server, same load (the floor)', 'ms'],
   ['update_cycle_p99_ms', 'pause -> update_weights -> resume p99', 'ms'],
   ['resp_bytes_per_token', 'response bytes per token', 'B'],
   ['client_parse_ms_mean', 'client parse per response', 'ms'],

@@ -34,9 +34,10 @@ function setupLines(o: RolloutOptions): string[] {
       `responses log-normal mean ${p.meanTokens} tokens (sigma ${p.sigma}, ignore_eos), ${p.armSeconds} s per arm`,
     `engine: simulated ${p.model}, ${engine}; sampling temperature 1.0, top_p 0.97, top_k 512, logprobs 0`,
     `probes (own process): /health every ${HEALTH_EVERY_MS} ms, /metrics every ${METRICS_EVERY_MS} ms, ` +
-      `pause -> update_weights -> resume every ${CYCLE_EVERY_MS / 1000} s`,
+      `pause -> update_weights -> resume every ${CYCLE_EVERY_MS / 1000} s; /health of a bare node:http ` +
+      'server too (the floor)',
     `machine: ${availableParallelism()} cores (${cpus()[0]?.model.trim() ?? 'unknown cpu'}), Node ${process.version}; ` +
-      'load generator and probes share these cores with the cluster',
+      'load generator, probes and floor server share these cores with the cluster',
   ];
 }
 

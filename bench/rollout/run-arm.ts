@@ -6,6 +6,7 @@ import { BenchChild } from '../loadtest/child.js';
 import { type BenchCluster, type ClusterEvents, startCluster } from '../loadtest/cluster.js';
 import { RS_ERR_BENCH_CHILD_FAILED } from '../loadtest/errors.js';
 import type {
+  FloorProgress,
   LoadProgress,
   LoadResult,
   LoadSpec,
@@ -18,7 +19,8 @@ import { measureClientParse } from './client-parse.js';
 import type { RolloutOptions } from './options.js';
 
 /**
- * One arm: a fresh cluster, a load generator and a probe (each its own process), `armSeconds` of
+ * One arm: a fresh cluster, a load generator, a probe and a floor server (each its own process;
+ * floor-server.ts says what the floor is for), `armSeconds` of
  * load, then the results. Whatever happens, every process started here is stopped before it
  * returns or throws. The client-parse measurement runs after the cluster has stopped, on bodies
  * the generator saved, so it times the decoding alone rather than the machine's contention.
@@ -26,6 +28,7 @@ import type { RolloutOptions } from './options.js';
 
 const LOAD_GENERATOR = fileURLToPath(new URL('../loadtest/load-generator.js', import.meta.url));
 const PROBE = fileURLToPath(new URL('../loadtest/probe.js', import.meta.url));
+const FLOOR = fileURLToPath(new URL('../loadtest/floor-server.js', import.meta.url));
 const READY_TIMEOUT_MS = 15_000;
 /**
  * The generator aborts its in-flight requests; the probe takes a last scrape and waits for its
@@ -81,6 +84,8 @@ export function clusterFlags(arm: ArmDef, options: RolloutOptions): string[] {
 interface Helpers {
   generator: BenchChild;
   probe: BenchChild;
+  /** The floor server's URL. */
+  floorUrl: string;
   load: LoadProgress | null;
   probed: ProbeProgress | null;
 }
@@ -88,12 +93,17 @@ interface Helpers {
 async function startHelpers(children: BenchChild[]): Promise<Helpers> {
   const generator = new BenchChild(LOAD_GENERATOR, 'load generator');
   const probe = new BenchChild(PROBE, 'probe');
-  children.push(generator, probe);
+  const floor = new BenchChild(FLOOR, 'floor server');
+  children.push(generator, probe, floor);
   await Promise.all([
     generator.next('ready', READY_TIMEOUT_MS),
     probe.next('ready', READY_TIMEOUT_MS),
+    floor.next('ready', READY_TIMEOUT_MS),
   ]);
-  const helpers: Helpers = { generator, probe, load: null, probed: null };
+  const listening = floor.next('progress', READY_TIMEOUT_MS);
+  floor.send({ type: 'start', spec: {} });
+  const floorUrl = ((await listening).progress as FloorProgress).url;
+  const helpers: Helpers = { generator, probe, floorUrl, load: null, probed: null };
   generator.onProgress((m) => (helpers.load = m.progress as LoadProgress));
   probe.onProgress((m) => (helpers.probed = m.progress as ProbeProgress));
   return helpers;
@@ -131,7 +141,10 @@ export async function runArm(
   try {
     cluster = await startCluster(clusterFlags(arm, options));
     const h = await startHelpers(children);
-    h.probe.send({ type: 'start', spec: probeSpec(cluster.url, cluster.regionName()) });
+    h.probe.send({
+      type: 'start',
+      spec: probeSpec(cluster.url, cluster.regionName(), h.floorUrl),
+    });
     h.generator.send({ type: 'start', spec: loadSpec(cluster.url, arm, options, sampleDir) });
     const startedAtMs = Date.now();
     const warmupMs = options.profile.warmupSeconds * 1000;
@@ -171,9 +184,10 @@ export async function runArm(
   }
 }
 
-function probeSpec(url: string, regionName: string | null): ProbeSpec {
+function probeSpec(url: string, regionName: string | null, floorUrl: string): ProbeSpec {
   return {
     regionName,
+    floorUrl,
     url,
     healthEveryMs: HEALTH_EVERY_MS,
     metricsEveryMs: METRICS_EVERY_MS,

@@ -39,6 +39,10 @@ const COLUMNS: readonly Column[] = [
       (f.health_failures > 0 ? ` (${f.health_failures} failed)` : ''),
   },
   {
+    head: 'floor /health p50 / p99 / max ms',
+    cell: (f) => trio(f.floor_health_p50_ms, f.floor_health_p99_ms, f.floor_health_max_ms),
+  },
+  {
     head: 'update cycle p99 / max ms',
     cell: (f) => `${fmt(f.update_cycle_p99_ms)} / ${fmt(f.update_cycle_max_ms)}`,
   },

@@ -72,6 +72,11 @@ function run(overrides: Partial<ProbeResult> = {}): ArmRun {
     // 1 ms everywhere, 5000 ms during the warm-up (left out), 100 ms once in the window.
     healthMs: health.map((i) => (i === 20 ? 5000 : i === 300 ? 100 : 1)),
     healthStatus: health.map((i) => (i === 310 ? 503 : 200)),
+    // The floor server, three quarters of a period later: 0.5 ms, 3000 ms in the warm-up, 20 ms
+    // once in the window, one probe unanswered.
+    floorAtMs: health.map((i) => T0 + i * 50 + 37.5),
+    floorMs: health.map((i) => (i === 30 ? 3000 : i === 200 ? 20 : 0.5)),
+    floorStatus: health.map((i) => (i === 250 ? 0 : 200)),
     metrics: snapshots(),
     engineTokensAtMs: [T0 + 5000, T0 + 25_000],
     engineTokens: [150_000, 750_000],
@@ -127,6 +132,17 @@ describe('armFigures', () => {
     expect(f.arm_wall_s).toBe(20);
   });
 
+  it("times the floor server's /health over the same window, and notes its failures", () => {
+    const f = armFigures(run());
+    expect(f.floor_health_p50_ms).toBe(0.5);
+    expect(f.floor_health_p99_ms).toBe(0.5);
+    expect(f.floor_health_max_ms).toBe(20);
+    expect(f.notes).toContain('1 of 400 floor /health probes got no 200');
+    const none = armFigures(run({ floorAtMs: [], floorMs: [], floorStatus: [] }));
+    expect(none.floor_health_p99_ms).toBeNull();
+    expect(none.floor_health_max_ms).toBeNull();
+  });
+
   it('sums GC over API servers, as a share of wall time, and takes peaks of the largest server', () => {
     const f = armFigures(run());
     // 2 servers x 0.05 s of GC per second = 10 % of wall.
@@ -140,7 +156,10 @@ describe('armFigures', () => {
     // Heap is 10 + (s mod 7) + k MiB: the window's peak is 10 + 6 + 1 at s = 6, 13 or 20.
     expect(f.main_heap_peak_mb).toBe(17);
     expect(f.rss_peak_mb).toBe(300);
-    expect(f.notes).toEqual(['1 of 400 /health probes got no 200 (no answer or an error)']);
+    expect(f.notes).toEqual([
+      '1 of 400 /health probes got no 200 (no answer or an error)',
+      '1 of 400 floor /health probes got no 200',
+    ]);
   });
 
   it('adds every thread of the process: GC, longest pause, heap of all isolates, CPU per token', () => {

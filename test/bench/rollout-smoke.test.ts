@@ -44,6 +44,9 @@ describe('npm run bench (smoke profile)', () => {
       expect(arm.length_mismatches, arm.name).toBe(0);
       expect(arm.health_probes, arm.name).toBeGreaterThan(0);
       expect(arm.health_failures, arm.name).toBe(0);
+      // The floor server was probed alongside, and answered.
+      expect(arm.floor_health_p99_ms, arm.name).toBeGreaterThan(0);
+      expect(arm.notes.join(), arm.name).not.toMatch(/floor/);
       expect(arm.gen_tok_s, arm.name).toBeGreaterThan(0);
       expect(arm.gc_pct_wall, arm.name).not.toBeNull();
       expect(arm.main_heap_peak_mb, arm.name).toBeGreaterThan(0);
