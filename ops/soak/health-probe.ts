@@ -3,7 +3,8 @@
  * not delay its timer or its reading of answers. Every PROBE_EVERY_MS it opens a new connection (so
  * the node:cluster primary hands successive probes to different API servers) and times
  * `GET /health` to the last byte; it posts batches of [start ms since epoch, latency ms, status]
- * (status 0: no answer within the bound).
+ * (status 0: no answer within the bound). Given a floor server's port, it probes that too, the same
+ * way, half a period out of phase: a bare node:http process's /health under the same load.
  */
 import { request } from 'node:http';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -16,6 +17,17 @@ export interface ProbeSample {
   atMs: number;
   latencyMs: number;
   status: number;
+}
+
+export interface ProbeBatch {
+  health: ProbeSample[];
+  floor: ProbeSample[];
+}
+
+export interface ProbeWorkerData {
+  port: number;
+  /** The floor server's port; null: no floor. */
+  floorPort: number | null;
 }
 
 function probe(port: number): Promise<ProbeSample> {
@@ -37,26 +49,52 @@ function probe(port: number): Promise<ProbeSample> {
   });
 }
 
-async function run(port: number): Promise<void> {
-  let batch: ProbeSample[] = [];
-  let lastPost = Date.now();
+/** Probes `port` every PROBE_EVERY_MS, from `phaseMs` on, into `into`, until `stopped()`. */
+async function loop(
+  port: number,
+  phaseMs: number,
+  into: () => ProbeSample[],
+  stopped: () => boolean,
+): Promise<void> {
+  await new Promise((r) => setTimeout(r, phaseMs));
+  while (!stopped()) {
+    const started = performance.now();
+    const sample = await probe(port);
+    into().push(sample);
+    const wait = PROBE_EVERY_MS - (performance.now() - started);
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  }
+}
+
+async function run({ port, floorPort }: ProbeWorkerData): Promise<void> {
+  let batch: ProbeBatch = { health: [], floor: [] };
   let stopped = false;
   parentPort!.on('message', () => {
     stopped = true;
   });
-  while (!stopped) {
-    const started = performance.now();
-    batch.push(await probe(port));
-    if (Date.now() - lastPost >= POST_EVERY_MS) {
-      parentPort!.postMessage(batch);
-      batch = [];
-      lastPost = Date.now();
-    }
-    const wait = PROBE_EVERY_MS - (performance.now() - started);
-    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-  }
+  const post = setInterval(() => {
+    parentPort!.postMessage(batch);
+    batch = { health: [], floor: [] };
+  }, POST_EVERY_MS);
+  await Promise.all([
+    loop(
+      port,
+      0,
+      () => batch.health,
+      () => stopped,
+    ),
+    floorPort === null
+      ? null
+      : loop(
+          floorPort,
+          PROBE_EVERY_MS / 2,
+          () => batch.floor,
+          () => stopped,
+        ),
+  ]);
+  clearInterval(post);
   parentPort!.postMessage(batch);
   parentPort!.close();
 }
 
-if (parentPort !== null) void run((workerData as { port: number }).port);
+if (parentPort !== null) void run(workerData as ProbeWorkerData);

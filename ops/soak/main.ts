@@ -14,12 +14,15 @@
 
 import { writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
+import { BenchChild } from '../../bench/loadtest/child.js';
 import { startCluster } from '../../bench/loadtest/cluster.js';
+import type { FloorProgress } from '../../bench/loadtest/messages.js';
 import { parsePromText } from '../../bench/loadtest/prom-text.js';
 import { ExitCode } from '../../src/errors.js';
 import { engineKillsUntil, type Fault, FaultInjector, WITNESS_TITLE } from './faults.js';
-import type { ProbeSample } from './health-probe.js';
+import type { ProbeBatch, ProbeSample, ProbeWorkerData } from './health-probe.js';
 import { type IdleCheckpoint, readIdleMemory, Turns } from './idle-memory.js';
 import { parseSoakOptions, SOAK_USAGE, type SoakOptions } from './options.js';
 import { clusterProcesses, processKey } from './processes.js';
@@ -94,6 +97,25 @@ function random(seed: number): () => number {
   };
 }
 
+const FLOOR_SERVER = fileURLToPath(
+  new URL('../../bench/loadtest/floor-server.js', import.meta.url),
+);
+
+/** The floor server (bench/loadtest/floor-server.ts): a bare node:http /health, its own process. */
+async function startFloor(): Promise<{ child: BenchChild; port: number }> {
+  const child = new BenchChild(FLOOR_SERVER, 'floor server');
+  try {
+    await child.next('ready', 15_000);
+    const listening = child.next('progress', 15_000);
+    child.send({ type: 'start', spec: {} });
+    const { url } = (await listening).progress as FloorProgress;
+    return { child, port: Number(new URL(url).port) };
+  } catch (error) {
+    await child.stop();
+    throw error;
+  }
+}
+
 const mb = (bytes: number) => `${(bytes / 1048576).toFixed(0)} MB`;
 
 async function soak(
@@ -104,12 +126,15 @@ async function soak(
     60_000,
     { stopTimeoutMs: 30_000, logKeepChars: LOG_KEEP_CHARS },
   );
+  const floor = await startFloor();
   const health: ProbeSample[] = [];
+  const floorHealth: ProbeSample[] = [];
   const probe = new Worker(new URL('./health-probe.js', import.meta.url), {
-    workerData: { port: cluster.port },
+    workerData: { port: cluster.port, floorPort: floor.port } satisfies ProbeWorkerData,
   });
-  probe.on('message', (batch: ProbeSample[]) => {
-    for (const s of batch) health.push(s);
+  probe.on('message', (batch: ProbeBatch) => {
+    for (const s of batch.health) health.push(s);
+    for (const s of batch.floor) floorHealth.push(s);
   });
   const probeDone = new Promise((resolve) => probe.once('exit', resolve));
   const traffic = new Traffic({
@@ -272,6 +297,7 @@ async function soak(
   await sampler;
   probe.postMessage('stop');
   await probeDone;
+  await floor.child.stop();
   const crashed = cluster.crashed();
   await cluster.stop();
 
@@ -282,11 +308,13 @@ async function soak(
   if (o.seriesFile !== null) {
     await writeFile(o.seriesFile, JSON.stringify({ startMs, series: [...rss.values()] }));
   }
-  const steady = judgedProbes(health, faults.faults, {
+  const probeWindow = {
     warmupEndMs: startMs + o.healthWarmupS * 1000,
     graceMs: o.graceS * 1000,
     endMs: Date.now(),
-  });
+  };
+  const steady = judgedProbes(health, faults.faults, probeWindow);
+  const steadyFloor = judgedProbes(floorHealth, faults.faults, probeWindow);
   const verdict = buildVerdict(
     traffic.counts,
     {
@@ -296,6 +324,7 @@ async function soak(
     slopes,
     steady,
     faults.faults,
+    steadyFloor,
   );
   const problems = violations(verdict, o);
   if (crashed) problems.push('the cluster exited during the run');
@@ -307,6 +336,8 @@ async function soak(
       `heap ${[...peaks.heap].map(([k, v]) => `${k} ${mb(v)}`).join(', ')}`,
     `/health: ${health.length} probes, ${steady.length} judged (after the ${o.healthWarmupS} s warm-up, outside fault windows + ${o.graceS} s grace); ` +
       `slowest judged: ${slowest(steady, startMs)}; slowest of all: ${slowest(health, startMs)}`,
+    `floor /health (a bare node:http process, same probe, same windows): ${steadyFloor.length} judged; ` +
+      `slowest: ${slowest(steadyFloor, startMs)}`,
     ...stallReport(cluster.log(), startMs),
     `RSS slope judged for ${slopes.size} of ${rss.size} process incarnations; ${idle.note}`,
     `  at rest, warm-up end -> after the drain (judged): ` +
@@ -395,6 +426,11 @@ function printTable(v: Verdict, o: SoakOptions, problems: string[], notes: strin
       '/health max outside faults, ms',
       String(v.health_max_ms),
       `<= ${o.healthMaxMs} (from ${o.healthWarmupS} s in, fault windows to recovery + ${o.graceS} s left out)`,
+    ],
+    [
+      'floor /health p99 / max, ms',
+      `${v.floor_health_p99_ms ?? 'n/a'} / ${v.floor_health_max_ms ?? 'n/a'}`,
+      "not judged: a bare node:http process, same probe and windows (the machine's share)",
     ],
     [
       'faults injected / recovered',

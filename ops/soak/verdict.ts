@@ -41,6 +41,12 @@ export interface Verdict {
   health_max_ms: number;
   faults_injected: number;
   faults_recovered: number;
+  /**
+   * Not judged: the same probe of a bare node:http process (the floor server) over the same
+   * windows, the /health latency the machine gives a process with nothing else to do.
+   */
+  floor_health_p99_ms: number | null;
+  floor_health_max_ms: number | null;
 }
 
 export function rssSlopePctPerH(points: readonly [number, number][]): number {
@@ -181,16 +187,28 @@ export function percentile(sorted: readonly number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 }
 
+const round = (x: number) => Math.round(x * 100) / 100;
+
+/** p99 and max of judged probes; a probe that got no 200 counts as infinitely slow. */
+function probeFigures(probes: readonly ProbeSample[]): { p99: number; max: number } {
+  const latencies = probes.map((s) => (s.status === 200 ? s.latencyMs : Number.POSITIVE_INFINITY));
+  latencies.sort((a, b) => a - b);
+  return {
+    p99: round(percentile(latencies, 99)),
+    max: round(latencies[latencies.length - 1] ?? 0),
+  };
+}
+
 export function buildVerdict(
   counts: TrafficCounts,
   leaks: { slots: number; blocks: number },
   slopes: Map<string, number>,
   health: readonly ProbeSample[],
   faults: readonly Fault[],
+  floor: readonly ProbeSample[] | null = null,
 ): Verdict {
-  const latencies = health.map((s) => (s.status === 200 ? s.latencyMs : Number.POSITIVE_INFINITY));
-  latencies.sort((a, b) => a - b);
-  const round = (x: number) => Math.round(x * 100) / 100;
+  const judged = probeFigures(health);
+  const floorFigures = floor === null || floor.length === 0 ? null : probeFigures(floor);
   return {
     sent: counts.sent,
     completed: counts.completed,
@@ -199,10 +217,12 @@ export function buildVerdict(
     leaked_slots: leaks.slots,
     leaked_blocks: leaks.blocks,
     rss_slope_pct_per_h_max: slopes.size === 0 ? null : round(Math.max(...slopes.values())),
-    health_p99_ms: round(percentile(latencies, 99)),
-    health_max_ms: round(latencies[latencies.length - 1] ?? 0),
+    health_p99_ms: judged.p99,
+    health_max_ms: judged.max,
     faults_injected: faults.length,
     faults_recovered: faults.filter((f) => f.recoveredAtMs !== null).length,
+    floor_health_p99_ms: floorFigures?.p99 ?? null,
+    floor_health_max_ms: floorFigures?.max ?? null,
   };
 }
 

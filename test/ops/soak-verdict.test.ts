@@ -17,6 +17,7 @@ import { type IdleCheckpoint, Turns } from '../../ops/soak/idle-memory.js';
 import { parseSoakOptions } from '../../ops/soak/options.js';
 import type { ProcessInfo } from '../../ops/soak/processes.js';
 import {
+  buildVerdict,
   idleGrowth,
   idleSlopes,
   judgedGrowth,
@@ -60,6 +61,36 @@ describe('judgedProbes', () => {
     expect(judgedProbes(probes, [fault(50_000, null)], window).map((p) => p.atMs)).toEqual([
       40_000,
     ]);
+  });
+});
+
+describe('buildVerdict /health figures', () => {
+  const counts = {
+    sent: 3,
+    completed: 3,
+    failed: {},
+    lost: 0,
+    left: 0,
+    slowReaders: 0,
+    inFlight: 0,
+    lostDetails: [],
+  };
+  const leaks = { slots: 0, blocks: 0 };
+  const probes = (ms: number[]) => ms.map((m, i) => probe(i * 200, m));
+
+  it('judges the cluster probes; the floor probes are reported beside them, a miss counting as slowest', () => {
+    const health = probes([1, 2, 40]);
+    const floor = [...probes([0.5, 0.7]), { atMs: 400, latencyMs: 3, status: 0 }];
+    const v = buildVerdict(counts, leaks, new Map(), health, [], floor);
+    expect(v.health_p99_ms).toBe(40);
+    expect(v.health_max_ms).toBe(40);
+    expect(v.floor_health_p99_ms).toBe(Number.POSITIVE_INFINITY);
+    const fine = buildVerdict(counts, leaks, new Map(), health, [], probes([0.5, 0.7, 9]));
+    expect(fine.floor_health_p99_ms).toBe(9);
+    expect(fine.floor_health_max_ms).toBe(9);
+    const none = buildVerdict(counts, leaks, new Map(), health, []);
+    expect(none.floor_health_p99_ms).toBeNull();
+    expect(none.floor_health_max_ms).toBeNull();
   });
 });
 

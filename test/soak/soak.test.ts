@@ -68,6 +68,8 @@ describe('soak', () => {
     expect(verdict.completed, context).toBeGreaterThan(100);
     expect(out, context).toMatch(/idle checkpoint at \d+ s/);
     expect(typeof verdict.rss_slope_pct_per_h_max, context).toBe('number');
+    // The floor server was probed beside the cluster, and answered.
+    expect(verdict.floor_health_max_ms, context).toBeGreaterThan(0);
     expect(
       Object.keys(verdict.failed).filter((c) => !FAULT_CAUSES.has(c)),
       context,
