@@ -5,10 +5,10 @@ import { RS_ERR_BENCH_CHILD_FAILED, RS_ERR_BENCH_TIMEOUT } from './errors.js';
 import type { ChildMessage, ParentMessage } from './messages.js';
 
 /**
- * A benchmark's forked helper (load generator or probe): typed IPC, every wait bounded, and a
- * child that dies or reports failure turns every pending wait into RS_ERR_BENCH_CHILD_FAILED.
- * The child side (serveChild) exits when its parent's IPC channel closes, so no helper outlives
- * a benchmark that was killed.
+ * A benchmark's forked helper (load generator, probe, floor server): typed IPC, every wait
+ * bounded, and a child that dies or reports failure turns every pending wait into
+ * RS_ERR_BENCH_CHILD_FAILED. The child side (serveChild) exits when its parent's IPC channel
+ * closes, so no helper outlives a benchmark that was killed.
  */
 export class BenchChild {
   readonly name: string;
