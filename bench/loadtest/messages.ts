@@ -44,8 +44,8 @@ export interface ProbeSpec {
    * scrape (a count that does not depend on which output path the API servers run); null: none.
    */
   regionName: string | null;
-  /** The floor server (floor-server.ts), probed like /health and out of phase with it; null: none. */
-  floorUrl: string | null;
+  /** The floor server (floor-server.ts), probed like /health and out of phase with it. */
+  floorUrl: string;
 }
 
 /** The floor server takes no settings: it listens on an ephemeral loopback port. */
@@ -95,7 +95,7 @@ export interface ProbeResult {
   healthAtMs: number[];
   healthMs: number[];
   healthStatus: number[];
-  /** The same for the floor server's /health (empty without one). */
+  /** The same for the floor server's /health. */
   floorAtMs: number[];
   floorMs: number[];
   floorStatus: number[];

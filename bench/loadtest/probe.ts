@@ -10,8 +10,8 @@
  *   answer that arrived with it, so the probe's own work showed as server latency.
  * - every cycleEveryMs (a quarter of a health period out of phase): POST /pause, POST
  *   /update_weights {"weight_dir": null}, POST /resume, each timed, and the cycle as a whole.
- * - GET /health of the floor server (floor-server.ts), if there is one, every healthEveryMs three
- *   quarters of a period out of phase: the same probe of a process with nothing else to do.
+ * - GET /health of the floor server (floor-server.ts) every healthEveryMs, three quarters of a
+ *   period out of phase: the same probe of a process with nothing else to do.
  * - after the load: one more scrape once the generator's requests are done, the servers have none
  *   in flight and 13 s have passed (the memory a server keeps once its load is gone).
  * Every call is bounded by callTimeoutMs; a probe that reaches the bound is recorded at it.
@@ -45,7 +45,7 @@ class Probe {
   /** Health probes and control calls use their own connections, so neither queues behind the other. */
   readonly #healthPool: Pool;
   readonly #controlPool: Pool;
-  readonly #floorPool: Pool | null;
+  readonly #floorPool: Pool;
   readonly #result: ProbeResult = {
     healthAtMs: [],
     healthMs: [],
@@ -87,8 +87,7 @@ class Probe {
     const options = { headersTimeout: spec.callTimeoutMs, bodyTimeout: spec.callTimeoutMs };
     this.#healthPool = new Pool(spec.url, { connections: 64, ...options });
     this.#controlPool = new Pool(spec.url, { connections: 4, ...options });
-    this.#floorPool =
-      spec.floorUrl === null ? null : new Pool(spec.floorUrl, { connections: 64, ...options });
+    this.#floorPool = new Pool(spec.floorUrl, { connections: 64, ...options });
   }
 
   start(progress: (p: ProbeProgress) => void): void {
@@ -103,15 +102,12 @@ class Probe {
     // floor's probes keep a fourth phase, clear of the other three.
     const { healthEveryMs } = spec;
     this.#every(healthEveryMs, (dueAtMs) => this.#health(dueAtMs));
-    const floor = this.#floorPool;
-    if (floor !== null) {
-      const r = this.#result;
-      const times = { atMs: r.floorAtMs, ms: r.floorMs, status: r.floorStatus };
-      const probeFloor = async (dueAtMs: number): Promise<void> => {
-        await this.#time(floor, dueAtMs, times);
-      };
-      this.#every(healthEveryMs, probeFloor, false, (healthEveryMs * 3) / 4);
-    }
+    const r = this.#result;
+    const floorTimes = { atMs: r.floorAtMs, ms: r.floorMs, status: r.floorStatus };
+    const probeFloor = async (dueAtMs: number): Promise<void> => {
+      await this.#time(this.#floorPool, dueAtMs, floorTimes);
+    };
+    this.#every(healthEveryMs, probeFloor, false, (healthEveryMs * 3) / 4);
     this.#every(spec.metricsEveryMs, () => this.#metrics(), false, healthEveryMs / 2);
     if (spec.cycleEveryMs > 0)
       this.#every(spec.cycleEveryMs, () => this.#cycle(), true, healthEveryMs / 4);
@@ -140,7 +136,7 @@ class Probe {
     await Promise.all([
       this.#healthPool.destroy(),
       this.#controlPool.destroy(),
-      this.#floorPool?.destroy(),
+      this.#floorPool.destroy(),
     ]);
     return this.#result;
   }

@@ -5,8 +5,8 @@ import { fileURLToPath } from 'node:url';
 import { BenchChild } from '../loadtest/child.js';
 import { type BenchCluster, type ClusterEvents, startCluster } from '../loadtest/cluster.js';
 import { RS_ERR_BENCH_CHILD_FAILED } from '../loadtest/errors.js';
+import { startFloorServer } from '../loadtest/floor.js';
 import type {
-  FloorProgress,
   LoadProgress,
   LoadResult,
   LoadSpec,
@@ -28,7 +28,6 @@ import type { RolloutOptions } from './options.js';
 
 const LOAD_GENERATOR = fileURLToPath(new URL('../loadtest/load-generator.js', import.meta.url));
 const PROBE = fileURLToPath(new URL('../loadtest/probe.js', import.meta.url));
-const FLOOR = fileURLToPath(new URL('../loadtest/floor-server.js', import.meta.url));
 const READY_TIMEOUT_MS = 15_000;
 /**
  * The generator aborts its in-flight requests; the probe takes a last scrape and waits for its
@@ -93,16 +92,14 @@ interface Helpers {
 async function startHelpers(children: BenchChild[]): Promise<Helpers> {
   const generator = new BenchChild(LOAD_GENERATOR, 'load generator');
   const probe = new BenchChild(PROBE, 'probe');
-  const floor = new BenchChild(FLOOR, 'floor server');
-  children.push(generator, probe, floor);
+  children.push(generator, probe);
+  const floor = await startFloorServer();
+  children.push(floor.child);
   await Promise.all([
     generator.next('ready', READY_TIMEOUT_MS),
     probe.next('ready', READY_TIMEOUT_MS),
-    floor.next('ready', READY_TIMEOUT_MS),
   ]);
-  const listening = floor.next('progress', READY_TIMEOUT_MS);
-  floor.send({ type: 'start', spec: {} });
-  const floorUrl = ((await listening).progress as FloorProgress).url;
+  const floorUrl = floor.url;
   const helpers: Helpers = { generator, probe, floorUrl, load: null, probed: null };
   generator.onProgress((m) => (helpers.load = m.progress as LoadProgress));
   probe.onProgress((m) => (helpers.probed = m.progress as ProbeProgress));

@@ -3,8 +3,8 @@
  * not delay its timer or its reading of answers. Every PROBE_EVERY_MS it opens a new connection (so
  * the node:cluster primary hands successive probes to different API servers) and times
  * `GET /health` to the last byte; it posts batches of [start ms since epoch, latency ms, status]
- * (status 0: no answer within the bound). Given a floor server's port, it probes that too, the same
- * way, half a period out of phase: a bare node:http process's /health under the same load.
+ * (status 0: no answer within the bound). It probes the floor server too, the same way, half a
+ * period out of phase: a bare node:http process's /health under the same load.
  */
 import { request } from 'node:http';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -26,8 +26,8 @@ export interface ProbeBatch {
 
 export interface ProbeWorkerData {
   port: number;
-  /** The floor server's port; null: no floor. */
-  floorPort: number | null;
+  /** The floor server's port (bench/loadtest/floor-server.ts). */
+  floorPort: number;
 }
 
 function probe(port: number): Promise<ProbeSample> {
@@ -83,14 +83,12 @@ async function run({ port, floorPort }: ProbeWorkerData): Promise<void> {
       () => batch.health,
       () => stopped,
     ),
-    floorPort === null
-      ? null
-      : loop(
-          floorPort,
-          PROBE_EVERY_MS / 2,
-          () => batch.floor,
-          () => stopped,
-        ),
+    loop(
+      floorPort,
+      PROBE_EVERY_MS / 2,
+      () => batch.floor,
+      () => stopped,
+    ),
   ]);
   clearInterval(post);
   parentPort!.postMessage(batch);

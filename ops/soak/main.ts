@@ -14,11 +14,9 @@
 
 import { writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { BenchChild } from '../../bench/loadtest/child.js';
 import { startCluster } from '../../bench/loadtest/cluster.js';
-import type { FloorProgress } from '../../bench/loadtest/messages.js';
+import { startFloorServer } from '../../bench/loadtest/floor.js';
 import { parsePromText } from '../../bench/loadtest/prom-text.js';
 import { ExitCode } from '../../src/errors.js';
 import { engineKillsUntil, type Fault, FaultInjector, WITNESS_TITLE } from './faults.js';
@@ -97,25 +95,6 @@ function random(seed: number): () => number {
   };
 }
 
-const FLOOR_SERVER = fileURLToPath(
-  new URL('../../bench/loadtest/floor-server.js', import.meta.url),
-);
-
-/** The floor server (bench/loadtest/floor-server.ts): a bare node:http /health, its own process. */
-async function startFloor(): Promise<{ child: BenchChild; port: number }> {
-  const child = new BenchChild(FLOOR_SERVER, 'floor server');
-  try {
-    await child.next('ready', 15_000);
-    const listening = child.next('progress', 15_000);
-    child.send({ type: 'start', spec: {} });
-    const { url } = (await listening).progress as FloorProgress;
-    return { child, port: Number(new URL(url).port) };
-  } catch (error) {
-    await child.stop();
-    throw error;
-  }
-}
-
 const mb = (bytes: number) => `${(bytes / 1048576).toFixed(0)} MB`;
 
 async function soak(
@@ -126,11 +105,14 @@ async function soak(
     60_000,
     { stopTimeoutMs: 30_000, logKeepChars: LOG_KEEP_CHARS },
   );
-  const floor = await startFloor();
+  const floor = await startFloorServer();
   const health: ProbeSample[] = [];
   const floorHealth: ProbeSample[] = [];
   const probe = new Worker(new URL('./health-probe.js', import.meta.url), {
-    workerData: { port: cluster.port, floorPort: floor.port } satisfies ProbeWorkerData,
+    workerData: {
+      port: cluster.port,
+      floorPort: Number(new URL(floor.url).port),
+    } satisfies ProbeWorkerData,
   });
   probe.on('message', (batch: ProbeBatch) => {
     for (const s of batch.health) health.push(s);
