@@ -1,7 +1,8 @@
 // A packer thread (piscina): encodes one finished request straight from the accumulators in the
 // requested form, into a run of the response pool (posted back as its offset, length and owner)
 // or, when the pool has no room, into a Buffer moved (transferred) to the main thread. The thread
-// keeps its encoder's buffers between tasks and runs below the main thread's priority.
+// keeps its encoder's buffers between tasks, gives their pages back once it has been idle for
+// 10 s (writer-scratch.ts), and runs below the main thread's priority.
 import { move, workerData } from 'piscina';
 import { toRingserveError } from '../src/errors.js';
 import { startThreadHealth } from '../src/obs/thread-health-share.js';
@@ -10,6 +11,7 @@ import { ResponsePacker } from '../src/server/output/pack.js';
 import type { PackerWorkerData, PackFailure, PackTask } from '../src/server/output/packer-pool.js';
 import { ResponsePool } from '../src/server/output/response-pool.js';
 import { tokenTextSource } from '../src/server/output/token-text.js';
+import { IdleRelease, reservedScratch } from '../src/server/output/writer-scratch.js';
 import { lowerThisThread } from '../src/shm/thread-priority.js';
 import { TokenBytesTable } from '../src/tokenizer/token-bytes.js';
 
@@ -24,7 +26,9 @@ const packer = new ResponsePacker(
       ? tokenByteSource(data.preset, data.specialTokenIds)
       : new TokenBytesTable(data.tokenBytes),
   ),
+  { json: reservedScratch(), msgpack: reservedScratch() },
 );
+const idle = new IdleRelease(() => packer.release());
 startThreadHealth('packer');
 const pool = data.poolSab === null ? null : new ResponsePool(data.poolSab);
 
@@ -33,6 +37,7 @@ const pool = data.poolSab === null ? null : new ResponsePool(data.poolSab);
  * coded error as plain data (an Error thrown here would reach the main thread without its code).
  */
 export default function pack(task: PackTask): unknown {
+  idle.tick();
   try {
     const out = packer.packInto(task, pool);
     return out instanceof Uint8Array ? move(out) : out;

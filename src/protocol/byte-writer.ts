@@ -10,7 +10,22 @@ import { RS_ERR_PROTOCOL_BAD_COLUMNS } from '../errors.js';
  * detaching the writer's own buffer or a pool other Buffers live in. The copy is one memcpy of
  * the finished response, small next to encoding it. view() is the no-copy alternative for a
  * caller that sends the bytes before its next write on the same thread.
+ *
+ * A writer kept for the life of a thread holds, once warm, as much as its largest response, and
+ * the largest keeps rising for as long as responses vary: an idle server would hold the high-water
+ * mark of every such writer. Given a WriterScratch (memory whose pages can be given back, e.g. a
+ * reservation from the addon), the writer writes into it without ever growing or copying up to
+ * its length, and release() gives back the pages it touched; without one, release() drops a
+ * grown buffer to the JS heap's garbage collector.
  */
+
+/** Memory a writer keeps between responses and can give back while idle. */
+export interface WriterScratch {
+  /** The writer's buffer: a response longer than this grows on the heap for that response only. */
+  readonly bytes: Uint8Array;
+  /** Gives back the pages of bytes[0, upTo) (they read as zeros afterwards); returns the bytes. */
+  discard(upTo: number): number;
+}
 
 export type PackedDtype = 'float32' | 'int32' | 'uint8' | 'uint16';
 export type PackedView = Float32Array | Int32Array | Uint8Array | Uint16Array;
@@ -47,10 +62,14 @@ export class ByteWriter {
   protected buf: Uint8Array;
   protected len = 0;
   readonly #initialBytes: number;
+  readonly #scratch: WriterScratch | null;
+  /** Bytes of the scratch written since the last release(). */
+  #touched = 0;
 
-  constructor(initialBytes = 64 * 1024) {
+  constructor(initialBytes = 64 * 1024, scratch: WriterScratch | null = null) {
     this.#initialBytes = initialBytes;
-    this.buf = new Uint8Array(initialBytes);
+    this.#scratch = scratch;
+    this.buf = scratch?.bytes ?? new Uint8Array(initialBytes);
   }
 
   /** Bytes written since the last reset. */
@@ -60,9 +79,37 @@ export class ByteWriter {
 
   /** Start a new response, keeping the buffer (unless one giant response grew it too far). */
   reset(): this {
+    this.#noteTouched();
     this.len = 0;
-    if (this.buf.length > RETAIN_LIMIT_BYTES) this.buf = new Uint8Array(this.#initialBytes);
+    if (this.#scratch !== null) this.buf = this.#scratch.bytes;
+    else if (this.buf.length > RETAIN_LIMIT_BYTES) this.buf = new Uint8Array(this.#initialBytes);
     return this;
+  }
+
+  /**
+   * Between responses (an idle thread): gives back what the writer holds beyond its initial size,
+   * the scratch's touched pages or a grown heap buffer; returns the bytes given back (a heap
+   * buffer's once the GC collects it).
+   */
+  release(): number {
+    this.reset();
+    if (this.#scratch !== null) {
+      const released = this.#touched > 0 ? this.#scratch.discard(this.#touched) : 0;
+      this.#touched = 0;
+      return released;
+    }
+    const held = this.buf.length;
+    if (held <= this.#initialBytes) return 0;
+    this.buf = new Uint8Array(this.#initialBytes);
+    return held - this.#initialBytes;
+  }
+
+  #noteTouched(): void {
+    const s = this.#scratch;
+    if (s === null) return;
+    // A response that outgrew the scratch wrote all of it before moving to the heap.
+    const inScratch = this.buf === s.bytes ? this.len : s.bytes.length;
+    if (inScratch > this.#touched) this.#touched = inScratch;
   }
 
   /** Make room for `bytes` more bytes, doubling the buffer when it is short. */

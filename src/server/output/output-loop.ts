@@ -22,6 +22,7 @@ import { SlotEventList } from './slot-events.js';
 import { SlotMetaTable } from './slot-meta.js';
 import { StreamEncoder } from './stream-encoder.js';
 import { tokenTextSource } from './token-text.js';
+import { reservedScratch } from './writer-scratch.js';
 
 /** Records handled per pass at most, so a flooded ring still yields messages and stream events. */
 const MAX_RECORDS_PER_PASS = 256;
@@ -50,6 +51,8 @@ export class OutputLoop {
   #lastTrimMs = 0;
   /** When the last pass that handled records ran (performance.now()). */
   #lastRecordsMs = 0;
+  /** Whether the stream encoder has written since it last gave its writer's pages back. */
+  #streamsWrote = false;
 
   constructor(data: OutputWorkerData) {
     const meta = new SlotMetaTable(data.metaSab);
@@ -76,6 +79,7 @@ export class OutputLoop {
       new ResponseView(meta, acc, data.arenaSab),
       new SlotEventList(acc.slots),
       tokenTextSource(tokens),
+      reservedScratch(),
     );
     this.#consumer = new RingConsumer(data.ringSab, data.ringOffset, data.ringCapacity);
     this.#port = data.port;
@@ -91,6 +95,7 @@ export class OutputLoop {
         if (!this.#running) break;
         if (this.#pass() > 0) {
           this.#lastRecordsMs = performance.now();
+          this.#streamsWrote = true;
         } else {
           this.#trimWhenDue();
           this.#consumer.waitForData(this.#waitMs);
@@ -156,7 +161,8 @@ export class OutputLoop {
 
   /**
    * On an idle pass: gives the arena's excess free memory back, at most every TRIM_EVERY_MS (an
-   * arena with no live request only once the ring has been quiet for EMPTY_HOLD_MS).
+   * arena with no live request only once the ring has been quiet for EMPTY_HOLD_MS, and then the
+   * stream encoder's writer too).
    */
   #trimWhenDue(): void {
     const now = performance.now();
@@ -164,6 +170,10 @@ export class OutputLoop {
     this.#lastTrimMs = now;
     if (this.#arena.liveBytes === 0 && now - this.#lastRecordsMs < EMPTY_HOLD_MS) return;
     if (this.#arena.excessBytes > 0) this.#arena.trim();
+    if (this.#arena.liveBytes === 0 && this.#streamsWrote) {
+      this.#streamsWrote = false;
+      this.#streams.release();
+    }
   }
 
   /** Applies every pending main-thread message. */

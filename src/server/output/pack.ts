@@ -2,7 +2,7 @@
 // what a test or the inline path can run on any thread). The columns are views into the arena; the
 // encoders write them into the packer's reused writer, and the result is copied out once: into a
 // run of the response pool, or into a Buffer of its own when the pool has no room for it.
-import type { ByteWriter } from '../../protocol/byte-writer.js';
+import type { ByteWriter, WriterScratch } from '../../protocol/byte-writer.js';
 import {
   writeGenerateResponseJson,
   writeGenerateResponseMsgpack,
@@ -26,17 +26,23 @@ import { SlotMetaTable } from './slot-meta.js';
 
 export class ResponsePacker {
   readonly view: ResponseView;
-  readonly #json = new JsonWriter();
-  readonly #msgpack = new MsgpackWriter();
+  readonly #json: JsonWriter;
+  readonly #msgpack: MsgpackWriter;
   readonly #logprobs: LogprobsWriter;
 
-  /** `tokens`: the token bytes of the OpenAI answers' logprobs (the output worker's source). */
+  /**
+   * `tokens`: the token bytes of the OpenAI answers' logprobs (the output worker's source);
+   * `scratch`: memory for the JSON and msgpack writers that release() can give back (else the heap).
+   */
   constructor(
     metaSab: SharedArrayBuffer,
     accSab: SharedArrayBuffer,
     arenaSab: SharedArrayBuffer,
     tokens: TokenBytes = new ByteLevelStandIn(),
+    scratch: { json: WriterScratch | null; msgpack: WriterScratch | null } | null = null,
   ) {
+    this.#json = new JsonWriter(undefined, scratch?.json ?? null);
+    this.#msgpack = new MsgpackWriter(undefined, scratch?.msgpack ?? null);
     this.view = new ResponseView(
       new SlotMetaTable(metaSab),
       new AccumulatorTable(accSab),
@@ -112,6 +118,11 @@ export class ResponsePacker {
     if (run === null) return writer.finish();
     pool!.bytes.set(writer.view(), run.offset);
     return run;
+  }
+
+  /** Between tasks: gives back what the writers hold beyond their initial size; returns the bytes. */
+  release(): number {
+    return this.#json.release() + this.#msgpack.release();
   }
 
   /** The writer holding the encoded response (until the next encode). */

@@ -3,6 +3,7 @@
 // one buffer for all of them, which the worker transfers to the main thread. The main thread only
 // slices it per request and writes the slices to the sockets.
 
+import type { WriterScratch } from '../../protocol/byte-writer.js';
 import { JsonWriter } from '../../protocol/json-writer.js';
 import { LogprobsWriter, type TokenBytes } from '../../protocol/openai-logprobs.js';
 import type { OpenAiKind } from '../../protocol/openai-response.js';
@@ -40,7 +41,7 @@ export class StreamEncoder {
   readonly #headers: (StreamHeader | undefined)[];
   /** Streaming slots with unsent positions whose header has not arrived yet. */
   readonly #waiting: SlotEventList;
-  readonly #writer = new JsonWriter(256 * 1024);
+  readonly #writer: JsonWriter;
   readonly #ends: Int32Array;
   readonly #done: Uint8Array;
   readonly #slots: Int32Array;
@@ -49,7 +50,14 @@ export class StreamEncoder {
   readonly #started: Uint8Array;
   readonly #logprobs: LogprobsWriter;
 
-  constructor(view: ResponseView, waiting: SlotEventList, tokens: TokenBytes) {
+  /** `scratch`: memory for the events' writer that release() can give back (else the heap). */
+  constructor(
+    view: ResponseView,
+    waiting: SlotEventList,
+    tokens: TokenBytes,
+    scratch: WriterScratch | null = null,
+  ) {
+    this.#writer = new JsonWriter(256 * 1024, scratch);
     this.#view = view;
     this.#meta = view.meta;
     this.#acc = view.acc;
@@ -62,6 +70,11 @@ export class StreamEncoder {
     this.#generations = new Int32Array(n);
     this.#started = new Uint8Array(n);
     this.#logprobs = new LogprobsWriter(tokens);
+  }
+
+  /** While no stream is being written: gives back what the writer holds; returns the bytes. */
+  release(): number {
+    return this.#writer.release();
   }
 
   setHeader(slot: number, header: StreamHeader): void {
