@@ -10,7 +10,13 @@
  * is what it will keep: a leak. verdict.ts turns the two into a slope in %/h.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { clusterProcesses, type MemoryParts, processKey } from './processes.js';
+import {
+  clusterProcesses,
+  type Mapping,
+  type MemoryParts,
+  processKey,
+  readMappings,
+} from './processes.js';
 
 /**
  * How long a cluster with nothing in flight gets before its memory is read: the output arena gives
@@ -28,6 +34,8 @@ export type IdleMemory = MemoryParts;
 export interface IdleCheckpoint {
   atMs: number;
   memory: Map<string, IdleMemory>;
+  /** Each process's mappings with private memory, read once after the reads: where it is. */
+  mappings: Map<string, Mapping[]>;
 }
 
 function median(xs: number[]): number {
@@ -48,6 +56,10 @@ export async function readIdleMemory(primaryPid: number): Promise<IdleCheckpoint
       reads.set(key, list);
     }
   }
+  const mappings = new Map<string, Mapping[]>();
+  for (const p of await clusterProcesses(primaryPid)) {
+    mappings.set(processKey(p), await readMappings(p.pid));
+  }
   const memory = new Map<string, IdleMemory>();
   for (const [key, list] of reads) {
     // A process that died or was born during the reads is not at rest.
@@ -58,7 +70,7 @@ export async function readIdleMemory(primaryPid: number): Promise<IdleCheckpoint
       shmemBytes: median(list.map((m) => m.shmemBytes)),
     });
   }
-  return { atMs: Date.now(), memory };
+  return { atMs: Date.now(), memory, mappings };
 }
 
 /**

@@ -14,7 +14,7 @@ import type { Fault } from './faults.js';
 import type { ProbeSample } from './health-probe.js';
 import type { IdleCheckpoint } from './idle-memory.js';
 import type { SoakOptions } from './options.js';
-import type { MemoryParts } from './processes.js';
+import { type MemoryParts, mappingChanges } from './processes.js';
 import type { TrafficCounts } from './traffic.js';
 
 /**
@@ -108,12 +108,17 @@ export function idleSlopes(first: IdleCheckpoint, last: IdleCheckpoint): Map<str
   return out;
 }
 
-/** "ringserve-api-0#42 RSS 300.0 -> 301.0 MB (private 250.0 -> 251.0, ...)" per process at both. */
+/**
+ * "ringserve-api-0#42 RSS 300.0 -> 301.0 MB (private 250.0 -> 251.0, ...)" per process at both,
+ * then where its private memory grew or shrank by 1 MB or more (processes.ts mappingChanges).
+ */
 export function idleGrowth(first: IdleCheckpoint, last: IdleCheckpoint): string[] {
   const out: string[] = [];
   for (const [key, a] of first.memory) {
     const b = last.memory.get(key);
-    if (b !== undefined) out.push(growthLine(key, a, b, 1));
+    if (b === undefined) continue;
+    const changes = mappingChanges(first.mappings.get(key) ?? [], last.mappings.get(key) ?? []);
+    out.push(growthLine(key, a, b, 1) + (changes.length > 0 ? `; ${changes.join('; ')}` : ''));
   }
   return out;
 }

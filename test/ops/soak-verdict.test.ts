@@ -15,7 +15,7 @@ import {
 import type { ProbeSample } from '../../ops/soak/health-probe.js';
 import { type IdleCheckpoint, Turns } from '../../ops/soak/idle-memory.js';
 import { parseSoakOptions } from '../../ops/soak/options.js';
-import type { ProcessInfo } from '../../ops/soak/processes.js';
+import { type Mapping, type ProcessInfo, readMappings } from '../../ops/soak/processes.js';
 import {
   buildVerdict,
   idleGrowth,
@@ -119,7 +119,11 @@ describe('RSS over the judged span', () => {
 
 describe('RSS at rest', () => {
   const MB = 1048576;
-  const at = (atMs: number, entries: [string, number][]): IdleCheckpoint => ({
+  const at = (
+    atMs: number,
+    entries: [string, number][],
+    mappings = new Map<string, Mapping[]>(),
+  ): IdleCheckpoint => ({
     atMs,
     memory: new Map(
       entries.map(([k, mb]) => [
@@ -127,6 +131,7 @@ describe('RSS at rest', () => {
         { rssBytes: mb * MB, anonBytes: (mb - 48) * MB, shmemBytes: 48 * MB },
       ]),
     ),
+    mappings,
   });
 
   it('judges what a process present at both checkpoints kept, in % of the first per hour', () => {
@@ -145,6 +150,73 @@ describe('RSS at rest', () => {
     expect(idleGrowth(first, last)).toEqual([
       'api-0#1 RSS 300.0 -> 303.0 MB (private 252.0 -> 255.0, shared region 48.0 -> 48.0)',
     ]);
+  });
+
+  it('says in which mappings the private memory kept at rest is', () => {
+    const arena = (anonMb: number): Mapping => ({
+      start: '7f0000000000',
+      sizeBytes: 64 * MB,
+      anonBytes: anonMb * 1e6,
+      name: '',
+    });
+    const heap: Mapping = {
+      start: '5555000000',
+      sizeBytes: 4 * MB,
+      anonBytes: 3e6,
+      name: '[heap]',
+    };
+    const page = (start: string): Mapping => ({
+      start,
+      sizeBytes: MB / 4,
+      anonBytes: MB / 4,
+      name: '',
+    });
+    const big: Mapping = {
+      start: '7f1000000000',
+      sizeBytes: 8 * MB + 4096,
+      anonBytes: 4.2e6,
+      name: '',
+    };
+    const gone: Mapping = { start: '7f2000000000', sizeBytes: 2 * MB, anonBytes: 1.9e6, name: '' };
+    const first = at(
+      0,
+      [['api-0#1', 300]],
+      new Map([['api-0#1', [arena(6.6), heap, gone, page('7f3000000000')]]]),
+    );
+    const last = at(
+      1_800_000,
+      [['api-0#1', 310]],
+      new Map([
+        [
+          'api-0#1',
+          [
+            arena(14.3),
+            { ...heap, anonBytes: 3.5e6 },
+            big,
+            page('7f4000000000'),
+            page('7f5000000000'),
+          ],
+        ],
+      ]),
+    );
+    expect(idleGrowth(first, last)).toEqual([
+      'api-0#1 RSS 300.0 -> 310.0 MB (private 252.0 -> 262.0, shared region 48.0 -> 48.0); ' +
+        '+7.7 MB in the 64.0 MiB mapping anon at 7f0000000000; ' +
+        '+4.2 MB in a new 8.0 MiB mapping anon at 7f1000000000; ' +
+        '-1.9 MB: the 2.0 MiB mapping anon at 7f2000000000 is gone; ' +
+        'the rest: +0.8 MB over 4 mappings, 2 new, 1 gone',
+    ]);
+  });
+
+  it('reads the mappings holding private memory from /proc', async () => {
+    const held = Buffer.alloc(8 * MB, 1); // written: 8 MiB of anonymous memory in one mapping
+    const mappings = await readMappings(process.pid);
+    expect(mappings.length).toBeGreaterThan(0);
+    for (const m of mappings) expect(m.anonBytes).toBeGreaterThan(0);
+    expect(mappings.some((m) => m.sizeBytes >= held.length && m.anonBytes >= held.length)).toBe(
+      true,
+    );
+    expect(await readMappings(2 ** 22 + 1)).toEqual([]); // no such process
   });
 
   it('leaves the samples of a quiet spell out of the slope under load', () => {
