@@ -102,8 +102,9 @@ export async function readMappings(pid: number): Promise<Mapping[]> {
 /**
  * Where a process's anonymous memory grew between two readings: each mapping that is new, gone or
  * changed by >= `minBytes`, largest change first ("+4.2 MB in a new 8.0 MiB mapping anon at
- * 7f12..."; sizes in MiB, changes in MB), then the sum of the smaller changes ("the rest: +3.1 MB
- * over 40 mappings, 12 new, 3 gone"), which is where diffuse growth (V8's pages) shows.
+ * 7f12..."; sizes in MiB, changes in MB), then the sum of the smaller changes, with the three
+ * mapping sizes that changed most ("the rest: +3.1 MB over 40 mappings, 12 new, 3 gone, by
+ * mapping size: 256 KiB x 30 +2.9 MB, ..."), which is where diffuse growth (V8's pages) shows.
  */
 export function mappingChanges(
   before: readonly Mapping[],
@@ -115,11 +116,18 @@ export function mappingChanges(
   const changes: [number, string][] = [];
   const rest = { bytes: 0, mappings: 0, born: 0, gone: 0 };
   const mib = (b: number) => (b / 1048576).toFixed(1);
+  const kib = (b: number) => Math.round(b / 1024);
   const mb = (b: number) => `${b >= 0 ? '+' : ''}${(b / 1e6).toFixed(1)} MB`;
   const what = (m: Mapping) => `${mib(m.sizeBytes)} MiB mapping ${m.name || 'anon'} at ${m.start}`;
-  const small = (delta: number, born: boolean, gone: boolean) => {
+  /** The smaller changes by mapping size: [mappings, bytes] (V8's pages are 256 KiB each). */
+  const bySize = new Map<number, [number, number]>();
+  const small = (m: Mapping, delta: number, born: boolean, gone: boolean) => {
     rest.bytes += delta;
     rest.mappings++;
+    const entry = bySize.get(m.sizeBytes) ?? [0, 0];
+    entry[0]++;
+    entry[1] += delta;
+    bySize.set(m.sizeBytes, entry);
     if (born) rest.born++;
     if (gone) rest.gone++;
   };
@@ -127,19 +135,24 @@ export function mappingChanges(
     const old = was.get(m.start);
     const delta = m.anonBytes - (old?.anonBytes ?? 0);
     if (delta === 0) continue;
-    if (Math.abs(delta) < minBytes) small(delta, old === undefined, false);
+    if (Math.abs(delta) < minBytes) small(m, delta, old === undefined, false);
     else
       changes.push([delta, `${mb(delta)} in ${old === undefined ? 'a new ' : 'the '}${what(m)}`]);
   }
   for (const m of before) {
     if (is.has(m.start)) continue;
-    if (m.anonBytes < minBytes) small(-m.anonBytes, false, true);
+    if (m.anonBytes < minBytes) small(m, -m.anonBytes, false, true);
     else changes.push([-m.anonBytes, `${mb(-m.anonBytes)}: the ${what(m)} is gone`]);
   }
   const out = changes.sort((a, b) => Math.abs(b[0]) - Math.abs(a[0])).map(([, text]) => text);
   if (rest.mappings > 0) {
     out.push(
-      `the rest: ${mb(rest.bytes)} over ${rest.mappings} mappings, ${rest.born} new, ${rest.gone} gone`,
+      `the rest: ${mb(rest.bytes)} over ${rest.mappings} mappings, ${rest.born} new, ${rest.gone} gone` +
+        `, by mapping size: ${[...bySize]
+          .sort((a, b) => Math.abs(b[1][1]) - Math.abs(a[1][1]))
+          .slice(0, 3)
+          .map(([size, [n, bytes]]) => `${kib(size)} KiB x ${n} ${mb(bytes)}`)
+          .join(', ')}`,
     );
   }
   return out;

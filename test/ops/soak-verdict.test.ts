@@ -204,7 +204,7 @@ describe('RSS at rest', () => {
         '+7.7 MB in the 64.0 MiB mapping anon at 7f0000000000; ' +
         '+4.2 MB in a new 8.0 MiB mapping anon at 7f1000000000; ' +
         '-1.9 MB: the 2.0 MiB mapping anon at 7f2000000000 is gone; ' +
-        'the rest: +0.8 MB over 4 mappings, 2 new, 1 gone',
+        'the rest: +0.8 MB over 4 mappings, 2 new, 1 gone, by mapping size: 4096 KiB x 1 +0.5 MB, 256 KiB x 3 +0.3 MB',
     ]);
   });
 
