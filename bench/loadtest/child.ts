@@ -6,7 +6,7 @@ import type { ChildMessage, ParentMessage } from './messages.js';
 
 /**
  * A benchmark's forked helper (load generator, probe, floor server): typed IPC, every wait
- * bounded, and a child that dies or reports failure turns every pending wait into
+ * bounded, no message lost for arriving before its wait, and a child that dies or reports failure turns every pending wait into
  * RS_ERR_BENCH_CHILD_FAILED. The child side (serveChild) exits when its parent's IPC channel
  * closes, so no helper outlives a benchmark that was killed.
  */
@@ -20,6 +20,12 @@ export class BenchChild {
     reject(e: Error): void;
   }>();
   #onProgress: ((m: ChildMessage & { type: 'progress' }) => void) | null = null;
+  /**
+   * Messages (other than progress) that arrived before anyone waited for them: a child answers
+   * 'ready' as soon as it has loaded, which can be before its parent, busy starting another
+   * helper, calls next('ready').
+   */
+  readonly #unclaimed: ChildMessage[] = [];
 
   constructor(modulePath: string, name: string) {
     this.name = name;
@@ -48,6 +54,11 @@ export class BenchChild {
     timeoutMs: number,
   ): Promise<Extract<ChildMessage, { type: T }>> {
     if (this.#failure !== null) return Promise.reject(this.#failure);
+    const early = this.#unclaimed.findIndex((m) => m.type === type);
+    if (early >= 0) {
+      const [m] = this.#unclaimed.splice(early, 1);
+      return Promise.resolve(m as Extract<ChildMessage, { type: T }>);
+    }
     return new Promise((resolve, reject) => {
       const waiter = {
         type,
@@ -88,6 +99,8 @@ export class BenchChild {
       w.resolve(m);
       return;
     }
+    // Progress is a stream read through onProgress; anything else is kept for a later next().
+    if (m.type !== 'progress') this.#unclaimed.push(m);
   }
 
   #fail(error: Error): void {
