@@ -6,9 +6,9 @@ import type { ChildMessage, ParentMessage } from './messages.js';
 
 /**
  * A benchmark's forked helper (load generator, probe, floor server): typed IPC, every wait
- * bounded, no message lost for arriving before its wait, and a child that dies or reports failure turns every pending wait into
- * RS_ERR_BENCH_CHILD_FAILED. The child side (serveChild) exits when its parent's IPC channel
- * closes, so no helper outlives a benchmark that was killed.
+ * bounded, no message lost for arriving before its wait, and a child that dies or reports
+ * failure turns every pending wait into RS_ERR_BENCH_CHILD_FAILED. The child side (serveChild)
+ * exits when its parent's IPC channel closes, so no helper outlives a benchmark that was killed.
  */
 export class BenchChild {
   readonly name: string;
