@@ -34,7 +34,7 @@ export type IdleMemory = MemoryParts;
 export interface IdleCheckpoint {
   atMs: number;
   memory: Map<string, IdleMemory>;
-  /** Each process's mappings with private memory, read once after the reads: where it is. */
+  /** Each process's mappings with private memory, read once, with the last read: where it is. */
   mappings: Map<string, Mapping[]>;
 }
 
@@ -47,6 +47,7 @@ function median(xs: number[]): number {
 export async function readIdleMemory(primaryPid: number): Promise<IdleCheckpoint> {
   await sleep(IDLE_SETTLE_MS);
   const reads = new Map<string, IdleMemory[]>();
+  const mappings = new Map<string, Mapping[]>();
   for (let i = 0; i < IDLE_READS; i++) {
     if (i > 0) await sleep(2_000);
     for (const p of await clusterProcesses(primaryPid)) {
@@ -54,11 +55,8 @@ export async function readIdleMemory(primaryPid: number): Promise<IdleCheckpoint
       const list = reads.get(key) ?? [];
       list.push({ rssBytes: p.rssBytes, anonBytes: p.anonBytes, shmemBytes: p.shmemBytes });
       reads.set(key, list);
+      if (i === IDLE_READS - 1) mappings.set(key, await readMappings(p.pid));
     }
-  }
-  const mappings = new Map<string, Mapping[]>();
-  for (const p of await clusterProcesses(primaryPid)) {
-    mappings.set(processKey(p), await readMappings(p.pid));
   }
   const memory = new Map<string, IdleMemory>();
   for (const [key, list] of reads) {

@@ -51,8 +51,6 @@ export class OutputLoop {
   #lastTrimMs = 0;
   /** When the last pass that handled records ran (performance.now()). */
   #lastRecordsMs = 0;
-  /** Whether the stream encoder has written since it last gave its writer's pages back. */
-  #streamsWrote = false;
 
   constructor(data: OutputWorkerData) {
     const meta = new SlotMetaTable(data.metaSab);
@@ -95,7 +93,6 @@ export class OutputLoop {
         if (!this.#running) break;
         if (this.#pass() > 0) {
           this.#lastRecordsMs = performance.now();
-          this.#streamsWrote = true;
         } else {
           this.#trimWhenDue();
           this.#consumer.waitForData(this.#waitMs);
@@ -170,10 +167,8 @@ export class OutputLoop {
     this.#lastTrimMs = now;
     if (this.#arena.liveBytes === 0 && now - this.#lastRecordsMs < EMPTY_HOLD_MS) return;
     if (this.#arena.excessBytes > 0) this.#arena.trim();
-    if (this.#arena.liveBytes === 0 && this.#streamsWrote) {
-      this.#streamsWrote = false;
-      this.#streams.release();
-    }
+    // Nothing to give back (nothing written since the last time) costs a reset and a compare.
+    if (this.#arena.liveBytes === 0) this.#streams.release();
   }
 
   /** Applies every pending main-thread message. */

@@ -39,10 +39,13 @@ export class ResponsePacker {
     accSab: SharedArrayBuffer,
     arenaSab: SharedArrayBuffer,
     tokens: TokenBytes = new ByteLevelStandIn(),
-    scratch: { json: WriterScratch | null; msgpack: WriterScratch | null } | null = null,
+    scratch: { json: WriterScratch | null; msgpack: WriterScratch | null } = {
+      json: null,
+      msgpack: null,
+    },
   ) {
-    this.#json = new JsonWriter(undefined, scratch?.json ?? null);
-    this.#msgpack = new MsgpackWriter(undefined, scratch?.msgpack ?? null);
+    this.#json = new JsonWriter(undefined, scratch.json);
+    this.#msgpack = new MsgpackWriter(undefined, scratch.msgpack);
     this.view = new ResponseView(
       new SlotMetaTable(metaSab),
       new AccumulatorTable(accSab),
