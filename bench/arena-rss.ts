@@ -5,7 +5,8 @@
 // (glm-4.5-air: 45 layers x 8, one byte each) goes through an output worker thread and its arena
 // exactly as in an API server: STEP records into the output ring, the worker scatters them, each
 // finished request is freed, then the process idles. The process's RSS is read before the burst,
-// at its peak, and 3 s after the last free (the worker trims within a second of going idle).
+// at its peak, and 3 s after the worker's hold on an empty arena ends (EMPTY_HOLD_MS, 10 s after
+// the last records: it keeps free memory through a short lull, then gives it back).
 //
 //   reserved   the arena on reserveArenaBuffer() (addon memory; trim() gives free pages back)
 //   growable   the arena on a growable SharedArrayBuffer, as before (its pages stay committed)
@@ -19,6 +20,7 @@ import { fileURLToPath } from 'node:url';
 import { ExitCode } from '../src/errors.js';
 import { AccumulatorTable } from '../src/server/output/accumulators.js';
 import { createArenaBuffer, reserveArenaBuffer } from '../src/server/output/block-arena.js';
+import { EMPTY_HOLD_MS } from '../src/server/output/output-loop.js';
 import { OutputWorker } from '../src/server/output/output-worker-handle.js';
 import { ResponseFormCode, SlotMetaTable } from '../src/server/output/slot-meta.js';
 import { outputRingOffset } from '../src/shm/layout.js';
@@ -136,7 +138,7 @@ async function runChild(kind: ArenaKind, burst: Burst): Promise<ArenaReport> {
       await sleep(5);
     }
     const drainMs = performance.now() - drainStart;
-    await sleep(SETTLE_MS);
+    await sleep(EMPTY_HOLD_MS + SETTLE_MS);
     const after = rssMb();
     await worker.stop();
     return {

@@ -37,7 +37,7 @@ const TRIM_EVERY_MS = 1_000;
  * engine restart (a few seconds) or a short gap between rollout batches does not give back what
  * the next requests fault in again at once; an idle server gives it back after 10 s.
  */
-const EMPTY_HOLD_MS = 10_000;
+export const EMPTY_HOLD_MS = 10_000;
 
 export class OutputLoop {
   readonly scatter: StepScatter;
