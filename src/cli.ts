@@ -13,6 +13,7 @@ import { runEngineCommand } from './cluster/vllm-engine-command.js';
 import type { RingserveConfig } from './config.js';
 import { ExitCode, exitCodeFor, isRingserveError } from './errors.js';
 import { createLogger } from './obs/log.js';
+import { shareMemoryCollect } from './obs/memory-collect.js';
 import { Router } from './router/router.js';
 import { parseRouterArgs, routerHelp } from './router/router-config.js';
 
@@ -33,7 +34,10 @@ async function serve(argv: readonly string[]): Promise<ExitCode | null> {
     return ExitCode.Ok;
   }
   const config = parseArgs(argv);
+  // Before any other thread starts (pino's): SIGUSR2 collects in every thread.
+  const collect = shareMemoryCollect();
   const log = createLogger(config.logLevel, { name: 'ringserve' });
+  collect.onSignal(log);
   log.info({ config: loggableConfig(config) }, 'ringserve configuration');
   const supervisor = new Supervisor(config, { logger: log });
   const stop = (signal: string): void => {

@@ -5,6 +5,7 @@
 // 10 s (writer-scratch.ts), and runs below the main thread's priority.
 import { move, workerData } from 'piscina';
 import { toRingserveError } from '../src/errors.js';
+import { answerMemoryCollect } from '../src/obs/memory-collect.js';
 import { startThreadHealth } from '../src/obs/thread-health-share.js';
 import { tokenByteSource } from '../src/server/output/detokenizer.js';
 import { ResponsePacker } from '../src/server/output/pack.js';
@@ -30,6 +31,7 @@ const packer = new ResponsePacker(
 );
 const idle = new IdleRelease(() => packer.release());
 startThreadHealth('packer');
+answerMemoryCollect('timer');
 const pool = data.poolSab === null ? null : new ResponsePool(data.poolSab);
 
 /**

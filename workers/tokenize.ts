@@ -6,11 +6,13 @@
 // coded error in plain data.
 import { move, workerData } from 'piscina';
 import { toRingserveError } from '../src/errors.js';
+import { answerMemoryCollect } from '../src/obs/memory-collect.js';
 import { packRendered, type TokenizeFailure, type TokenizeTask } from '../src/tokenizer/pool.js';
 import { openTokenizer, type TokenizerSource } from '../src/tokenizer/source.js';
 import type { Tokenizer } from '../src/tokenizer/tokenizer.js';
 import { describeTokenizer } from '../src/tokenizer/tokenizer-view.js';
 
+answerMemoryCollect('timer');
 const loading: Promise<Tokenizer | Error> = openTokenizer(workerData as TokenizerSource).catch(
   (err: unknown) => toRingserveError(err),
 );

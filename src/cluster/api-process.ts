@@ -8,6 +8,7 @@ import type { Server } from 'node:http';
 import type { Socket } from 'node:net';
 import { ExitCode } from '../errors.js';
 import { createLogger, type Logger, rateLimit } from '../obs/log.js';
+import { shareMemoryCollect } from '../obs/memory-collect.js';
 import { ProcessHealth } from '../obs/process-health.js';
 import { RequestTimeline } from '../obs/request-timeline.js';
 import { shareThreadHealth } from '../obs/thread-health-share.js';
@@ -172,6 +173,8 @@ const env = readChildEnv();
 const region = openRegion(env.region);
 populateRegion(region, env.server);
 startMallocTrimmer(env.config.mallocTrimIntervalS);
+// Before any other thread starts, as the share below: SIGUSR2 collects in every thread.
+const collect = shareMemoryCollect();
 // Every thread of this server publishes its GC and heap into the server's thread-health entries,
 // which it finds in its environment data: shared before the first thread (pino's) starts.
 shareThreadHealth({
@@ -180,6 +183,7 @@ shareThreadHealth({
   claim: threadClaimIndex(region.params, env.server),
 });
 const log = createLogger(env.config.logLevel, { name: 'ringserve-api', api_server: env.server });
+collect.onSignal(log);
 main(env, region, log).catch((error: unknown) => {
   log.fatal({ err: error }, 'API server failed to start');
   process.exit(ExitCode.Failure);

@@ -9,6 +9,7 @@ import { CoreLoop } from '../engine/core-loop.js';
 import { ExitCode } from '../errors.js';
 import { carryEngineCounters } from '../obs/engine-carry.js';
 import { createLogger } from '../obs/log.js';
+import { shareMemoryCollect } from '../obs/memory-collect.js';
 import { ProcessHealth } from '../obs/process-health.js';
 import { healthIndex } from '../shm/layout.js';
 import { startMallocTrimmer } from '../shm/malloc-trim.js';
@@ -42,7 +43,10 @@ async function servedPreset(config: RingserveConfig): Promise<string | ModelPres
 async function main(): Promise<void> {
   process.title = 'ringserve-engine';
   const { region: name, config } = readChildEnv();
+  // Before any other thread starts (pino's): SIGUSR2 collects in every thread.
+  const collect = shareMemoryCollect();
   const log = createLogger(config.logLevel, { name: 'ringserve-engine' });
+  collect.onSignal(log);
   const region = openRegion(name);
   populateRegion(region, 'all');
   startMallocTrimmer(config.mallocTrimIntervalS);

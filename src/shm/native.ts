@@ -56,6 +56,13 @@ export interface ShmAddon {
   startMallocTrimmer(intervalMs: number): 'started' | 'running' | 'unsupported';
   /** [trims done, trims that gave memory back] by this process's trimmer. */
   mallocTrims(): [number, number];
+  /** malloc_trim(0) now, on the calling thread; true if it gave memory back (false without glibc). */
+  trimMalloc(): boolean;
+  /**
+   * V8's LowMemoryNotification on the calling thread's isolate: collects all it can (compacting)
+   * and gives its free pages back. A pause of tens of ms per 10 MB of heap: for a process at rest.
+   */
+  collectGarbage(): void;
   /**
    * An ArrayBuffer over the same bytes as `sab` (no copy; keeps them alive), for APIs that send
    * only ArrayBuffer-backed Buffers as bytes. V8 counts its length as external memory once, when

@@ -72,6 +72,9 @@ export class TokenizerPool {
       minThreads: threads,
       maxThreads: threads,
       idleTimeout: Number.POSITIVE_INFINITY,
+      // Not parked in Atomics.wait when idle (piscina's default): its timer answers requests to
+      // collect garbage (src/obs/memory-collect.ts), as the packers' do (packer-pool.ts).
+      atomics: 'disabled',
       workerData: opts.source,
       name: 'default',
     });

@@ -47,12 +47,15 @@ export class OutputLoop {
   readonly #streams: StreamEncoder;
   readonly #waitMs: number;
   readonly #lookupHeaders = (): void => this.#readMessages();
+  /** Called on every idle pass (memory-collect.ts: answers the main thread's request to collect). */
+  readonly #onIdle: (() => void) | null;
   #running = true;
   #lastTrimMs = 0;
   /** When the last pass that handled records ran (performance.now()). */
   #lastRecordsMs = 0;
 
-  constructor(data: OutputWorkerData) {
+  constructor(data: OutputWorkerData, onIdle: (() => void) | null = null) {
+    this.#onIdle = onIdle;
     const meta = new SlotMetaTable(data.metaSab);
     const acc = new AccumulatorTable(data.accSab);
     const arena = new BlockArena(
@@ -95,6 +98,7 @@ export class OutputLoop {
           this.#lastRecordsMs = performance.now();
         } else {
           this.#trimWhenDue();
+          this.#onIdle?.();
           this.#consumer.waitForData(this.#waitMs);
         }
       }

@@ -117,6 +117,11 @@ export class PackerPool {
       minThreads: threads,
       maxThreads: threads,
       idleTimeout: Number.POSITIVE_INFINITY,
+      // Piscina's default ('sync') parks an idle thread in Atomics.wait, where its event loop never
+      // turns: its timers (giving its writers' pages back after 10 s idle, publishing its health,
+      // answering a request to collect) would wait for the next task. A task is a whole request,
+      // so a message event per task costs nothing that shows.
+      atomics: 'disabled',
       workerData,
       name: 'default',
     });

@@ -717,10 +717,29 @@ void MallocTrims(const FunctionCallbackInfo<Value>& info) {
   info.GetReturnValue().Set(out);
 }
 
+// trimMalloc() -> true if malloc_trim(0) gave memory back now (on the calling thread; the trimmer
+// above does the same on its own schedule); false where the C library has no malloc_trim.
+void TrimMalloc(const FunctionCallbackInfo<Value>& info) {
+#ifdef __GLIBC__
+  info.GetReturnValue().Set(malloc_trim(0) != 0);
+#else
+  info.GetReturnValue().Set(false);
+#endif
+}
+
+// collectGarbage(): V8's LowMemoryNotification on the calling thread's isolate: full collections
+// until one frees nothing more (weak references and finalizers included), compacting, then its
+// free pages handed back to the system. Seconds of pause on a large heap: for a process at rest.
+void CollectGarbage(const FunctionCallbackInfo<Value>& info) {
+  info.GetIsolate()->LowMemoryNotification();
+}
+
 void Register(Local<Context> context, Local<Object> exports) {
   Export(context, exports, "threadId", ThreadId);
   Export(context, exports, "startMallocTrimmer", StartMallocTrimmer);
   Export(context, exports, "mallocTrims", MallocTrims);
+  Export(context, exports, "trimMalloc", TrimMalloc);
+  Export(context, exports, "collectGarbage", CollectGarbage);
   Export(context, exports, "threadNice", ThreadNice);
   Export(context, exports, "setThreadNice", SetThreadNice);
   Export(context, exports, "threadSchedPolicy", ThreadSchedPolicy);

@@ -1,0 +1,173 @@
+/**
+ * Collecting a process's garbage on demand, in every thread, for a reading of what it keeps.
+ *
+ * At rest a process's RSS still says where each V8 isolate stands in its grow-and-collect cycle:
+ * new space and old-space pages that the last scavenge or mark-compact left committed, and which
+ * the next collection may or may not hand back. Two readings of an API server at rest an hour apart
+ * differed by ±30 MB that way, in V8's 256 KiB pages, in both directions (the soak's notes), so a
+ * leak of a few MB an hour cannot be told from it. On SIGUSR2 a ringserve process (the primary, the
+ * engine, each API server) therefore collects everything in every one of its isolates (V8's
+ * LowMemoryNotification: full collections, compacting, free pages given back), then gives glibc's
+ * free memory back (malloc_trim), and logs what it had before and after. What is left is what the
+ * process holds. The soak sends it at its readings at rest (ops/soak/idle-memory.ts); an operator may
+ * send it to see the same. It is for a process at rest: the main thread's collection pauses it for
+ * tens of ms per 10 MB of heap.
+ *
+ * The main thread reaches its other threads through a small shared board, handed to every thread
+ * it starts through worker_threads' environment data (as thread-health-share.ts does): a request
+ * count the main thread raises, and a count of the threads that answered it. A thread whose event
+ * loop turns answers from an unref'd timer; the output worker, whose loop never returns to its event
+ * loop, from its idle pass (it answers once it is idle, which at rest is at once).
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { getHeapStatistics } from 'node:v8';
+import { getEnvironmentData, setEnvironmentData } from 'node:worker_threads';
+import { shmAddon } from '../shm/native.js';
+import type { Logger } from './log.js';
+
+const ENVIRONMENT_KEY = 'ringserve:memory-collect';
+/** i32 slots of the board. */
+const ASKED = 0; // requests so far (the main thread raises it)
+const ANSWERED = 1; // threads that answered the current request
+const THREADS = 2; // threads that answer (each adds itself when it starts answering)
+const BOARD_SLOTS = 3;
+
+/** How often a thread with an event loop looks at the board: one Atomics.load. */
+export const ANSWER_EVERY_MS = 250;
+/** How long the main thread waits for its other threads before it trims and reports. */
+export const ANSWER_TIMEOUT_MS = 5_000;
+/** The signal a ringserve process collects on. */
+export const COLLECT_SIGNAL = 'SIGUSR2';
+
+/** What one collection did, as logged ("memory collected"). */
+export interface CollectReport {
+  /** Threads besides the main thread that answered, of those that answer. */
+  threadsAnswered: number;
+  threads: number;
+  /** The main thread's isolate: heap committed and used, before and after, bytes. */
+  mainHeapTotalBefore: number;
+  mainHeapTotalAfter: number;
+  mainHeapUsedAfter: number;
+  rssBefore: number;
+  rssAfter: number;
+  /** Whether malloc_trim gave memory back. */
+  mallocTrimmed: boolean;
+  ms: number;
+}
+
+/** The main thread's side: asks, waits for the answers, trims. */
+export class MemoryCollect {
+  readonly #board: Int32Array;
+  #running: Promise<CollectReport> | null = null;
+
+  constructor(board: Int32Array) {
+    this.#board = board;
+  }
+
+  /** Threads that answer requests now (those started with answerMemoryCollect, not yet ended). */
+  get threads(): number {
+    return Atomics.load(this.#board, THREADS);
+  }
+
+  /** Collects in every thread of the process; a call while one runs joins it. */
+  collect(): Promise<CollectReport> {
+    this.#running ??= this.#collect().finally(() => {
+      this.#running = null;
+    });
+    return this.#running;
+  }
+
+  /** Collects on COLLECT_SIGNAL, logging each report at info (a failure at error). */
+  onSignal(log: Logger): void {
+    process.on(COLLECT_SIGNAL, () => {
+      this.collect().then(
+        (r) =>
+          log.info(
+            {
+              threads_answered: r.threadsAnswered,
+              threads: r.threads,
+              main_heap_total_mb: [mb(r.mainHeapTotalBefore), mb(r.mainHeapTotalAfter)],
+              main_heap_used_mb: mb(r.mainHeapUsedAfter),
+              rss_mb: [mb(r.rssBefore), mb(r.rssAfter)],
+              malloc_trimmed: r.mallocTrimmed,
+              ms: Math.round(r.ms),
+            },
+            'memory collected',
+          ),
+        (error: unknown) => log.error({ err: error }, 'memory collection failed'),
+      );
+    });
+  }
+
+  async #collect(): Promise<CollectReport> {
+    const started = performance.now();
+    const board = this.#board;
+    const rssBefore = process.memoryUsage.rss();
+    const mainHeapTotalBefore = getHeapStatistics().total_heap_size;
+    Atomics.store(board, ANSWERED, 0);
+    Atomics.add(board, ASKED, 1);
+    shmAddon().collectGarbage();
+    const after = getHeapStatistics();
+    const threads = Atomics.load(board, THREADS);
+    const deadline = performance.now() + ANSWER_TIMEOUT_MS;
+    while (Atomics.load(board, ANSWERED) < threads && performance.now() < deadline) {
+      await sleep(20);
+    }
+    const threadsAnswered = Atomics.load(board, ANSWERED);
+    // Last: the isolates' collections freed native memory too (external buffers, V8's own).
+    const mallocTrimmed = shmAddon().trimMalloc();
+    return {
+      threadsAnswered,
+      threads,
+      mainHeapTotalBefore,
+      mainHeapTotalAfter: after.total_heap_size,
+      mainHeapUsedAfter: after.used_heap_size,
+      rssBefore,
+      rssAfter: process.memoryUsage.rss(),
+      mallocTrimmed,
+      ms: performance.now() - started,
+    };
+  }
+}
+
+function mb(bytes: number): number {
+  return Math.round(bytes / 1e5) / 10;
+}
+
+/**
+ * Main thread, before it starts any other thread (pino's log thread included): shares a fresh
+ * board with the threads to come and returns the side that asks.
+ */
+export function shareMemoryCollect(): MemoryCollect {
+  const board = new Int32Array(new SharedArrayBuffer(BOARD_SLOTS * 4));
+  setEnvironmentData(ENVIRONMENT_KEY, board);
+  return new MemoryCollect(board);
+}
+
+/** Stops sharing (tests). */
+export function unshareMemoryCollect(): void {
+  setEnvironmentData(ENVIRONMENT_KEY, undefined);
+}
+
+/**
+ * A thread other than the main thread: from now on it answers the main thread's requests. With
+ * 'timer' it looks every ANSWER_EVERY_MS from an unref'd timer; with 'poll' the caller calls the
+ * returned function from its own loop. Returns null (and answers nothing) without a board.
+ */
+export function answerMemoryCollect(mode: 'timer' | 'poll'): (() => void) | null {
+  const board = getEnvironmentData(ENVIRONMENT_KEY) as Int32Array | undefined;
+  if (board === undefined) return null;
+  let done = Atomics.load(board, ASKED);
+  Atomics.add(board, THREADS, 1);
+  // A thread that ends (a replaced packer) is not waited for.
+  process.once('exit', () => Atomics.sub(board, THREADS, 1));
+  const poll = (): void => {
+    const asked = Atomics.load(board, ASKED);
+    if (asked === done) return;
+    done = asked;
+    shmAddon().collectGarbage();
+    Atomics.add(board, ANSWERED, 1);
+  };
+  if (mode === 'timer') setInterval(poll, ANSWER_EVERY_MS).unref();
+  return poll;
+}
