@@ -8,8 +8,14 @@
  * cycles, until every request in flight has ended and the cluster has had IDLE_SETTLE_MS to give
  * back what it holds for none) and once after the final drain. What a process kept between the two
  * is what it will keep: a leak. verdict.ts turns the two into a slope in %/h.
+ *
+ * Before each reading every process collects its garbage in every thread and trims malloc
+ * (COLLECT_SIGNAL, src/obs/memory-collect.ts). Without it a reading says as much about where each
+ * V8 isolate stood in its grow-and-collect cycle as about what the process holds: an API server
+ * read ±30 MB apart at rest an hour apart, in V8 heap pages, both ways.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { ANSWER_TIMEOUT_MS, COLLECT_SIGNAL } from '../../src/obs/memory-collect.js';
 import {
   clusterProcesses,
   type Mapping,
@@ -26,6 +32,8 @@ import {
 export const IDLE_SETTLE_MS = 45_000;
 /** Reads after the settle, 2 s apart; a process's figure is their median (one slow GC is not it). */
 const IDLE_READS = 5;
+/** From the signal to the first read: the processes' own wait for their threads, and 2 s more. */
+const COLLECT_WAIT_MS = ANSWER_TIMEOUT_MS + 2_000;
 
 /** One process's memory at rest: RSS and its private and shared-region parts, in bytes. */
 export type IdleMemory = MemoryParts;
@@ -33,6 +41,11 @@ export type IdleMemory = MemoryParts;
 /** Memory at rest of every cluster process, by `title#pid` (the soak's series keys), and when. */
 export interface IdleCheckpoint {
   atMs: number;
+  /**
+   * From the signal to collect to the first read (Date.now() ms): the soak's own disturbance (each
+   * main thread pauses for its collection), whose /health probes are not judged.
+   */
+  collectSpan: [number, number];
   memory: Map<string, IdleMemory>;
   /** Each process's mappings with private memory, read once, with the last read: where it is. */
   mappings: Map<string, Mapping[]>;
@@ -43,9 +56,22 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-/** Waits IDLE_SETTLE_MS, then reads every process IDLE_READS times; the caller keeps the cluster idle. */
+/**
+ * Waits IDLE_SETTLE_MS, has every process collect, then reads each IDLE_READS times; the caller
+ * keeps the cluster idle.
+ */
 export async function readIdleMemory(primaryPid: number): Promise<IdleCheckpoint> {
   await sleep(IDLE_SETTLE_MS);
+  const signalledAtMs = Date.now();
+  for (const p of await clusterProcesses(primaryPid)) {
+    try {
+      process.kill(p.pid, COLLECT_SIGNAL);
+    } catch {
+      // Gone since the listing: it is not at rest, and the reads below leave it out.
+    }
+  }
+  await sleep(COLLECT_WAIT_MS);
+  const collectSpan: [number, number] = [signalledAtMs, Date.now()];
   const reads = new Map<string, IdleMemory[]>();
   const mappings = new Map<string, Mapping[]>();
   for (let i = 0; i < IDLE_READS; i++) {
@@ -68,7 +94,7 @@ export async function readIdleMemory(primaryPid: number): Promise<IdleCheckpoint
       shmemBytes: median(list.map((m) => m.shmemBytes)),
     });
   }
-  return { atMs: Date.now(), memory, mappings };
+  return { atMs: Date.now(), collectSpan, memory, mappings };
 }
 
 /**

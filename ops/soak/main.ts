@@ -295,8 +295,10 @@ async function soak(
     graceMs: o.graceS * 1000,
     endMs: Date.now(),
   };
-  const steady = judgedProbes(health, faults.faults, probeWindow);
-  const steadyFloor = judgedProbes(floorHealth, faults.faults, probeWindow);
+  // Each main thread pauses for the collection the soak asks for at rest: not judged, as a fault.
+  const collections = rest === null ? [] : [rest.first.collectSpan, rest.last.collectSpan];
+  const steady = judgedProbes(health, faults.faults, probeWindow, collections);
+  const steadyFloor = judgedProbes(floorHealth, faults.faults, probeWindow, collections);
   const verdict = buildVerdict(
     traffic.counts,
     {
@@ -316,7 +318,7 @@ async function soak(
     `pause -> update_weights -> resume cycles: ${pauses.cycles} (${pauses.failedCalls} calls refused, mostly during faults), at ${pauses.spans.join(', ')}`,
     `peaks: output rings ${mb(peaks.ringBytes)}, KV blocks ${peaks.kvBlocks}, requests in flight ${peaks.inFlight}, ` +
       `heap ${[...peaks.heap].map(([k, v]) => `${k} ${mb(v)}`).join(', ')}`,
-    `/health: ${health.length} probes, ${steady.length} judged (after the ${o.healthWarmupS} s warm-up, outside fault windows + ${o.graceS} s grace); ` +
+    `/health: ${health.length} probes, ${steady.length} judged (after the ${o.healthWarmupS} s warm-up, outside fault windows + ${o.graceS} s grace and the ${collections.length} collections at rest); ` +
       `slowest judged: ${slowest(steady, startMs)}; slowest of all: ${slowest(health, startMs)}`,
     `floor /health (a bare node:http process, same probe, same windows): ${steadyFloor.length} judged; ` +
       `slowest: ${slowest(steadyFloor, startMs)}`,
@@ -401,13 +403,13 @@ function printTable(v: Verdict, o: SoakOptions, problems: string[], notes: strin
     [
       'RSS slope max, %/h',
       v.rss_slope_pct_per_h_max === null ? 'n/a' : String(v.rss_slope_pct_per_h_max),
-      `<= ${o.maxRssSlopePctPerH} (at rest at the warm-up's end vs after the drain; a later incarnation under load)`,
+      `<= ${o.maxRssSlopePctPerH} (at rest at the warm-up's end vs after the drain, each after a collection; a later incarnation under load)`,
     ],
     ['/health p99 outside faults, ms', String(v.health_p99_ms), `<= ${o.healthP99Ms}`],
     [
       '/health max outside faults, ms',
       String(v.health_max_ms),
-      `<= ${o.healthMaxMs} (from ${o.healthWarmupS} s in, fault windows to recovery + ${o.graceS} s left out)`,
+      `<= ${o.healthMaxMs} (from ${o.healthWarmupS} s in, fault windows to recovery + ${o.graceS} s and collections at rest left out)`,
     ],
     [
       'floor /health p99 / max, ms',

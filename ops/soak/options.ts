@@ -79,14 +79,16 @@ export const SOAK_USAGE = `usage: ringserve soak | npm run soak -- [flags]
   --warmup S              RSS warm-up after start and after each restart (default 600: private
                           memory takes ~10 minutes to level off under load); at its end, in a run
                           of at least --warmup + --slope-window, a quiet spell (no new requests,
-                          faults or pause cycles) reads every process's memory at rest
+                          faults or pause cycles) reads every process's memory at rest, after
+                          asking each to collect its garbage (SIGUSR2)
   --grace S               a fault window lasts until recovery + S (default 2)
   --max-rss-slope P       %/h allowed per process (default 1): for a process at rest at the end of
                           the warm-up and after the final drain, what it kept between the two; for
                           one restarted later, its least-squares slope under load if it has
                           --slope-window S after its own warm-up
   --slope-window S        post-warm-up seconds a process needs to be judged (default 600)
-  --health-p99-ms M --health-max-ms M   /health bounds outside fault windows (default 50, 50)
+  --health-p99-ms M --health-max-ms M   /health bounds outside fault windows and those
+                          collections (default 50, 50)
   --health-warmup S       /health is judged from S seconds after the clients start (default 10:
                           all of them connect, and run cold code, in the first seconds)
   --answer-timeout S      a request unanswered this long is lost (default 300)

@@ -170,15 +170,20 @@ export function judgedGrowth(series: readonly RssSeries[], o: SoakOptions): stri
   return out;
 }
 
-/** The probes the verdict judges: started after the warm-up and outside every fault's window. */
+/**
+ * The probes the verdict judges: started after the warm-up, outside every fault's window and every
+ * collection the soak asked for at rest (idle-memory.ts).
+ */
 export function judgedProbes(
   samples: readonly ProbeSample[],
   faults: readonly Fault[],
   window: { warmupEndMs: number; graceMs: number; endMs: number },
+  collections: readonly (readonly [number, number])[] = [],
 ): ProbeSample[] {
   return samples.filter(
     (s) =>
       s.atMs >= window.warmupEndMs &&
+      !collections.some(([from, to]) => s.atMs + s.latencyMs >= from && s.atMs <= to) &&
       !faults.some(
         (f) =>
           s.atMs + s.latencyMs >= f.injectedAtMs &&

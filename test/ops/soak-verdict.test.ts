@@ -56,6 +56,13 @@ describe('judgedProbes', () => {
     ]);
   });
 
+  it('leaves out the collections asked for at rest, and a probe in flight when one began', () => {
+    const probes = [probe(40_000, 20), probe(49_990, 150), probe(55_000), probe(57_001)];
+    expect(judgedProbes(probes, [], window, [[50_000, 57_000]]).map((p) => p.atMs)).toEqual([
+      40_000, 57_001,
+    ]);
+  });
+
   it('a fault never recovered covers the rest of the run', () => {
     const probes = [probe(40_000), probe(60_000), probe(99_000)];
     expect(judgedProbes(probes, [fault(50_000, null)], window).map((p) => p.atMs)).toEqual([
@@ -125,6 +132,7 @@ describe('RSS at rest', () => {
     mappings = new Map<string, Mapping[]>(),
   ): IdleCheckpoint => ({
     atMs,
+    collectSpan: [atMs - 7_000, atMs - 5_000],
     memory: new Map(
       entries.map(([k, mb]) => [
         k,
