@@ -60,7 +60,8 @@ export interface ShmAddon {
   trimMalloc(): boolean;
   /**
    * V8's LowMemoryNotification on the calling thread's isolate: collects all it can (compacting)
-   * and gives its free pages back. A pause of tens of ms per 10 MB of heap: for a process at rest.
+   * and gives its free pages back. The pause grows with the heap (tens of ms for an API server's
+   * main thread at rest): for a process at rest.
    */
   collectGarbage(): void;
   /**

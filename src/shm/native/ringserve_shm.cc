@@ -729,7 +729,8 @@ void TrimMalloc(const FunctionCallbackInfo<Value>& info) {
 
 // collectGarbage(): V8's LowMemoryNotification on the calling thread's isolate: full collections
 // until one frees nothing more (weak references and finalizers included), compacting, then its
-// free pages handed back to the system. Seconds of pause on a large heap: for a process at rest.
+// free pages handed back to the system. The pause grows with the heap (tens of ms for an API
+// server's main thread at rest): for a process at rest.
 void CollectGarbage(const FunctionCallbackInfo<Value>& info) {
   info.GetIsolate()->LowMemoryNotification();
 }
