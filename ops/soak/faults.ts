@@ -46,19 +46,32 @@ export function faultTargets(
 }
 
 /**
- * Until when the engine may be killed (ms since epoch): in a run long enough to hold twice the
- * warm-up plus the slope window, not in the last such span plus `restartMarginMs` (a restart, and
- * its first sample), so that the engine's last incarnation is judged; in a shorter run none would
- * be, and the engine is killed throughout.
+ * When the soak reads the engine's last incarnation at rest for the first time (seconds into the
+ * run), or null: in a run long enough to hold twice the warm-up plus the slope window, a second
+ * quiet spell 2 x the slope window before the end, so that the incarnation is judged at rest over
+ * that span (plus the drain) as the first spell's processes are; in a shorter run, none.
+ */
+export function engineRestS(o: {
+  durationS: number;
+  warmupS: number;
+  slopeWindowS: number;
+}): number | null {
+  return o.durationS < 2 * (o.warmupS + o.slopeWindowS) ? null : o.durationS - 2 * o.slopeWindowS;
+}
+
+/**
+ * Until when the engine may be killed (ms since epoch): its last incarnation must be back
+ * (`restartMarginMs`: a restart, and its first sample) and past its warm-up at engineRestS; in a
+ * shorter run none is judged, and the engine is killed throughout.
  */
 export function engineKillsUntil(
   o: { durationS: number; warmupS: number; slopeWindowS: number },
   startMs: number,
   restartMarginMs = ENGINE_RESTART_MARGIN_MS,
 ): number {
-  const judgedSpanS = o.warmupS + o.slopeWindowS;
-  if (o.durationS < 2 * judgedSpanS) return Number.POSITIVE_INFINITY;
-  return startMs + (o.durationS - judgedSpanS) * 1000 - restartMarginMs;
+  const restS = engineRestS(o);
+  if (restS === null) return Number.POSITIVE_INFINITY;
+  return startMs + (restS - o.warmupS) * 1000 - restartMarginMs;
 }
 
 export interface Fault {

@@ -19,7 +19,13 @@ import { startCluster } from '../../bench/loadtest/cluster.js';
 import { startFloorServer } from '../../bench/loadtest/floor.js';
 import { parsePromText } from '../../bench/loadtest/prom-text.js';
 import { ExitCode } from '../../src/errors.js';
-import { engineKillsUntil, type Fault, FaultInjector, WITNESS_TITLE } from './faults.js';
+import {
+  engineKillsUntil,
+  engineRestS,
+  type Fault,
+  FaultInjector,
+  WITNESS_TITLE,
+} from './faults.js';
 import type { ProbeBatch, ProbeSample, ProbeWorkerData } from './health-probe.js';
 import { type IdleCheckpoint, readIdleMemory, Turns } from './idle-memory.js';
 import { parseSoakOptions, SOAK_USAGE, type SoakOptions } from './options.js';
@@ -35,6 +41,7 @@ import {
   judgedSlopes,
   outsideSpells,
   type RssSeries,
+  restPairs,
   type Verdict,
   violations,
 } from './verdict.js';
@@ -140,9 +147,9 @@ async function soak(
   // Faults and pause cycles take turns with the quiet spell at the end of the warm-up.
   const turns = new Turns();
   const idle = {
-    first: null as IdleCheckpoint | null,
+    checkpoints: [] as IdleCheckpoint[],
     spells: [] as [number, number][],
-    note: 'no idle checkpoint: the run is shorter than --warmup + --slope-window',
+    notes: [] as string[],
   };
   let running = true;
   traffic.start();
@@ -223,26 +230,37 @@ async function soak(
     pauses.spans.push(`${s(cycleStart)}-${s(Date.now())} s`);
   }
 
-  // The first idle checkpoint, where a slope can be judged at all (idle-memory.ts).
-  const quietSpell = (async () => {
-    if (o.durationS < o.warmupS + o.slopeWindowS) return;
-    await sleep(Math.max(0, startMs + o.warmupS * 1000 - Date.now()));
-    if (!running) return;
-    await turns.quietly(async () => {
-      const from = Date.now();
-      progressLine(
-        'quiet spell: no new requests, faults or pause cycles until memory at rest is read',
-      );
-      if (await traffic.hold(o.answerTimeoutS * 1000)) {
-        idle.first = await readIdleMemory(cluster.pid);
-        idle.note = `idle checkpoint at ${((idle.first.atMs - startMs) / 1000).toFixed(0)} s (quiet spell of ${((Date.now() - from) / 1000).toFixed(0)} s)`;
-      } else {
-        idle.note = `no idle checkpoint: requests still in flight ${o.answerTimeoutS} s into the quiet spell`;
-      }
-      traffic.resume();
-      idle.spells.push([from, Date.now()]);
-      progressLine(`quiet spell over: ${idle.note}`);
-    });
+  // The idle checkpoints before the end (idle-memory.ts): at the end of the warm-up, where a slope
+  // can be judged at all, and in a long run where the engine's last incarnation is past its own.
+  const spellsAtS = [o.warmupS, engineRestS(o)].filter(
+    (s): s is number => s !== null && o.durationS >= s + o.slopeWindowS,
+  );
+  if (spellsAtS.length === 0) {
+    idle.notes.push('no idle checkpoint: the run is shorter than --warmup + --slope-window');
+  }
+  const quietSpells = (async () => {
+    for (const atS of spellsAtS) {
+      await sleep(Math.max(0, startMs + atS * 1000 - Date.now()));
+      if (!running) return;
+      await turns.quietly(async () => {
+        const from = Date.now();
+        progressLine(
+          'quiet spell: no new requests, faults or pause cycles until memory at rest is read',
+        );
+        let note: string;
+        if (await traffic.hold(o.answerTimeoutS * 1000)) {
+          const checkpoint = await readIdleMemory(cluster.pid);
+          idle.checkpoints.push(checkpoint);
+          note = `idle checkpoint at ${((checkpoint.atMs - startMs) / 1000).toFixed(0)} s (quiet spell of ${((Date.now() - from) / 1000).toFixed(0)} s)`;
+        } else {
+          note = `no idle checkpoint at ${atS} s: requests still in flight ${o.answerTimeoutS} s into the quiet spell`;
+        }
+        traffic.resume();
+        idle.spells.push([from, Date.now()]);
+        idle.notes.push(note);
+        progressLine(`quiet spell over: ${note}`);
+      });
+    }
   })();
 
   const progressTimer = setInterval(() => {
@@ -261,7 +279,7 @@ async function soak(
 
   await sleep(Math.max(0, endMs - Date.now()));
   running = false;
-  await Promise.all([faulting, quietSpell]);
+  await Promise.all([faulting, quietSpells]);
   progressLine('draining: no new requests, waiting for those in flight');
   await Promise.all([traffic.drain(o.answerTimeoutS * 1000), pausing]);
   clearInterval(progressTimer);
@@ -273,9 +291,8 @@ async function soak(
     if (last !== null && last.inFlight + last.running + last.waiting + last.kvBlocks === 0) break;
     await sleep(500);
   }
-  // The second idle checkpoint: the cluster at rest after the drain.
-  const rest =
-    idle.first === null ? null : { first: idle.first, last: await readIdleMemory(cluster.pid) };
+  // The last idle checkpoint: the cluster at rest after the drain.
+  if (idle.checkpoints.length > 0) idle.checkpoints.push(await readIdleMemory(cluster.pid));
   await sampler;
   probe.postMessage('stop');
   await probeDone;
@@ -285,7 +302,12 @@ async function soak(
 
   const underLoad = outsideSpells([...rss.values()], idle.spells);
   const loadSlopes = judgedSlopes(underLoad, o);
-  const restSlopes = rest === null ? new Map<string, number>() : idleSlopes(rest.first, rest.last);
+  const pairs = restPairs(
+    idle.checkpoints,
+    new Map([...rss.values()].map((s) => [s.key, s.startedAtMs])),
+    o.warmupS * 1000,
+  );
+  const restSlopes = idleSlopes(pairs);
   const slopes = judgedRssSlopes(loadSlopes, restSlopes);
   if (o.seriesFile !== null) {
     await writeFile(o.seriesFile, JSON.stringify({ startMs, series: [...rss.values()] }));
@@ -296,7 +318,7 @@ async function soak(
     endMs: Date.now(),
   };
   // Each main thread pauses for the collection the soak asks for at rest: not judged, as a fault.
-  const collections = rest === null ? [] : [rest.first.collectSpan, rest.last.collectSpan];
+  const collections = idle.checkpoints.map((c) => c.collectSpan);
   const steady = judgedProbes(health, faults.faults, probeWindow, collections);
   const steadyFloor = judgedProbes(floorHealth, faults.faults, probeWindow, collections);
   const verdict = buildVerdict(
@@ -323,11 +345,16 @@ async function soak(
     `floor /health (a bare node:http process, same probe, same windows): ${steadyFloor.length} judged; ` +
       `slowest: ${slowest(steadyFloor, startMs)}`,
     ...stallReport(cluster.log(), startMs),
-    `RSS slope judged for ${slopes.size} of ${rss.size} process incarnations; ${idle.note}`,
-    `  at rest, warm-up end -> after the drain (judged): ` +
-      ([...restSlopes].map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ') || 'none'),
-    ...(rest === null ? [] : idleGrowth(rest.first, rest.last)).map((g) => `  at rest: ${g}`),
-    `  under load, least squares >= ${o.slopeWindowS} s after ${o.warmupS} s warm-up (judged only where not at rest at both): ` +
+    `RSS slope judged for ${slopes.size} of ${rss.size} process incarnations; ${idle.notes.join('; ')}`,
+    `  at rest, past its warm-up -> after the drain (judged): ` +
+      (pairs
+        .map(
+          (p) =>
+            `${p.key} ${restSlopes.get(p.key)?.toFixed(2)} (from ${((p.first.atMs - startMs) / 1000).toFixed(0)} s)`,
+        )
+        .join(', ') || 'none'),
+    ...idleGrowth(pairs).map((g) => `  at rest: ${g}`),
+    `  under load, least squares >= ${o.slopeWindowS} s after ${o.warmupS} s warm-up (judged only where not read at rest twice): ` +
       ([...loadSlopes].map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ') || 'none long enough'),
     ...judgedGrowth(underLoad, o).map((g) => `  under load: ${g}`),
     ...faults.faults.map(
@@ -403,7 +430,7 @@ function printTable(v: Verdict, o: SoakOptions, problems: string[], notes: strin
     [
       'RSS slope max, %/h',
       v.rss_slope_pct_per_h_max === null ? 'n/a' : String(v.rss_slope_pct_per_h_max),
-      `<= ${o.maxRssSlopePctPerH} (at rest at the warm-up's end vs after the drain, each after a collection; a later incarnation under load)`,
+      `<= ${o.maxRssSlopePctPerH} (at rest past its warm-up vs after the drain, each after a collection; else under load)`,
     ],
     ['/health p99 outside faults, ms', String(v.health_p99_ms), `<= ${o.healthP99Ms}`],
     [

@@ -73,8 +73,10 @@ export const SOAK_USAGE = `usage: ringserve soak | npm run soak -- [flags]
   --faults K,K            the kinds they rotate through (default kill-api,kill-engine,stop-api);
                           with 2+ API servers, kill-api spares ringserve-api-0 (the witness, whose
                           RSS is judged over the whole run), and in a run of at least twice
-                          (--warmup + --slope-window) the engine is not killed in the last such span
-                          (+ 60 s), so its last incarnation is judged too
+                          (--warmup + --slope-window) the engine is not killed after 2 x
+                          --slope-window + --warmup (+ 60 s) before the end, so its last
+                          incarnation is read at rest (a second quiet spell, 2 x --slope-window
+                          before the end) and judged too
   --pause-every S         seconds between pause/update_weights/resume cycles (default 30)
   --warmup S              RSS warm-up after start and after each restart (default 600: private
                           memory takes ~10 minutes to level off under load); at its end, in a run
@@ -82,10 +84,10 @@ export const SOAK_USAGE = `usage: ringserve soak | npm run soak -- [flags]
                           faults or pause cycles) reads every process's memory at rest, after
                           asking each to collect its garbage (SIGUSR2)
   --grace S               a fault window lasts until recovery + S (default 2)
-  --max-rss-slope P       %/h allowed per process (default 1): for a process at rest at the end of
-                          the warm-up and after the final drain, what it kept between the two; for
-                          one restarted later, its least-squares slope under load if it has
-                          --slope-window S after its own warm-up
+  --max-rss-slope P       %/h allowed per process (default 1): for a process read at rest in a
+                          quiet spell past its warm-up and after the final drain, what it kept
+                          between the two; for any other, its least-squares slope under load if it
+                          has --slope-window S after its own warm-up
   --slope-window S        post-warm-up seconds a process needs to be judged (default 600)
   --health-p99-ms M --health-max-ms M   /health bounds outside fault windows and those
                           collections (default 50, 50)

@@ -3,11 +3,12 @@
  * outside fault windows, and the table and JSON object the run ends with. Each violation is a line
  * of text; none means the run passed.
  *
- * A process that lived through both idle checkpoints (idle-memory.ts: at rest at the end of the
- * warm-up, and after the final drain) is judged by what it kept between them, in % of the first
- * per hour; a process incarnation born later (a restarted engine) by the least-squares slope of its
- * samples under load after its own warm-up, in % of its mean per hour. The least-squares slope of
- * the first kind is reported beside, not judged: under a load that moves (faults send a dead
+ * A process read at rest past its warm-up (idle-memory.ts: at the end of the warm-up, and in a long
+ * run again where the engine's last incarnation is past its own) and again after the final drain
+ * is judged by what it kept between the two readings, in % of the first per hour; any other
+ * incarnation with enough samples (an API server restarted late) by the least-squares slope of
+ * its samples under load after its own warm-up, in % of its mean per hour. The least-squares slope
+ * of the first kind is reported beside, not judged: under a load that moves (faults send a dead
  * server's clients to its sibling) it measures the working set as much as any leak.
  */
 import type { Fault } from './faults.js';
@@ -91,41 +92,62 @@ export function outsideSpells(
   });
 }
 
+/** A process read at rest twice: what it kept between the two readings is judged. */
+export interface RestPair {
+  key: string;
+  first: IdleCheckpoint;
+  last: IdleCheckpoint;
+}
+
 /**
- * What each process present at both checkpoints kept between them: the RSS change in % of the
- * first per hour, by key.
+ * Each process at rest at the last checkpoint, paired with the earliest other checkpoint that read
+ * it at rest past its own warm-up (`bornAtMs` of its key + `warmupMs`), if one did.
  */
-export function idleSlopes(first: IdleCheckpoint, last: IdleCheckpoint): Map<string, number> {
+export function restPairs(
+  checkpoints: readonly IdleCheckpoint[],
+  bornAtMs: ReadonlyMap<string, number>,
+  warmupMs: number,
+): RestPair[] {
+  const last = checkpoints.at(-1);
+  if (last === undefined) return [];
+  const out: RestPair[] = [];
+  for (const key of last.memory.keys()) {
+    const born = bornAtMs.get(key);
+    const first = checkpoints.find(
+      (c) => c !== last && c.memory.has(key) && born !== undefined && c.atMs >= born + warmupMs,
+    );
+    if (first !== undefined) out.push({ key, first, last });
+  }
+  return out;
+}
+
+/** What each pair's process kept between its readings: the RSS change in % of the first per hour. */
+export function idleSlopes(pairs: readonly RestPair[]): Map<string, number> {
   const out = new Map<string, number>();
-  const hours = (last.atMs - first.atMs) / 3_600_000;
-  if (hours <= 0) return out;
-  for (const [key, a] of first.memory) {
-    const b = last.memory.get(key);
-    if (b !== undefined && a.rssBytes > 0) {
-      out.set(key, ((b.rssBytes - a.rssBytes) / a.rssBytes / hours) * 100);
-    }
+  for (const { key, first, last } of pairs) {
+    const hours = (last.atMs - first.atMs) / 3_600_000;
+    const a = first.memory.get(key)!.rssBytes;
+    const b = last.memory.get(key)!.rssBytes;
+    if (hours > 0 && a > 0) out.set(key, ((b - a) / a / hours) * 100);
   }
   return out;
 }
 
 /**
- * "ringserve-api-0#42 RSS 300.0 -> 301.0 MB (private 250.0 -> 251.0, ...)" per process at both,
- * then where its private memory grew or shrank by 1 MB or more (processes.ts mappingChanges).
+ * "ringserve-api-0#42 RSS 300.0 -> 301.0 MB (private 250.0 -> 251.0, ...)" per pair, then where
+ * its private memory grew or shrank by 1 MB or more (processes.ts mappingChanges).
  */
-export function idleGrowth(first: IdleCheckpoint, last: IdleCheckpoint): string[] {
-  const out: string[] = [];
-  for (const [key, a] of first.memory) {
-    const b = last.memory.get(key);
-    if (b === undefined) continue;
+export function idleGrowth(pairs: readonly RestPair[]): string[] {
+  return pairs.map(({ key, first, last }) => {
     const changes = mappingChanges(first.mappings.get(key) ?? [], last.mappings.get(key) ?? []);
-    out.push(growthLine(key, a, b, 1) + (changes.length > 0 ? `; ${changes.join('; ')}` : ''));
-  }
-  return out;
+    const line = growthLine(key, first.memory.get(key)!, last.memory.get(key)!, 1);
+    return line + (changes.length > 0 ? `; ${changes.join('; ')}` : '');
+  });
 }
 
 /**
- * The slope each process is judged by: what it kept between the checkpoints at rest if it was at
- * both, else its least-squares slope under load (an incarnation born after the quiet spell).
+ * The slope each process is judged by: what it kept between two readings at rest if it has them
+ * (restPairs), else its least-squares slope under load.
  */
 export function judgedRssSlopes(
   underLoad: ReadonlyMap<string, number>,

@@ -8,6 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   engineKillsUntil,
+  engineRestS,
   type Fault,
   faultTargets,
   WITNESS_TITLE,
@@ -25,6 +26,7 @@ import {
   judgedSlopes,
   outsideSpells,
   type RssSeries,
+  restPairs,
 } from '../../ops/soak/verdict.js';
 
 const probe = (atMs: number, latencyMs = 1): ProbeSample => ({ atMs, latencyMs, status: 200 });
@@ -152,12 +154,53 @@ describe('RSS at rest', () => {
       ['api-0#1', 303],
       ['engine#9', 100],
     ]);
-    const slopes = idleSlopes(first, last);
+    const born = new Map([
+      ['api-0#1', 0],
+      ['engine#2', 0],
+      ['engine#9', 60_000],
+    ]);
+    const pairs = restPairs([first, last], born, 0);
+    const slopes = idleSlopes(pairs);
     expect([...slopes.keys()]).toEqual(['api-0#1']);
     expect(slopes.get('api-0#1')).toBeCloseTo(2, 6);
-    expect(idleGrowth(first, last)).toEqual([
+    expect(idleGrowth(pairs)).toEqual([
       'api-0#1 RSS 300.0 -> 303.0 MB (private 252.0 -> 255.0, shared region 48.0 -> 48.0)',
     ]);
+  });
+
+  it('pairs each process at rest at the end with its earliest reading at rest past its warm-up', () => {
+    const warmup = 600_000;
+    const checkpoints = [
+      at(680_000, [
+        ['api-0#1', 300],
+        ['engine#2', 180],
+      ]),
+      at(2_480_000, [
+        ['api-0#1', 300],
+        ['engine#9', 180],
+        ['api-1#5', 250], // born at 2,000 s: still in its warm-up
+      ]),
+      at(3_680_000, [
+        ['api-0#1', 300],
+        ['engine#9', 181.8],
+        ['api-1#5', 260],
+      ]),
+    ];
+    const born = new Map([
+      ['api-0#1', 0],
+      ['engine#2', 0],
+      ['engine#9', 1_740_000],
+      ['api-1#5', 2_000_000],
+    ]);
+    const pairs = restPairs(checkpoints, born, warmup);
+    expect(pairs.map((p) => [p.key, p.first.atMs, p.last.atMs])).toEqual([
+      ['api-0#1', 680_000, 3_680_000],
+      ['engine#9', 2_480_000, 3_680_000],
+    ]);
+    // +1.8 MB of 180 in 1,200 s: 1 % in a third of an hour, 3 %/h.
+    expect(idleSlopes(pairs).get('engine#9')).toBeCloseTo(3, 6);
+    expect(restPairs(checkpoints.slice(2), born, warmup)).toEqual([]);
+    expect(restPairs([], born, warmup)).toEqual([]);
   });
 
   it('says in which mappings the private memory kept at rest is', () => {
@@ -207,7 +250,7 @@ describe('RSS at rest', () => {
         ],
       ]),
     );
-    expect(idleGrowth(first, last)).toEqual([
+    expect(idleGrowth(restPairs([first, last], new Map([['api-0#1', 0]]), 0))).toEqual([
       'api-0#1 RSS 300.0 -> 310.0 MB (private 252.0 -> 262.0, shared region 48.0 -> 48.0); ' +
         '+7.7 MB in the 64.0 MiB mapping anon at 7f0000000000; ' +
         '+4.2 MB in a new 8.0 MiB mapping anon at 7f1000000000; ' +
@@ -317,9 +360,13 @@ describe('fault schedule', () => {
     expect(titles(faultTargets('kill-api', procs.slice(0, 2), null))).toEqual(['ringserve-api-0']);
   });
 
-  it('stops killing the engine in the last warm-up + window (+ margin) of a long run only', () => {
+  it('in a long run only, stops killing the engine a warm-up (+ margin) before its second quiet spell', () => {
     const o = { durationS: 3600, warmupS: 600, slopeWindowS: 600 };
-    expect(engineKillsUntil(o, 1_000_000, 60_000)).toBe(1_000_000 + 2_400_000 - 60_000);
+    // The spell 2 x 600 s before the end; the last kill a warm-up and a restart before it.
+    expect(engineRestS(o)).toBe(2400);
+    expect(engineKillsUntil(o, 1_000_000, 60_000)).toBe(1_000_000 + 1_800_000 - 60_000);
+    expect(engineRestS({ ...o, durationS: 2400 })).toBe(1200);
+    expect(engineRestS({ ...o, durationS: 2399 })).toBeNull();
     expect(engineKillsUntil({ ...o, durationS: 2399 }, 0)).toBe(Number.POSITIVE_INFINITY);
     expect(engineKillsUntil({ ...o, durationS: 180, warmupS: 60 }, 0)).toBe(
       Number.POSITIVE_INFINITY,
