@@ -6,8 +6,10 @@
  * longer being killed. So the soak also measures each process at rest twice, with the same nothing
  * in flight: once at the end of the warm-up (a quiet spell: no new requests, no faults, no pause
  * cycles, until every request in flight has ended and the cluster has had IDLE_SETTLE_MS to give
- * back what it holds for none) and once after the final drain. What a process kept between the two
- * is what it will keep: a leak. verdict.ts turns the two into a slope in %/h.
+ * back what it holds for none) and once after the final drain; in a long run also where the
+ * engine's last incarnation is past its warm-up (faults.ts engineRestS). What a process kept
+ * between its first reading past its warm-up and the last is what it will keep: a leak. verdict.ts
+ * turns the two into a slope in %/h.
  *
  * Before each reading every process collects its garbage in every thread and trims malloc
  * (COLLECT_SIGNAL, src/obs/memory-collect.ts). Without it a reading says as much about where each

@@ -144,7 +144,8 @@ async function soak(
   const rss = new Map<string, RssSeries>();
   const peaks = { ringBytes: 0, kvBlocks: 0, inFlight: 0, heap: new Map<string, number>() };
   const pauses = { cycles: 0, failedCalls: 0, spans: [] as string[] };
-  // Faults and pause cycles take turns with the quiet spell at the end of the warm-up.
+  // Faults and pause cycles take turns with the quiet spells (the end of the warm-up, and one more
+  // in a long run: spellsAtS below).
   const turns = new Turns();
   const idle = {
     checkpoints: [] as IdleCheckpoint[],
