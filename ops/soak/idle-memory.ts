@@ -14,7 +14,7 @@
  * Before each reading every process collects its garbage in every thread and trims malloc
  * (COLLECT_SIGNAL, src/obs/memory-collect.ts). Without it a reading says as much about where each
  * V8 isolate stood in its grow-and-collect cycle as about what the process holds: an API server
- * read ±30 MB apart at rest an hour apart, in V8 heap pages, both ways.
+ * read up to ±30 MB apart at rest minutes apart, in V8 heap pages, both ways.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ANSWER_TIMEOUT_MS, COLLECT_SIGNAL } from '../../src/obs/memory-collect.js';

@@ -113,8 +113,9 @@ export function restPairs(
   const out: RestPair[] = [];
   for (const key of last.memory.keys()) {
     const born = bornAtMs.get(key);
+    if (born === undefined) continue;
     const first = checkpoints.find(
-      (c) => c !== last && c.memory.has(key) && born !== undefined && c.atMs >= born + warmupMs,
+      (c) => c !== last && c.memory.has(key) && c.atMs >= born + warmupMs,
     );
     if (first !== undefined) out.push({ key, first, last });
   }

@@ -9,17 +9,10 @@ import {
 } from '../../src/obs/memory-collect.js';
 import { PackerPool } from '../../src/server/output/packer-pool.js';
 import { makeHarness } from '../server/output/harness.js';
+import { until } from '../shm/helpers.js';
 
 const FIXTURE = new URL('./fixtures/memory-collect-worker.mjs', import.meta.url);
 const MB = 1024 * 1024;
-
-async function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 describe('collecting in every thread of a process', () => {
   const workers: Worker[] = [];
@@ -54,7 +47,7 @@ describe('collecting in every thread of a process', () => {
     pools.push(
       new PackerPool({ metaSab: h.meta.sab, accSab: h.acc.sab, arenaSab: h.arena.sab, threads: 2 }),
     );
-    await until(() => collect.threads === 4, 'the packers to answer');
+    await until(() => collect.threads === 4, 10_000, 'the packers to answer');
     await new Promise((r) => setTimeout(r, 300));
 
     const before = await heapOf(timer);
