@@ -74,6 +74,10 @@ async function router(argv: readonly string[]): Promise<ExitCode | null> {
     return ExitCode.Ok;
   }
   const config = parseRouterArgs(argv);
+  // As serve's: SIGUSR2 collects in every thread (it would end the process otherwise).
+  const collect = shareMemoryCollect();
+  const log = createLogger('info', { name: 'ringserve-router' });
+  collect.onSignal(log);
   const proxy = new Router(config);
   const stop = (): void => {
     proxy.close().then(
@@ -84,6 +88,7 @@ async function router(argv: readonly string[]): Promise<ExitCode | null> {
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
   const port = await proxy.start();
+  log.info({ port, prefill: config.prefill, decode: config.decode }, 'router ready');
   // Scripts and tests wait for this line on stderr, as for serve's.
   console.error(
     `ringserve: routing on http://${config.host}:${port} to ${config.prefill.length} prefill and ${config.decode.length} decode instance(s)`,

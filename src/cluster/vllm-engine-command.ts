@@ -3,6 +3,7 @@ import { CONFIG_FIELDS, type ConfigField, describeRange, type RingserveConfig } 
 import { getVllmLayout, VLLM_VERSION_NAMES } from '../engine/vllm/index.js';
 import { ExitCode, RS_ERR_CONFIG_INVALID } from '../errors.js';
 import { createLogger } from '../obs/log.js';
+import { shareMemoryCollect } from '../obs/memory-collect.js';
 import { SimEngine } from '../sim/sim-engine.js';
 import { engineConfigFrom } from './sim-engine-config.js';
 import { VllmHeadlessEngine } from './vllm-headless-engine.js';
@@ -159,7 +160,10 @@ export async function runEngineCommand(argv: readonly string[]): Promise<ExitCod
   };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
+  // Before pino's thread starts: SIGUSR2 collects in every thread, as in serve's processes.
+  const collect = shareMemoryCollect();
   const log = createLogger(config.logLevel, { name: 'ringserve-vllm-engine' });
+  collect.onSignal(log);
   const sim = new SimEngine(engineConfigFrom(config));
   log.info(
     { vllm_version: layout.name, source: layout.source, model: config.model },

@@ -6,7 +6,7 @@
  * the next collection may or may not hand back. Two readings of an API server at rest minutes apart
  * differed by up to ±30 MB that way, in V8's 256 KiB pages, in both directions (the soak's notes),
  * so a leak of a few MB an hour cannot be told from it. On SIGUSR2 a ringserve process (the primary, the
- * engine, each API server) therefore collects everything in every one of its isolates (V8's
+ * engine, each API server, the router, the headless vLLM engine) therefore collects everything in every one of its isolates (V8's
  * LowMemoryNotification: full collections, compacting, free pages given back), then gives glibc's
  * free memory back (malloc_trim), and logs what it had before and after. What is left is what the
  * process holds. The soak sends it at its readings at rest (ops/soak/idle-memory.ts); an operator may
@@ -41,7 +41,7 @@ export const COLLECT_SIGNAL = 'SIGUSR2';
 
 /** What one collection did, as logged ("memory collected"). */
 export interface CollectReport {
-  /** Threads besides the main thread that answered, of those that answer. */
+  /** Threads besides the main thread that answered, of those that answered requests when asked. */
   threadsAnswered: number;
   threads: number;
   /** The main thread's isolate: heap committed and used, before and after, bytes. */
@@ -104,16 +104,22 @@ export class MemoryCollect {
     const board = this.#board;
     const rssBefore = process.memoryUsage.rss();
     const mainHeapTotalBefore = getHeapStatistics().total_heap_size;
+    // The threads counted before the request is raised: a thread that starts answering reads the
+    // request count before it counts itself (answerMemoryCollect), so each thread counted here
+    // answers this request. One that starts later may answer it too, or not; it is not waited for.
+    const threads = Atomics.load(board, THREADS);
     Atomics.store(board, ANSWERED, 0);
     Atomics.add(board, ASKED, 1);
     shmAddon().collectGarbage();
     const after = getHeapStatistics();
-    const threads = Atomics.load(board, THREADS);
     const deadline = performance.now() + ANSWER_TIMEOUT_MS;
-    while (Atomics.load(board, ANSWERED) < threads && performance.now() < deadline) {
+    // A thread that ends meanwhile is not waited for either.
+    const pending = (): boolean =>
+      Atomics.load(board, ANSWERED) < Math.min(threads, Atomics.load(board, THREADS));
+    while (pending() && performance.now() < deadline) {
       await sleep(20);
     }
-    const threadsAnswered = Atomics.load(board, ANSWERED);
+    const threadsAnswered = Math.min(Atomics.load(board, ANSWERED), threads);
     // Last: the isolates' collections freed native memory too (external buffers, V8's own).
     const mallocTrimmed = shmAddon().trimMalloc();
     return {
@@ -157,6 +163,7 @@ export function unshareMemoryCollect(): void {
 export function answerMemoryCollect(mode: 'timer' | 'poll'): (() => void) | null {
   const board = getEnvironmentData(ENVIRONMENT_KEY) as Int32Array | undefined;
   if (board === undefined) return null;
+  // In this order (MemoryCollect.#collect counts the threads before it raises the request).
   let done = Atomics.load(board, ASKED);
   Atomics.add(board, THREADS, 1);
   // A thread that ends (a replaced packer) is not waited for.

@@ -1,11 +1,19 @@
 /**
  * SIGUSR2 makes every ringserve process collect its garbage in every thread and trim malloc
  * (src/obs/memory-collect.ts), as the soak asks before its readings at rest: each process logs
- * "memory collected" with every one of its other threads answering, and keeps serving.
+ * "memory collected" with every one of its other threads answering, and keeps serving. The router
+ * and the headless vLLM engine do the same (without a handler the signal would end them).
  */
 import { request } from 'undici';
 import { expect, it } from 'vitest';
 import { startCluster, waitFor } from './harness.js';
+import { startRouter } from './pd-helpers.js';
+import {
+  healthStatus,
+  startBridgeCluster,
+  startHeadlessEngine,
+  until,
+} from './vllm-engine-pair.js';
 
 interface Collected {
   pid: number;
@@ -45,13 +53,11 @@ it('SIGUSR2: the primary, the engine and each API server collect in every thread
     const all = [cluster.process.pid!, ...pids.values()];
     expect(all).toHaveLength(4);
     for (const pid of all) process.kill(pid, 'SIGUSR2');
-    const collected = (): Collected[] =>
-      cluster
-        .log()
-        .split('\n')
-        .filter((line) => line.includes('"memory collected"'))
-        .map((line) => JSON.parse(line) as Collected);
-    const seen = await waitFor(collected, (c) => c.length === all.length, 20_000);
+    const seen = await waitFor(
+      () => collected(cluster.log()),
+      (c) => c.length === all.length,
+      20_000,
+    );
     expect(seen.map((c) => c.pid).sort()).toEqual([...all].sort());
     for (const c of seen) {
       // Nobody was waited for in vain: each thread answered.
@@ -73,3 +79,65 @@ it('SIGUSR2: the primary, the engine and each API server collect in every thread
     await cluster.stop();
   }
 }, 120_000);
+
+it('SIGUSR2: the router and the headless vLLM engine collect too, and serve on', async () => {
+  const { cluster, endpoint } = await startBridgeCluster(['--model', 'tiny', '--max-speed']);
+  try {
+    const engine = startHeadlessEngine(endpoint, ['--model', 'tiny', '--max-speed'], true);
+    let engineLog = '';
+    engine.stdout?.on('data', (chunk: Buffer) => {
+      engineLog += chunk.toString();
+    });
+    await until(async () => (await healthStatus(cluster)) === 200);
+    const router = await startRouter([cluster.url], [cluster.url]);
+    const routerHealth = async () => {
+      const res = await request(`${router.url}/health`);
+      await res.body.dump();
+      return res.statusCode;
+    };
+    await until(async () => (await routerHealth()) === 200);
+    // Both log threads are up (they write the processes' first records), so both answer.
+    await until(() => router.log().includes('"router ready"') && engineLog.includes('"msg"'));
+
+    process.kill(router.pid, 'SIGUSR2');
+    process.kill(engine.pid!, 'SIGUSR2');
+    const [routerSeen] = await waitFor(
+      () => collected(router.log()),
+      (c) => c.length === 1,
+      20_000,
+    );
+    const [engineSeen] = await waitFor(
+      () => collected(engineLog),
+      (c) => c.length === 1,
+      20_000,
+    );
+    expect(routerSeen).toMatchObject({ pid: router.pid, name: 'ringserve-router' });
+    expect(engineSeen).toMatchObject({ pid: engine.pid, name: 'ringserve-vllm-engine' });
+    for (const c of [routerSeen!, engineSeen!]) {
+      // pino's log thread at least, and it answered.
+      expect(c.threads).toBeGreaterThanOrEqual(1);
+      expect(c.threads_answered).toBe(c.threads);
+    }
+    // Both live on: the engine serves the bridge, the router sees its instances.
+    expect(router.crashed()).toBe(false);
+    expect(engine.exitCode).toBeNull();
+    expect(await routerHealth()).toBe(200);
+    const res = await request(`${cluster.url}/inference/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ token_ids: [1, 2, 3], sampling_params: { max_tokens: 20 } }),
+    });
+    await res.body.dump();
+    expect(res.statusCode).toBe(200);
+  } finally {
+    await cluster.stop();
+  }
+}, 120_000);
+
+/** The "memory collected" records of a process's log (pino's JSON lines). */
+function collected(log: string): Collected[] {
+  return log
+    .split('\n')
+    .filter((line) => line.includes('"memory collected"'))
+    .map((line) => JSON.parse(line) as Collected);
+}

@@ -46,8 +46,15 @@ export async function startBridgeCluster(args: string[]): Promise<BridgePair> {
   return { cluster, endpoint: match[1]! };
 }
 
-/** Starts `ringserve engine --vllm-protocol` dialling `endpoint`; it is killed after the test. */
-export function startHeadlessEngine(endpoint: string, args: string[]): ChildProcess {
+/**
+ * Starts `ringserve engine --vllm-protocol` dialling `endpoint`; it is killed after the test. Its
+ * log (stdout) is dropped unless `pipeLog`, when the caller reads child.stdout.
+ */
+export function startHeadlessEngine(
+  endpoint: string,
+  args: string[],
+  pipeLog = false,
+): ChildProcess {
   const url = new URL(endpoint.replace('tcp://', 'http://'));
   const child = spawn(
     process.execPath,
@@ -62,7 +69,7 @@ export function startHeadlessEngine(endpoint: string, args: string[]): ChildProc
       '--enable-return-routed-experts',
       ...args,
     ],
-    { stdio: ['ignore', 'ignore', 'inherit'] },
+    { stdio: ['ignore', pipeLog ? 'pipe' : 'ignore', 'inherit'] },
   );
   engines.add(child);
   return child;

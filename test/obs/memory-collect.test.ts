@@ -23,7 +23,7 @@ describe('collecting in every thread of a process', () => {
     await Promise.all(pools.splice(0).map((p) => p.close()));
   });
 
-  async function start(mode: 'timer' | 'poll', stop?: Int32Array): Promise<Worker> {
+  async function start(mode: 'timer' | 'poll' | 'late', stop?: Int32Array): Promise<Worker> {
     const worker = new Worker(FIXTURE, { workerData: { mode, stop } });
     workers.push(worker);
     const [ready] = await once(worker, 'message');
@@ -78,6 +78,20 @@ describe('collecting in every thread of a process', () => {
     const report = await collect.collect();
     expect(report).toMatchObject({ threads: 1, threadsAnswered: 1 });
     expect(report.ms).toBeLessThan(ANSWER_TIMEOUT_MS);
+  });
+
+  it('a thread that starts answering while a collection runs is not waited for, and answers the next', async () => {
+    const collect = shareMemoryCollect();
+    await start('late');
+    expect(collect.threads).toBe(0);
+    // The thread counts itself during the main thread's own collection, after the request.
+    const report = await collect.collect();
+    expect(report).toMatchObject({ threads: 0, threadsAnswered: 0 });
+    expect(report.ms).toBeLessThan(ANSWER_TIMEOUT_MS);
+    await until(() => collect.threads === 1, 5_000, 'the late thread to count itself');
+    const next = await collect.collect();
+    expect(next).toMatchObject({ threads: 1, threadsAnswered: 1 });
+    expect(next.ms).toBeLessThan(ANSWER_TIMEOUT_MS);
   });
 
   it('calls made while a collection runs join it', async () => {
