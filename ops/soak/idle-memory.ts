@@ -134,3 +134,65 @@ export class Turns {
     }
   }
 }
+
+/** What a process logged when it collected ("memory collected", src/obs/memory-collect.ts). */
+export interface CollectRecord {
+  pid: number;
+  timeMs: number;
+  /** glibc's heap after the trim, MB: allocated, held from the system; then per arena. */
+  mallocMb: [number, number];
+  arenasMb: [number, number][];
+}
+
+/** The "memory collected" records of a cluster log (pino's JSON lines; other lines skipped). */
+export function collectRecords(log: string): CollectRecord[] {
+  const out: CollectRecord[] = [];
+  for (const line of log.split('\n')) {
+    if (!line.includes('"memory collected"')) continue;
+    try {
+      const r = JSON.parse(line);
+      if (!Array.isArray(r.malloc_mb) || !Array.isArray(r.malloc_arenas_mb)) continue;
+      out.push({ pid: r.pid, timeMs: r.time, mallocMb: r.malloc_mb, arenasMb: r.malloc_arenas_mb });
+    } catch {
+      // Not a whole pino line.
+    }
+  }
+  return out;
+}
+
+/**
+ * For a process read at rest twice, where its glibc heap went between the two collections:
+ * "malloc allocated a -> b MB, held a -> b MB", then each arena whose allocated bytes moved by 1 MB
+ * or more (by position, when both readings have as many arenas). Allocated memory that grows is
+ * kept by the process; memory held that grows while allocated memory does not is fragmentation
+ * that malloc_trim cannot give back. Null without both records.
+ */
+export function mallocGrowth(
+  pid: number,
+  first: IdleCheckpoint,
+  last: IdleCheckpoint,
+  records: readonly CollectRecord[],
+): string | null {
+  const at = (c: IdleCheckpoint): CollectRecord | undefined =>
+    records.find(
+      (r) => r.pid === pid && r.timeMs >= c.collectSpan[0] && r.timeMs <= c.collectSpan[1] + 1_000,
+    );
+  const a = at(first);
+  const b = at(last);
+  if (a === undefined || b === undefined) return null;
+  const f = (n: number): string => n.toFixed(1);
+  let line =
+    `malloc allocated ${f(a.mallocMb[0])} -> ${f(b.mallocMb[0])} MB, ` +
+    `held ${f(a.mallocMb[1])} -> ${f(b.mallocMb[1])} MB, ${b.arenasMb.length} arenas`;
+  if (a.arenasMb.length === b.arenasMb.length) {
+    const moved = b.arenasMb
+      .map(([allocated, held], i) => ({ i, allocated, held, before: a.arenasMb[i]! }))
+      .filter(({ allocated, before }) => Math.abs(allocated - before[0]) >= 1)
+      .map(
+        ({ i, allocated, held, before }) =>
+          `arena ${i} allocated ${f(before[0])} -> ${f(allocated)}, held ${f(before[1])} -> ${f(held)}`,
+      );
+    if (moved.length > 0) line += `; ${moved.join('; ')}`;
+  }
+  return line;
+}

@@ -27,9 +27,15 @@ import {
   WITNESS_TITLE,
 } from './faults.js';
 import type { ProbeBatch, ProbeSample, ProbeWorkerData } from './health-probe.js';
-import { type IdleCheckpoint, readIdleMemory, Turns } from './idle-memory.js';
+import {
+  collectRecords,
+  type IdleCheckpoint,
+  mallocGrowth,
+  readIdleMemory,
+  Turns,
+} from './idle-memory.js';
 import { parseSoakOptions, SOAK_USAGE, type SoakOptions } from './options.js';
-import { clusterProcesses, processKey } from './processes.js';
+import { clusterProcesses, pidOf, processKey } from './processes.js';
 import { Traffic } from './traffic.js';
 import {
   buildVerdict,
@@ -336,6 +342,7 @@ async function soak(
   const problems = violations(verdict, o);
   if (crashed) problems.push('the cluster exited during the run');
   if (last === null) problems.push('/metrics did not answer after the drain');
+  const collected = collectRecords(cluster.log());
   const notes = [
     `requests: ${traffic.counts.left} clients left on purpose, ${traffic.counts.slowReaders} slow-reader streams completed`,
     `pause -> update_weights -> resume cycles: ${pauses.cycles} (${pauses.failedCalls} calls refused, mostly during faults), at ${pauses.spans.join(', ')}`,
@@ -355,6 +362,10 @@ async function soak(
         )
         .join(', ') || 'none'),
     ...idleGrowth(pairs).map((g) => `  at rest: ${g}`),
+    ...pairs.flatMap((p) => {
+      const growth = mallocGrowth(pidOf(p.key), p.first, p.last, collected);
+      return growth === null ? [] : [`  at rest: ${p.key} ${growth}`];
+    }),
     `  under load, least squares >= ${o.slopeWindowS} s after ${o.warmupS} s warm-up (judged only where not read at rest twice): ` +
       ([...loadSlopes].map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ') || 'none long enough'),
     ...judgedGrowth(underLoad, o).map((g) => `  under load: ${g}`),

@@ -49,6 +49,11 @@ export function processKey(p: Pick<ProcessInfo, 'title' | 'pid'>): string {
   return `${p.title}#${p.pid}`;
 }
 
+/** The pid in a processKey. */
+export function pidOf(key: string): number {
+  return Number(key.slice(key.lastIndexOf('#') + 1));
+}
+
 /** The primary and its direct children. */
 export async function clusterProcesses(primaryPid: number): Promise<ProcessInfo[]> {
   const out: ProcessInfo[] = [];

@@ -52,6 +52,8 @@ export interface CollectReport {
   rssAfter: number;
   /** Whether malloc_trim gave memory back. */
   mallocTrimmed: boolean;
+  /** glibc's heap after the trim (empty arenas without glibc). */
+  malloc: MallocHeap;
   ms: number;
 }
 
@@ -77,12 +79,17 @@ export class MemoryCollect {
     return this.#running;
   }
 
-  /** Collects on COLLECT_SIGNAL, logging each report at info (a failure at error). */
+  /**
+   * Collects on COLLECT_SIGNAL, logging each report at info (a failure at error). The report
+   * answers an operator's request, so it is logged at a level above info too (not when silent).
+   */
   onSignal(log: Logger): void {
+    const out =
+      log.isLevelEnabled('info') || log.level === 'silent' ? log : log.child({}, { level: 'info' });
     process.on(COLLECT_SIGNAL, () => {
       this.collect().then(
         (r) =>
-          log.info(
+          out.info(
             {
               threads_answered: r.threadsAnswered,
               threads: r.threads,
@@ -90,11 +97,17 @@ export class MemoryCollect {
               main_heap_used_mb: mb(r.mainHeapUsedAfter),
               rss_mb: [mb(r.rssBefore), mb(r.rssAfter)],
               malloc_trimmed: r.mallocTrimmed,
+              // Allocated / from the system, MB: in all, then arena by arena (the main one first).
+              malloc_mb: [mb(allocated(r.malloc)), mb(fromSystem(r.malloc))],
+              malloc_arenas_mb: r.malloc.arenas.map((a) => [
+                mb(a.systemBytes - a.freeBytes),
+                mb(a.systemBytes),
+              ]),
               ms: Math.round(r.ms),
             },
             'memory collected',
           ),
-        (error: unknown) => log.error({ err: error }, 'memory collection failed'),
+        (error: unknown) => out.error({ err: error }, 'memory collection failed'),
       );
     });
   }
@@ -131,9 +144,55 @@ export class MemoryCollect {
       rssBefore,
       rssAfter: process.memoryUsage.rss(),
       mallocTrimmed,
+      malloc: mallocHeap(),
       ms: performance.now() - started,
     };
   }
+}
+
+/** One glibc arena: what it has from the system and what of that is free (bins and top chunk). */
+export interface MallocArena {
+  systemBytes: number;
+  freeBytes: number;
+}
+
+/** glibc's heap: its arenas and the chunks it mmapped on their own (large allocations). */
+export interface MallocHeap {
+  arenas: MallocArena[];
+  mmapBytes: number;
+}
+
+/** The process's glibc heap now (malloc_info); no arenas without glibc. */
+export function mallocHeap(): MallocHeap {
+  return parseMallocInfo(shmAddon().mallocInfo());
+}
+
+/**
+ * Reads malloc_info(3)'s XML: each `<heap>`'s `system current` and its free `fast` and `rest`
+ * totals (`rest` includes the top chunk), and the `mmap` total after the heaps.
+ */
+export function parseMallocInfo(xml: string): MallocHeap {
+  const size = (text: string, re: RegExp): number => Number(re.exec(text)?.[1] ?? 0);
+  const arenas: MallocArena[] = [];
+  for (const [heap] of xml.matchAll(/<heap nr="\d+">[\s\S]*?<\/heap>/g)) {
+    arenas.push({
+      systemBytes: size(heap, /<system type="current" size="(\d+)"/),
+      freeBytes:
+        size(heap, /<total type="fast" count="\d+" size="(\d+)"/) +
+        size(heap, /<total type="rest" count="\d+" size="(\d+)"/),
+    });
+  }
+  return { arenas, mmapBytes: size(xml, /<total type="mmap" count="\d+" size="(\d+)"/) };
+}
+
+/** Bytes allocated from glibc: in the arenas, and mmapped chunks. */
+export function allocated(heap: MallocHeap): number {
+  return heap.arenas.reduce((sum, a) => sum + a.systemBytes - a.freeBytes, heap.mmapBytes);
+}
+
+/** Bytes glibc has from the system: the arenas, and mmapped chunks. */
+export function fromSystem(heap: MallocHeap): number {
+  return heap.arenas.reduce((sum, a) => sum + a.systemBytes, heap.mmapBytes);
 }
 
 function mb(bytes: number): number {

@@ -64,6 +64,8 @@ export interface ShmAddon {
    * main thread at rest): for a process at rest.
    */
   collectGarbage(): void;
+  /** glibc's malloc_info(3) XML (per arena: from the system, free); '' without glibc. */
+  mallocInfo(): string;
   /**
    * An ArrayBuffer over the same bytes as `sab` (no copy; keeps them alive), for APIs that send
    * only ArrayBuffer-backed Buffers as bytes. V8 counts its length as external memory once, when

@@ -22,6 +22,8 @@ interface Collected {
   threads_answered: number;
   main_heap_total_mb: [number, number];
   rss_mb: [number, number];
+  malloc_mb: [number, number];
+  malloc_arenas_mb: [number, number][];
 }
 
 it('SIGUSR2: the primary, the engine and each API server collect in every thread, and serve on', async () => {
@@ -29,8 +31,9 @@ it('SIGUSR2: the primary, the engine and each API server collect in every thread
     '--max-speed',
     '--api-server-count',
     '2',
+    // Above info: the report answers the signal whatever the level.
     '--log-level',
-    'info',
+    'warn',
   ]);
   try {
     const generate = async () => {
@@ -63,6 +66,11 @@ it('SIGUSR2: the primary, the engine and each API server collect in every thread
       // Nobody was waited for in vain: each thread answered.
       expect(c.threads_answered).toBe(c.threads);
       expect(c.rss_mb[1]).toBeGreaterThan(0);
+      // glibc's heap after the trim: allocated within held, arena by arena.
+      expect(c.malloc_mb[0]).toBeGreaterThan(0);
+      expect(c.malloc_mb[0]).toBeLessThanOrEqual(c.malloc_mb[1]);
+      expect(c.malloc_arenas_mb.length).toBeGreaterThan(0);
+      for (const [inUse, held] of c.malloc_arenas_mb) expect(inUse).toBeLessThanOrEqual(held);
     }
     // An API server's threads: its output worker, pino's log thread, its packers.
     for (const c of seen.filter((s) => s.name === 'ringserve-api')) {

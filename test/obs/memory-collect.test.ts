@@ -3,7 +3,11 @@ import { Worker } from 'node:worker_threads';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   ANSWER_TIMEOUT_MS,
+  allocated,
+  fromSystem,
   type MemoryCollect,
+  mallocHeap,
+  parseMallocInfo,
   shareMemoryCollect,
   unshareMemoryCollect,
 } from '../../src/obs/memory-collect.js';
@@ -100,5 +104,67 @@ describe('collecting in every thread of a process', () => {
     const [a, b] = await Promise.all([collect.collect(), collect.collect()]);
     expect(a).toBe(b);
     expect(a.threadsAnswered).toBe(1);
+  });
+});
+
+describe("glibc's heap, from malloc_info", () => {
+  // glibc's format (malloc/malloc.c, __malloc_info), trimmed of its size classes.
+  const XML = `<malloc version="1">
+<heap nr="0">
+<sizes>
+  <size from="17" to="32" total="64" count="2"/>
+  <unsorted from="0" to="0" total="0" count="0"/>
+</sizes>
+<total type="fast" count="2" size="64"/>
+<total type="rest" count="3" size="1000"/>
+<system type="current" size="5000"/>
+<system type="max" size="9000"/>
+<aspace type="total" size="5000"/>
+<aspace type="mprotect" size="5000"/>
+</heap>
+<heap nr="1">
+<sizes>
+</sizes>
+<total type="fast" count="0" size="0"/>
+<total type="rest" count="1" size="2000"/>
+<system type="current" size="132000"/>
+<system type="max" size="132000"/>
+<aspace type="total" size="132000"/>
+<aspace type="mprotect" size="132000"/>
+<aspace type="subheaps" size="1"/>
+</heap>
+<total type="fast" count="2" size="64"/>
+<total type="rest" count="4" size="3000"/>
+<total type="mmap" count="2" size="8400000"/>
+<system type="current" size="137000"/>
+<system type="max" size="141000"/>
+<aspace type="total" size="137000"/>
+<aspace type="mprotect" size="137000"/>
+</malloc>
+`;
+
+  it('reads each arena and the mmapped chunks', () => {
+    const heap = parseMallocInfo(XML);
+    expect(heap).toEqual({
+      arenas: [
+        { systemBytes: 5000, freeBytes: 1064 },
+        { systemBytes: 132000, freeBytes: 2000 },
+      ],
+      mmapBytes: 8_400_000,
+    });
+    expect(allocated(heap)).toBe(8_400_000 + 3936 + 130000);
+    expect(fromSystem(heap)).toBe(8_400_000 + 137000);
+    expect(parseMallocInfo('')).toEqual({ arenas: [], mmapBytes: 0 });
+  });
+
+  it("reads this process's heap: a 64 MiB allocation shows in it", () => {
+    const before = mallocHeap();
+    expect(before.arenas.length).toBeGreaterThan(0);
+    for (const a of before.arenas) expect(a.freeBytes).toBeLessThanOrEqual(a.systemBytes);
+    // Buffer.allocUnsafeSlow mallocs outside V8's heap; 64 MiB is mmapped by glibc on its own.
+    const big = Buffer.allocUnsafeSlow(64 * MB);
+    const during = mallocHeap();
+    expect(during.mmapBytes - before.mmapBytes).toBeGreaterThanOrEqual(64 * MB);
+    expect(big.length).toBe(64 * MB);
   });
 });

@@ -14,9 +14,20 @@ import {
   WITNESS_TITLE,
 } from '../../ops/soak/faults.js';
 import type { ProbeSample } from '../../ops/soak/health-probe.js';
-import { type IdleCheckpoint, Turns } from '../../ops/soak/idle-memory.js';
+import {
+  collectRecords,
+  type IdleCheckpoint,
+  mallocGrowth,
+  Turns,
+} from '../../ops/soak/idle-memory.js';
 import { parseSoakOptions } from '../../ops/soak/options.js';
-import { type Mapping, type ProcessInfo, readMappings } from '../../ops/soak/processes.js';
+import {
+  type Mapping,
+  type ProcessInfo,
+  pidOf,
+  processKey,
+  readMappings,
+} from '../../ops/soak/processes.js';
 import {
   buildVerdict,
   idleGrowth,
@@ -166,6 +177,70 @@ describe('RSS at rest', () => {
     expect(idleGrowth(pairs)).toEqual([
       'api-0#1 RSS 300.0 -> 303.0 MB (private 252.0 -> 255.0, shared region 48.0 -> 48.0)',
     ]);
+  });
+
+  it("says where a process's glibc heap went between its collections at rest, from the cluster log", () => {
+    const first = at(680_000, [['ringserve-api-0#41', 173]]);
+    const last = at(3_680_000, [['ringserve-api-0#41', 177]]);
+    const record = (pid: number, timeMs: number, malloc: number[], arenas: number[][]) =>
+      JSON.stringify({
+        level: 30,
+        time: timeMs,
+        pid,
+        name: 'ringserve-api',
+        malloc_mb: malloc,
+        malloc_arenas_mb: arenas,
+        msg: 'memory collected',
+      });
+    const log = [
+      'ringserve: serving tiny (tiny) on http://127.0.0.1:1 with 2 API server(s)',
+      record(
+        41,
+        673_500,
+        [40, 60],
+        [
+          [20, 30],
+          [10, 15.5],
+          [10, 14.5],
+        ],
+      ),
+      record(42, 673_600, [1, 2], [[1, 2]]), // another process
+      '{"msg":"memory collected", truncated',
+      record(
+        41,
+        3_673_400,
+        [44.2, 64.5],
+        [
+          [20.1, 30],
+          [13.7, 19.8],
+          [10.4, 14.7],
+        ],
+      ),
+    ].join('\n');
+    const records = collectRecords(log);
+    expect(records.map((r) => r.pid)).toEqual([41, 42, 41]);
+    expect(pidOf(processKey({ title: 'ringserve-api-0', pid: 41 }))).toBe(41);
+    expect(mallocGrowth(41, first, last, records)).toBe(
+      'malloc allocated 40.0 -> 44.2 MB, held 60.0 -> 64.5 MB, 3 arenas; ' +
+        'arena 1 allocated 10.0 -> 13.7, held 15.5 -> 19.8',
+    );
+    // Arenas are compared by position only when both readings have as many.
+    const grown = record(
+      41,
+      3_673_400,
+      [44, 64],
+      [
+        [20, 30],
+        [14, 20],
+        [10, 14],
+        [0, 0.1],
+      ],
+    );
+    expect(mallocGrowth(41, first, last, collectRecords(`${log.split('\n')[1]}\n${grown}`))).toBe(
+      'malloc allocated 40.0 -> 44.0 MB, held 60.0 -> 64.0 MB, 4 arenas',
+    );
+    // No record at a reading (the process logged none in its collection span): nothing to say.
+    expect(mallocGrowth(42, first, last, records)).toBeNull();
   });
 
   it('pairs each process at rest at the end with its earliest reading at rest past its warm-up', () => {

@@ -33,6 +33,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -727,6 +728,33 @@ void TrimMalloc(const FunctionCallbackInfo<Value>& info) {
 #endif
 }
 
+// mallocInfo() -> glibc's malloc_info(3) XML: for each arena, the memory it has from the system
+// and what of it is free (in fast bins, in the other bins and the top chunk), then the mmapped
+// chunks; '' where the C library has none. What an arena holds minus what it has free is what is
+// allocated from it, which tells a leak from fragmentation that malloc_trim cannot give back.
+void MallocInfo(const FunctionCallbackInfo<Value>& info) {
+  Isolate* isolate = info.GetIsolate();
+  std::string text;
+#ifdef __GLIBC__
+  char* buffer = nullptr;
+  size_t size = 0;
+  FILE* stream = open_memstream(&buffer, &size);
+  if (stream != nullptr) {
+    malloc_info(0, stream);
+    fclose(stream);
+    if (buffer != nullptr) text.assign(buffer, size);
+    free(buffer);
+  }
+#endif
+  Local<String> out;
+  if (!String::NewFromUtf8(isolate, text.data(), v8::NewStringType::kNormal,
+                           static_cast<int>(text.size()))
+           .ToLocal(&out)) {
+    out = String::Empty(isolate);
+  }
+  info.GetReturnValue().Set(out);
+}
+
 // collectGarbage(): V8's LowMemoryNotification on the calling thread's isolate: full collections
 // until one frees nothing more (weak references and finalizers included), compacting, then its
 // free pages handed back to the system. The pause grows with the heap (tens of ms for an API
@@ -741,6 +769,7 @@ void Register(Local<Context> context, Local<Object> exports) {
   Export(context, exports, "mallocTrims", MallocTrims);
   Export(context, exports, "trimMalloc", TrimMalloc);
   Export(context, exports, "collectGarbage", CollectGarbage);
+  Export(context, exports, "mallocInfo", MallocInfo);
   Export(context, exports, "threadNice", ThreadNice);
   Export(context, exports, "setThreadNice", SetThreadNice);
   Export(context, exports, "threadSchedPolicy", ThreadSchedPolicy);
