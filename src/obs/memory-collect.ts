@@ -5,13 +5,14 @@
  * new space and old-space pages that the last scavenge or mark-compact left committed, and which
  * the next collection may or may not hand back. Two readings of an API server at rest minutes apart
  * differed by up to ±30 MB that way, in V8's 256 KiB pages, in both directions (the soak's notes),
- * so a leak of a few MB an hour cannot be told from it. On SIGUSR2 a ringserve process (the primary, the
- * engine, each API server, the router, the headless vLLM engine) therefore collects everything in every one of its isolates (V8's
- * LowMemoryNotification: full collections, compacting, free pages given back), then gives glibc's
- * free memory back (malloc_trim), and logs what it had before and after. What is left is what the
- * process holds. The soak sends it at its readings at rest (ops/soak/idle-memory.ts); an operator may
- * send it to see the same. It is for a process at rest: the main thread's collection pauses it (tens
- * of ms for an API server).
+ * so a leak of a few MB an hour cannot be told from it. On SIGUSR2 a ringserve process (the
+ * primary, the engine, each API server, the router, the headless vLLM engine) therefore collects
+ * everything in every one of its isolates (V8's LowMemoryNotification: full collections,
+ * compacting, free pages given back), then gives glibc's free memory back (malloc_trim), and logs
+ * what it had before and after, and glibc's own account of its heap (malloc_info: allocated and
+ * held, arena by arena). What is left is what the process holds. The soak sends it at its readings
+ * at rest (ops/soak/idle-memory.ts); an operator may send it to see the same. It is for a process
+ * at rest: the main thread's collection pauses it (tens of ms for an API server).
  *
  * The main thread reaches its other threads through a small shared board, handed to every thread
  * it starts through worker_threads' environment data (as thread-health-share.ts does): a request
