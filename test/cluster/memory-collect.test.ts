@@ -98,12 +98,7 @@ it('SIGUSR2: the router and the headless vLLM engine collect too, and serve on',
     });
     await until(async () => (await healthStatus(cluster)) === 200);
     const router = await startRouter([cluster.url], [cluster.url]);
-    const routerHealth = async () => {
-      const res = await request(`${router.url}/health`);
-      await res.body.dump();
-      return res.statusCode;
-    };
-    await until(async () => (await routerHealth()) === 200);
+    await until(async () => (await healthStatus(router)) === 200);
     // Both log threads are up (they write the processes' first records), so both answer.
     await until(() => router.log().includes('"router ready"') && engineLog.includes('"msg"'));
 
@@ -129,7 +124,7 @@ it('SIGUSR2: the router and the headless vLLM engine collect too, and serve on',
     // Both live on: the engine serves the bridge, the router sees its instances.
     expect(router.crashed()).toBe(false);
     expect(engine.exitCode).toBeNull();
-    expect(await routerHealth()).toBe(200);
+    expect(await healthStatus(router)).toBe(200);
     const res = await request(`${cluster.url}/inference/v1/generate`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },

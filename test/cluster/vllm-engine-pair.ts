@@ -75,8 +75,9 @@ export function startHeadlessEngine(
   return child;
 }
 
-export async function healthStatus(cluster: Cluster): Promise<number> {
-  const res = await request(`${cluster.url}/health`);
+/** GET /health of a cluster, a router or any server at `url`: its status. */
+export async function healthStatus(server: { url: string }): Promise<number> {
+  const res = await request(`${server.url}/health`);
   await res.body.dump();
   return res.statusCode;
 }
