@@ -76,9 +76,9 @@ async function router(argv: readonly string[]): Promise<ExitCode | null> {
   const config = parseRouterArgs(argv);
   // As serve's: SIGUSR2 collects in every thread (it would end the process otherwise).
   const collect = shareMemoryCollect();
-  const log = createLogger('info', { name: 'ringserve-router' });
+  const log = createLogger(config.logLevel, { name: 'ringserve-router' });
   collect.onSignal(log);
-  const proxy = new Router(config);
+  const proxy = new Router(config, log);
   const stop = (): void => {
     proxy.close().then(
       () => process.exit(ExitCode.Ok),

@@ -14,6 +14,9 @@ import {
 } from './wire/engine-defaults.js';
 import { defaultNumGpuBlocks, getModelCard, MODEL_NAMES } from './wire/model-card.js';
 
+/** pino's levels, for --log-level (the server's and the router's). */
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
 /**
  * ringserve's one configuration object. Every field is a row of CONFIG_FIELDS: flag (named like
  * vLLM's), default, range or choices, one line of help. The CLI (cli-args.ts) and programmatic
@@ -41,7 +44,7 @@ export interface RingserveConfig {
   readonly lengthProfile: LengthProfileName;
   readonly apiKey: string | null;
   readonly adminApiKey: string | null;
-  readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  readonly logLevel: (typeof LOG_LEVELS)[number];
   readonly maxQueueLen: number;
   readonly bodyLimitMb: number;
   readonly drainTimeoutS: number;
@@ -129,7 +132,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'lengthProfile', flag: '--length-profile', kind: 'enum', default: D.lengthProfile, choices: LENGTH_PROFILE_NAMES, help: 'response lengths: rl (~12.5k tokens) or chat (short)' },
   { key: 'apiKey', flag: '--api-key', kind: 'string', default: null, env: 'VLLM_API_KEY', help: 'require "Authorization: Bearer <key>" on API routes' },
   { key: 'adminApiKey', flag: '--admin-api-key', kind: 'string', default: null, env: 'RINGSERVE_ADMIN_API_KEY', help: 'require this key on control routes (pause, update_weights, ...)' },
-  { key: 'logLevel', flag: '--log-level', kind: 'enum', default: 'info', choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], help: 'pino log level' },
+  { key: 'logLevel', flag: '--log-level', kind: 'enum', default: 'info', choices: LOG_LEVELS, help: 'pino log level' },
   { key: 'maxQueueLen', flag: '--max-queue-len', kind: 'int', default: 4096, min: 1, max: MAX_SLOTS_PER_SERVER, help: 'requests in flight per API server (running or queued) before answering 429 with Retry-After (the default is far above 300 RL clients)' },
   { key: 'bodyLimitMb', flag: '--body-limit-mb', kind: 'number', default: 32, min: 0, minExclusive: true, max: 1024, help: 'largest request body in MiB (413 above; a 128k-token prompt is under 1 MiB of JSON)' },
   { key: 'drainTimeoutS', flag: '--drain-timeout-s', kind: 'number', default: 30, min: 0, max: 3600, help: 'on SIGTERM, wait this long for in-flight requests, then abort them' },

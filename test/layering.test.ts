@@ -21,7 +21,7 @@ const ALLOWED: Readonly<Record<string, readonly string[] | 'any'>> = {
   protocol: ['wire', 'errors'],
   server: ['wire', 'shm', 'protocol', 'obs', 'config', 'errors', 'tokenizer'],
   client: ['protocol', 'errors'],
-  router: ['protocol', 'client', 'obs', 'errors'],
+  router: ['protocol', 'client', 'obs', 'config', 'errors'],
   tokenizer: ['errors'],
   cluster: 'any',
   cli: 'any',

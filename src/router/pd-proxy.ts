@@ -98,9 +98,20 @@ export async function postGenerate(
         'content-type': 'application/msgpack',
         accept: body.stream === true ? 'text/event-stream' : 'application/msgpack',
         'x-request-id': body.request_id as string,
+        ...(pool.authorization === null ? {} : { authorization: pool.authorization }),
       },
       body: pack(body),
     });
+    // The client passed the router's check; the instance refused the router's own key, which is
+    // the operator's to mend, not the client's: a 502 that says so, not the instance's 401.
+    if (res.statusCode === 401) {
+      await res.body.dump();
+      throw new Error(
+        pool.authorization === null
+          ? 'it asks for an API key: give the router --upstream-api-key'
+          : "it refused the router's key: its --api-key is not the router's --upstream-api-key",
+      );
+    }
     return { upstream, res };
   } catch (error) {
     pool.release(upstream);

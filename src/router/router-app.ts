@@ -2,17 +2,23 @@
  * The router's fastify instance: POST /inference/v1/generate through a prefill and a decode
  * instance (pd-proxy.ts, stream-merge.ts), its own GET /health (200 while at least one instance of
  * each role passes its health check) and GET /metrics. Bodies are JSON or msgpack; errors are the
- * contract's error body.
+ * contract's error body. With an API key, generate needs it as a Bearer key (401 otherwise), as a
+ * server's inference routes do; /health and /metrics stay open for load balancers and scrapers.
+ * An answer of 5xx the router makes itself (an instance unreachable, a merge that cannot be done) is
+ * logged at warn; what instances answer is theirs to log.
  */
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import { unpack } from 'msgpackr';
 import {
+  RS_ERR_AUTH_UNAUTHORIZED,
   RS_ERR_HTTP_ROUTE_NOT_FOUND,
   RS_ERR_REQ_INVALID_BODY,
   RS_ERR_ROUTER_UPSTREAM,
   toErrorBody,
 } from '../errors.js';
+import type { Logger } from '../obs/log.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../obs/text-format.js';
+import { bearerMatches, keyDigest } from '../protocol/bearer.js';
 import { fail, isPlainObject } from '../protocol/fields.js';
 import {
   callInstance,
@@ -27,10 +33,18 @@ import {
 } from './pd-proxy.js';
 import { StreamMerger } from './stream-merge.js';
 
-export function buildRouterApp(pair: PdPair, bodyLimitBytes: number): FastifyInstance {
+export interface RouterAppOptions {
+  bodyLimitBytes: number;
+  /** The Bearer key clients must send on the generate route; null: open. */
+  apiKey: string | null;
+  log: Logger;
+}
+
+export function buildRouterApp(pair: PdPair, options: RouterAppOptions): FastifyInstance {
+  const { log } = options;
   const app = Fastify({
     logger: false,
-    bodyLimit: bodyLimitBytes,
+    bodyLimit: options.bodyLimitBytes,
     keepAliveTimeout: 75_000,
     forceCloseConnections: true,
   });
@@ -45,9 +59,29 @@ export function buildRouterApp(pair: PdPair, bodyLimitBytes: number): FastifyIns
       }
     },
   );
-  app.setErrorHandler((error, _request, reply) => {
+  if (options.apiKey !== null) {
+    const expected = keyDigest(options.apiKey);
+    const unauthorized = toErrorBody(new RS_ERR_AUTH_UNAUTHORIZED());
+    app.addHook('onRequest', async (request, reply) => {
+      if (request.routeOptions.url !== GENERATE_PATH) return;
+      if (bearerMatches(request.headers.authorization, expected)) return;
+      pair.metrics.noteAnswer(401);
+      return reply.code(401).header('www-authenticate', 'Bearer').send(unauthorized);
+    });
+  }
+  app.setErrorHandler((error, request, reply) => {
     const body = toErrorBody(error);
     pair.metrics.noteAnswer(body.error.code);
+    if (body.error.code >= 500) {
+      log.warn(
+        {
+          status: body.error.code,
+          type: body.error.type,
+          request_id: request.headers['x-request-id'],
+        },
+        body.error.message,
+      );
+    }
     reply.code(body.error.code).send(body);
   });
   app.setNotFoundHandler((request, reply) => {

@@ -1,8 +1,11 @@
 /**
  * `ringserve router` flags: the instances of each role, where to listen, how often to check the
- * instances' health. A table like src/config.ts's CONFIG_FIELDS (the router is not a server and
- * takes none of its flags), with --help generated from it; a bad value names its flag.
+ * instances' health, its keys and its log level. A table like src/config.ts's CONFIG_FIELDS (the
+ * router is not a server and takes none of its other flags), with --help generated from it; a bad
+ * value names its flag. As a server, the router refuses a non-loopback --host without --api-key
+ * unless --allow-unauthenticated: anyone who reaches it may generate on the instances behind it.
  */
+import { isLoopbackHost, LOG_LEVELS, type RingserveConfig } from '../config.js';
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
 
 export interface RouterConfig {
@@ -12,15 +15,24 @@ export interface RouterConfig {
   port: number;
   healthIntervalMs: number;
   bodyLimitMb: number;
+  /** Clients must send it as a Bearer key on the generate route; null: open. */
+  apiKey: string | null;
+  /** Sent as a Bearer key to every instance; --upstream-api-key, else the router's own key. */
+  upstreamApiKey: string | null;
+  allowUnauthenticated: boolean;
+  logLevel: RingserveConfig['logLevel'];
 }
 
 interface RouterFlag {
   flag: string;
   key: keyof RouterConfig;
-  kind: 'urls' | 'string' | 'int';
-  default: string | number | null;
+  kind: 'urls' | 'string' | 'int' | 'bool' | 'enum';
+  default: string | number | boolean | null;
+  /** Read when the flag is not given (a key is better kept out of `ps`). */
+  env?: string;
   min?: number;
   max?: number;
+  choices?: readonly string[];
   help: string;
 }
 
@@ -28,44 +40,92 @@ interface RouterFlag {
 const ROUTER_FLAGS: readonly RouterFlag[] = [
   { flag: '--prefill', key: 'prefill', kind: 'urls', default: null, help: 'prefill instances, comma-separated base URLs (http://host:port)' },
   { flag: '--decode', key: 'decode', kind: 'urls', default: null, help: 'decode instances, comma-separated base URLs' },
-  { flag: '--host', key: 'host', kind: 'string', default: '0.0.0.0', help: 'address to listen on' },
+  { flag: '--host', key: 'host', kind: 'string', default: '127.0.0.1', help: 'address to listen on; on a network: --host 0.0.0.0 --api-key <key> (or --allow-unauthenticated)' },
   { flag: '--port', key: 'port', kind: 'int', default: 8000, min: 0, max: 65535, help: 'TCP port (0 = any free port)' },
   { flag: '--health-interval-ms', key: 'healthIntervalMs', kind: 'int', default: 2000, min: 100, max: 600_000, help: "how often each instance's /health is checked" },
   { flag: '--body-limit-mb', key: 'bodyLimitMb', kind: 'int', default: 32, min: 1, max: 1024, help: 'largest request body in MiB (413 above)' },
+  { flag: '--api-key', key: 'apiKey', kind: 'string', default: null, env: 'VLLM_API_KEY', help: 'require "Authorization: Bearer <key>" on /inference/v1/generate (/health and /metrics stay open)' },
+  { flag: '--upstream-api-key', key: 'upstreamApiKey', kind: 'string', default: null, env: 'RINGSERVE_UPSTREAM_API_KEY', help: "the Bearer key sent to the instances (when unset: the router's --api-key, if any)" },
+  { flag: '--allow-unauthenticated', key: 'allowUnauthenticated', kind: 'bool', default: false, help: 'allow a non-loopback --host without --api-key' },
+  { flag: '--log-level', key: 'logLevel', kind: 'enum', default: 'info', choices: LOG_LEVELS, help: 'pino log level' },
 ];
 
 export function routerHelp(): string {
   const rows = ROUTER_FLAGS.map((f) => {
-    const def = f.default === null ? 'required' : `default ${f.default}`;
-    return `  ${f.flag.padEnd(22)} ${f.help} (${def})`;
+    const def =
+      f.kind === 'bool'
+        ? 'off'
+        : f.default !== null
+          ? `default ${f.default}`
+          : f.kind === 'urls'
+            ? 'required'
+            : 'unset';
+    const env = f.env === undefined ? '' : `, env ${f.env}`;
+    const choices = f.choices === undefined ? '' : `: ${f.choices.join(', ')}`;
+    return `  ${f.flag.padEnd(24)} ${f.help}${choices} (${def}${env})`;
   });
   return `usage: ringserve router --prefill URL[,URL...] --decode URL[,URL...] [flags]\n\n${rows.join('\n')}`;
 }
 
-export function parseRouterArgs(argv: readonly string[]): RouterConfig {
+/** `env`: where keys not given as flags are read (process.env by default). */
+export function parseRouterArgs(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): RouterConfig {
   const values = new Map<string, string>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] as string;
     const eq = arg.indexOf('=');
     const name = eq > 0 ? arg.slice(0, eq) : arg;
-    if (ROUTER_FLAGS.find((f) => f.flag === name) === undefined) {
+    const flag = ROUTER_FLAGS.find((f) => f.flag === name);
+    if (flag === undefined)
       throw new RS_ERR_CONFIG_INVALID(name, 'unknown flag of ringserve router');
-    }
-    const value = eq > 0 ? arg.slice(eq + 1) : argv[++i];
+    const value = eq > 0 ? arg.slice(eq + 1) : flag.kind === 'bool' ? 'true' : argv[++i];
     if (value === undefined) throw new RS_ERR_CONFIG_INVALID(name, 'needs a value');
     values.set(name, value);
   }
   const out: Record<string, unknown> = {};
-  for (const f of ROUTER_FLAGS) out[f.key] = readFlag(f, values.get(f.flag));
-  return out as unknown as RouterConfig;
+  for (const f of ROUTER_FLAGS) {
+    const fromEnv = f.env === undefined || env[f.env] === '' ? undefined : env[f.env];
+    out[f.key] = readFlag(f, values.get(f.flag) ?? fromEnv);
+  }
+  const config = out as unknown as RouterConfig;
+  config.upstreamApiKey ??= config.apiKey;
+  if (config.apiKey === null && !config.allowUnauthenticated && !isLoopbackHost(config.host)) {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--host',
+      `${config.host} is not a loopback address: routing on a network needs --api-key (or --allow-unauthenticated to route without one)`,
+    );
+  }
+  return config;
 }
 
 function readFlag(f: RouterFlag, text: string | undefined): unknown {
   if (text === undefined) {
-    if (f.default === null) throw new RS_ERR_CONFIG_INVALID(f.flag, 'is required');
+    if (f.default === null && f.kind === 'urls') {
+      throw new RS_ERR_CONFIG_INVALID(f.flag, 'is required');
+    }
     return f.default;
   }
-  if (f.kind === 'string') return text;
+  if (f.kind === 'string') {
+    if (text === '') throw new RS_ERR_CONFIG_INVALID(f.flag, 'must not be empty');
+    return text;
+  }
+  if (f.kind === 'bool') {
+    if (text !== 'true' && text !== 'false') {
+      throw new RS_ERR_CONFIG_INVALID(f.flag, `must be true or false, got "${text}"`);
+    }
+    return text === 'true';
+  }
+  if (f.kind === 'enum') {
+    if (!f.choices!.includes(text)) {
+      throw new RS_ERR_CONFIG_INVALID(
+        f.flag,
+        `must be one of ${f.choices!.join(', ')}, got "${text}"`,
+      );
+    }
+    return text;
+  }
   if (f.kind === 'int') {
     const n = Number(text);
     if (!Number.isInteger(n) || n < (f.min ?? 0) || n > (f.max ?? Infinity)) {

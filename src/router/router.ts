@@ -3,6 +3,7 @@
  * the router"). Starts the health checks and the HTTP server; close() stops both.
  */
 import type { FastifyInstance } from 'fastify';
+import type { Logger } from '../obs/log.js';
 import { buildRouterApp } from './router-app.js';
 import type { RouterConfig } from './router-config.js';
 import { RouterMetrics } from './router-metrics.js';
@@ -13,13 +14,18 @@ export class Router {
   readonly #pools: UpstreamPool[];
   readonly #config: RouterConfig;
 
-  constructor(config: RouterConfig) {
+  constructor(config: RouterConfig, log: Logger) {
     this.#config = config;
-    const prefill = new UpstreamPool('prefill', config.prefill, config.healthIntervalMs);
-    const decode = new UpstreamPool('decode', config.decode, config.healthIntervalMs);
+    const { healthIntervalMs: every, upstreamApiKey: key } = config;
+    const prefill = new UpstreamPool('prefill', config.prefill, every, key);
+    const decode = new UpstreamPool('decode', config.decode, every, key);
     this.#pools = [prefill, decode];
     const pair = { prefill, decode, metrics: new RouterMetrics() };
-    this.#app = buildRouterApp(pair, config.bodyLimitMb * 1024 * 1024);
+    this.#app = buildRouterApp(pair, {
+      bodyLimitBytes: config.bodyLimitMb * 1024 * 1024,
+      apiKey: config.apiKey,
+      log,
+    });
   }
 
   /** Listens; resolves with the port. */

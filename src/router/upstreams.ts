@@ -20,11 +20,20 @@ export class UpstreamPool {
   readonly role: Role;
   readonly instances: Upstream[];
   readonly dispatcher: Agent;
+  /** The `authorization` header every generate call carries (`Bearer <key>`), or null. */
+  readonly authorization: string | null;
   readonly #intervalMs: number;
   #timer: NodeJS.Timeout | null = null;
 
-  constructor(role: Role, urls: readonly string[], intervalMs: number) {
+  /** `apiKey`: the instances' Bearer key (the router's --upstream-api-key), or null. */
+  constructor(
+    role: Role,
+    urls: readonly string[],
+    intervalMs: number,
+    apiKey: string | null = null,
+  ) {
     this.role = role;
+    this.authorization = apiKey === null ? null : `Bearer ${apiKey}`;
     this.instances = urls.map((url) => ({
       url: url.replace(/\/+$/, ''),
       outstanding: 0,

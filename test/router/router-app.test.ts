@@ -1,10 +1,12 @@
 /**
  * The router app in-process against canned upstream instances (fastify servers answering fixed
  * msgpack bodies): a decode answer short of rows is a 502 with the contract's error body naming the
- * shortfall, an instance's 400 is passed through, and /health follows the instances' health.
+ * shortfall, an instance's 400 is passed through, /health follows the instances' health, and with
+ * keys the router asks clients for its own and sends the instances theirs.
  */
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
+import { silentLogger } from '../../src/obs/log.js';
 import { GenerateResponseEncoder } from '../../src/protocol/generate-response.js';
 import type { GenerateResponseColumns } from '../../src/protocol/response-columns.js';
 import { buildRouterApp } from '../../src/router/router-app.js';
@@ -42,13 +44,21 @@ function answer(tokens: number, start: number, rows: number, handle: unknown): B
   return encoder.encode(res, 'msgpack');
 }
 
-async function fakeInstance(status: number, reply: Buffer | object): Promise<string> {
+/** The `authorization` header of each generate call a fake instance received (undefined: none). */
+type SeenKeys = (string | undefined)[];
+
+async function fakeInstance(
+  status: number,
+  reply: Buffer | object,
+  seen: SeenKeys = [],
+): Promise<string> {
   const app = Fastify();
   app.addContentTypeParser('application/msgpack', { parseAs: 'buffer' }, (_r, b, done) =>
     done(null, b),
   );
   app.get('/health', async () => '');
-  app.post('/inference/v1/generate', async (_req, res) => {
+  app.post('/inference/v1/generate', async (req, res) => {
+    seen.push(req.headers.authorization);
     if (Buffer.isBuffer(reply)) return res.code(status).type('application/msgpack').send(reply);
     return res.code(status).send(reply);
   });
@@ -60,16 +70,28 @@ async function router(
   prefillUrl: string,
   decodeUrl: string,
   checks = false,
+  keys: { apiKey: string | null; upstreamApiKey: string | null } = {
+    apiKey: null,
+    upstreamApiKey: null,
+  },
 ): Promise<FastifyInstance> {
-  const prefill = new UpstreamPool('prefill', [prefillUrl], 60_000);
-  const decode = new UpstreamPool('decode', [decodeUrl], 60_000);
+  const prefill = new UpstreamPool('prefill', [prefillUrl], 60_000, keys.upstreamApiKey);
+  const decode = new UpstreamPool('decode', [decodeUrl], 60_000, keys.upstreamApiKey);
   if (checks) for (const pool of [prefill, decode]) pool.startHealthChecks();
-  const app = buildRouterApp({ prefill, decode, metrics: new RouterMetrics() }, 1 << 20);
+  const app = buildRouterApp(
+    { prefill, decode, metrics: new RouterMetrics() },
+    { bodyLimitBytes: 1 << 20, apiKey: keys.apiKey, log: silentLogger() },
+  );
   open.push({ close: async () => Promise.all([app.close(), prefill.close(), decode.close()]) });
   return app;
 }
 
 const request = { token_ids: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], sampling_params: { max_tokens: 4 } };
+
+/** POSTs `request` to the router's generate route. */
+function generate(app: FastifyInstance, headers: Record<string, string> = {}) {
+  return app.inject({ method: 'POST', url: '/inference/v1/generate', payload: request, headers });
+}
 
 describe('router app', () => {
   it('answers 502 naming the shortfall when the decode rows leave a gap', async () => {
@@ -77,11 +99,7 @@ describe('router app', () => {
     // Rows from 11: position 10 is missing (the prefill ends at 9).
     const decode = await fakeInstance(200, answer(4, 11, 2, null));
     const app = await router(prefill, decode);
-    const res = await app.inject({
-      method: 'POST',
-      url: '/inference/v1/generate',
-      payload: request,
-    });
+    const res = await generate(app);
     expect(res.statusCode).toBe(502);
     expect(res.json().error).toMatchObject({ code: 502, type: 'BadGatewayError' });
     expect(res.json().error.message).toMatch(/positions 10\.\.10 are missing/);
@@ -91,11 +109,7 @@ describe('router app', () => {
     const prefill = await fakeInstance(200, answer(1, 0, 10, { do_remote_prefill: true }));
     const decode = await fakeInstance(200, answer(4, 9, 3, null));
     const app = await router(prefill, decode);
-    const res = await app.inject({
-      method: 'POST',
-      url: '/inference/v1/generate',
-      payload: request,
-    });
+    const res = await generate(app);
     expect(res.statusCode).toBe(502);
     expect(res.json().error.message).toMatch(/1 short/);
   });
@@ -110,11 +124,7 @@ describe('router app', () => {
       },
     };
     const app = await router(await fakeInstance(400, bad), await fakeInstance(200, {}));
-    const res = await app.inject({
-      method: 'POST',
-      url: '/inference/v1/generate',
-      payload: request,
-    });
+    const res = await generate(app);
     expect([res.statusCode, res.json()]).toEqual([400, bad]);
     const notObject = await app.inject({
       method: 'POST',
@@ -128,11 +138,7 @@ describe('router app', () => {
     const prefill = await fakeInstance(200, answer(1, 0, 10, { do_remote_prefill: true }));
     const decode = await fakeInstance(200, answer(4, 9, 4, null));
     const app = await router(prefill, decode);
-    const res = await app.inject({
-      method: 'POST',
-      url: '/inference/v1/generate',
-      payload: request,
-    });
+    const res = await generate(app);
     expect(res.statusCode).toBe(200);
     expect(res.json().choices[0].routed_experts).toMatchObject({ shape: [13, 2, 2], start: 0 });
     expect(res.json().kv_transfer_params).toBeNull();
@@ -149,12 +155,61 @@ describe('router app', () => {
       status = (await app.inject({ method: 'GET', url: '/health' })).statusCode;
     }
     expect(status).toBe(503);
-    const res = await app.inject({
-      method: 'POST',
-      url: '/inference/v1/generate',
-      payload: request,
-    });
+    const res = await generate(app);
     expect(res.statusCode).toBe(503);
     expect(res.json().error.message).toMatch(/no healthy prefill instance/);
+  });
+
+  it('asks clients for its key on generate only, and sends the instances theirs', async () => {
+    const seen: SeenKeys = [];
+    const prefill = await fakeInstance(200, answer(1, 0, 10, { do_remote_prefill: true }), seen);
+    const decode = await fakeInstance(200, answer(4, 9, 4, null), seen);
+    const app = await router(prefill, decode, false, {
+      apiKey: 'client-key',
+      upstreamApiKey: 'instance-key',
+    });
+    const withKey = (authorization?: string) =>
+      generate(app, authorization === undefined ? {} : { authorization });
+    for (const wrong of [undefined, 'Bearer instance-key', 'Bearer client-key2', 'client-key']) {
+      const res = await withKey(wrong);
+      expect([wrong, res.statusCode]).toEqual([wrong, 401]);
+      expect(res.headers['www-authenticate']).toBe('Bearer');
+      expect(res.json().error).toMatchObject({ code: 401, type: 'AuthenticationError' });
+    }
+    expect(seen).toEqual([]);
+    const ok = await withKey('bearer client-key');
+    expect(ok.statusCode).toBe(200);
+    expect(seen).toEqual(['Bearer instance-key', 'Bearer instance-key']);
+    for (const url of ['/health', '/metrics']) {
+      expect((await app.inject({ method: 'GET', url })).statusCode).toBe(200);
+    }
+    const metrics = (await app.inject({ method: 'GET', url: '/metrics' })).body;
+    expect(metrics).toContain('ringserve_router_requests_total{code="401"} 4\n');
+  });
+
+  it('sends no authorization header to the instances without an upstream key', async () => {
+    const seen: SeenKeys = [];
+    const prefill = await fakeInstance(200, answer(1, 0, 10, { do_remote_prefill: true }), seen);
+    const decode = await fakeInstance(200, answer(4, 9, 4, null), seen);
+    const app = await router(prefill, decode);
+    const res = await generate(app);
+    expect(res.statusCode).toBe(200);
+    expect(seen).toEqual([undefined, undefined]);
+  });
+
+  it("answers 502 naming the upstream key when an instance refuses the router's", async () => {
+    const refuse = { error: { message: 'missing or wrong API key', code: 401 } };
+    const prefill = await fakeInstance(401, refuse);
+    const decode = await fakeInstance(200, answer(4, 9, 4, null));
+    for (const upstreamApiKey of [null, 'stale']) {
+      const app = await router(prefill, decode, false, { apiKey: null, upstreamApiKey });
+      const res = await generate(app);
+      expect(res.statusCode).toBe(502);
+      expect(res.json().error.message).toMatch(
+        upstreamApiKey === null
+          ? /^prefill instance http:\S+ failed: it asks for an API key: give the router --upstream-api-key$/
+          : /failed: it refused the router's key: its --api-key is not the router's --upstream-api-key$/,
+      );
+    }
   });
 });

@@ -12,12 +12,12 @@
  *
  * A route is classified by the route fastify matched, not by the raw URL, so no spelling of a path
  * (a query string, an encoded character) reaches a guarded handler unguarded. Keys are compared in
- * constant time, over their SHA-256 so that unequal lengths take the same time too.
+ * constant time (protocol/bearer.ts).
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import type { RingserveConfig } from '../../../config.js';
 import { RS_ERR_AUTH_UNAUTHORIZED, toErrorBody } from '../../../errors.js';
+import { bearerMatches, keyDigest } from '../../../protocol/bearer.js';
 
 export const CONTROL_ROUTES: ReadonlySet<string> = new Set([
   '/pause',
@@ -26,8 +26,6 @@ export const CONTROL_ROUTES: ReadonlySet<string> = new Set([
   '/reset_prefix_cache',
   '/abort_requests',
 ]);
-
-const digest = (text: string): Buffer => createHash('sha256').update(text).digest();
 
 /** Which key a route needs. */
 export const RouteClass = { Open: 0, Inference: 1, Control: 2 } as const;
@@ -40,22 +38,9 @@ export function classifyRoute(route: string): RouteClassCode {
   return RouteClass.Open;
 }
 
-/** The key in an `Authorization: Bearer <key>` header (scheme case-insensitive, RFC 7235), or null. */
-function bearerKey(request: FastifyRequest): string | null {
-  const header = request.headers.authorization;
-  if (typeof header !== 'string' || header.length < 7) return null;
-  if (header.slice(0, 7).toLowerCase() !== 'bearer ') return null;
-  return header.slice(7).trim();
-}
-
-function keyMatches(request: FastifyRequest, expected: Buffer): boolean {
-  const key = bearerKey(request);
-  return key !== null && timingSafeEqual(digest(key), expected);
-}
-
 export function registerAuth(app: FastifyInstance, config: RingserveConfig): void {
-  const apiKey = config.apiKey === null ? null : digest(config.apiKey);
-  const adminKey = config.adminApiKey === null ? apiKey : digest(config.adminApiKey);
+  const apiKey = config.apiKey === null ? null : keyDigest(config.apiKey);
+  const adminKey = config.adminApiKey === null ? apiKey : keyDigest(config.adminApiKey);
   if (apiKey === null && adminKey === null) return;
   const unauthorized = toErrorBody(new RS_ERR_AUTH_UNAUTHORIZED());
   app.addHook('onRequest', async (request, reply) => {
@@ -63,7 +48,7 @@ export function registerAuth(app: FastifyInstance, config: RingserveConfig): voi
     const kind = classifyRoute(route);
     const expected =
       kind === RouteClass.Control ? adminKey : kind === RouteClass.Inference ? apiKey : null;
-    if (expected === null || keyMatches(request, expected)) return;
+    if (expected === null || bearerMatches(request.headers.authorization, expected)) return;
     return reply.code(401).header('www-authenticate', 'Bearer').send(unauthorized);
   });
 }
