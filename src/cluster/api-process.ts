@@ -88,6 +88,7 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
   const health = new ProcessHealth(region.f64, healthIndex(region.params, server), {
     inFlight: () => coordinator.table.active,
     packerQueue: () => output.queueDepth(),
+    responsePool: () => output.poolStats(),
     onLoopBlocked: (lateMs) => log.warn({ blocked_ms: Math.round(lateMs) }, 'event loop blocked'),
     threadBase: threadHealthIndex(region.params, server) + THREAD_MAIN * THREAD_STRIDE,
   });

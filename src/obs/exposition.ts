@@ -211,7 +211,11 @@ export class ClusterMetrics {
     let text = '';
     for (const c of HEALTH_COUNTERS) {
       text += familyHeader(c.name, c.help, 'counter');
-      for (const p of live) text += sampleLine(c.name, p.labels, f64[p.base + c.slot]!);
+      for (const p of live) {
+        if (c.serversOnly !== true || p.ring >= 0) {
+          text += sampleLine(c.name, p.labels, f64[p.base + c.slot]!);
+        }
+      }
     }
     for (const family of THREAD_FAMILIES) {
       text += familyHeader(family.name, family.help, family.type);

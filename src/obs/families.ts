@@ -13,6 +13,9 @@ import {
   HEALTH_LAG_P50,
   HEALTH_LAG_P99,
   HEALTH_PACKER_QUEUE,
+  HEALTH_POOL_IN_USE,
+  HEALTH_POOL_ONE_OFF,
+  HEALTH_POOL_POOLED,
   HEALTH_RSS,
   RM_DECODE,
   RM_E2E,
@@ -284,6 +287,12 @@ export const HEALTH_GAUGES: readonly HealthGauge[] = [
     slot: HEALTH_IN_FLIGHT,
     serversOnly: true,
   },
+  {
+    name: 'ringserve_response_pool_in_use_bytes',
+    help: 'Bytes of the response pool held by answers not yet sent.',
+    slot: HEALTH_POOL_IN_USE,
+    serversOnly: true,
+  },
 ];
 
 export const OUTPUT_RING_USED = {
@@ -296,7 +305,7 @@ export const HEALTH_AGE = {
   help: 'Seconds since the process last published its health figures into the shared region.',
 };
 
-/** Per process, like HEALTH_GAUGES; prom-client's default names. */
+/** Per process, like HEALTH_GAUGES; prom-client's default names, then the API servers' own. */
 export const HEALTH_COUNTERS: readonly HealthGauge[] = [
   {
     name: 'process_cpu_user_seconds_total',
@@ -307,6 +316,18 @@ export const HEALTH_COUNTERS: readonly HealthGauge[] = [
     name: 'process_cpu_system_seconds_total',
     help: 'Total system CPU time spent in seconds.',
     slot: HEALTH_CPU_SYSTEM,
+  },
+  {
+    name: 'ringserve_response_pool_answers_total',
+    help: 'Answers encoded into the response pool (no buffer of their own).',
+    slot: HEALTH_POOL_POOLED,
+    serversOnly: true,
+  },
+  {
+    name: 'ringserve_response_pool_one_off_answers_total',
+    help: 'Answers given a buffer of their own: larger than a quarter of the response pool, or no free run in it.',
+    slot: HEALTH_POOL_ONE_OFF,
+    serversOnly: true,
   },
 ];
 

@@ -33,6 +33,9 @@ import {
   HEALTH_LAG_P99,
   HEALTH_PACKER_QUEUE,
   HEALTH_PID,
+  HEALTH_POOL_IN_USE,
+  HEALTH_POOL_ONE_OFF,
+  HEALTH_POOL_POOLED,
   HEALTH_PUBLISHED_AT_MS,
   HEALTH_RSS,
 } from '../shm/layout.js';
@@ -63,11 +66,25 @@ export const HEALTH_PUBLISH_MS = 100;
 /** The event-loop delay monitor samples every this many ms (its own timer). */
 const LAG_RESOLUTION_MS = 10;
 
+/** How a process's answers were placed (an API server's response pool, response-pool.ts). */
+export interface ResponsePoolFigures {
+  /** Bytes held by answers not yet sent. */
+  inUseBytes: number;
+  /** Answers placed in the pool, since the process started. */
+  pooled: number;
+  /** Answers larger than a quarter of the pool (a buffer of their own). */
+  oversize: number;
+  /** Answers that found no free run (a buffer of their own). */
+  full: number;
+}
+
 export interface ProcessHealthOptions {
   /** Requests whose client is waiting (API servers). */
   inFlight?: () => number;
   /** Encode tasks waiting for a packer thread (API servers). */
   packerQueue?: () => number;
+  /** The response pool's figures (API servers; null without a pool). */
+  responsePool?: () => ResponsePoolFigures | null;
   /** The publish timer fired `lateMs` after it was due: the event loop was blocked that long. */
   onLoopBlocked?: (lateMs: number) => void;
   /** Lateness that counts as a blocked loop, ms. */
@@ -85,6 +102,8 @@ export class ProcessHealth {
   readonly #thread: ThreadHealthEntry | null;
   /** CPU seconds of the processes before this one in this block (user, system). */
   #cpuCarry = [0, 0];
+  /** Answers the processes before this one in this block placed (pooled, one-off). */
+  #poolCarry = [0, 0];
   #observer: PerformanceObserver | null = null;
   #timer: NodeJS.Timeout | null = null;
   #dueAt = 0;
@@ -106,12 +125,15 @@ export class ProcessHealth {
 
   /**
    * Starts observing and publishing. The process-scoped figures (GC maxima, event-loop delay) start
-   * afresh; the GC histograms and CPU time continue what a predecessor in this block counted.
+   * afresh; the GC histograms, CPU time and answer counts continue what a predecessor in this block
+   * counted.
    */
   start(intervalMs = HEALTH_PUBLISH_MS): void {
     const s = this.#slots;
     const b = this.#base;
     this.#cpuCarry = [s[b + HEALTH_CPU_USER]!, s[b + HEALTH_CPU_SYSTEM]!];
+    this.#poolCarry = [s[b + HEALTH_POOL_POOLED]!, s[b + HEALTH_POOL_ONE_OFF]!];
+    s[b + HEALTH_POOL_IN_USE] = 0;
     this.#thread?.begin();
     s.fill(0, b + HEALTH_GC_MAX, b + HEALTH_GC_MAX + GC_KIND_COUNT);
     s.fill(0, b + HEALTH_LAG_P50, b + HEALTH_LAG_MAX + 1);
@@ -166,6 +188,12 @@ export class ProcessHealth {
     this.#thread?.publish(heapUsed);
     if (opts.inFlight) s[b + HEALTH_IN_FLIGHT] = opts.inFlight();
     if (opts.packerQueue) s[b + HEALTH_PACKER_QUEUE] = opts.packerQueue();
+    const pool = opts.responsePool?.() ?? null;
+    if (pool !== null) {
+      s[b + HEALTH_POOL_IN_USE] = pool.inUseBytes;
+      s[b + HEALTH_POOL_POOLED] = this.#poolCarry[0]! + pool.pooled;
+      s[b + HEALTH_POOL_ONE_OFF] = this.#poolCarry[1]! + pool.oversize + pool.full;
+    }
     s[b + HEALTH_PUBLISHED_AT_MS] = Date.now();
   }
 

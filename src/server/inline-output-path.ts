@@ -128,6 +128,11 @@ export class InlineOutputPath implements OutputPath {
     return 0;
   }
 
+  /** The inline path encodes into buffers of its own: no response pool. */
+  poolStats(): null {
+    return null;
+  }
+
   async close(): Promise<void> {
     this.#stopPolling();
   }

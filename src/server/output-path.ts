@@ -5,6 +5,7 @@
  * an output path only reports what happened to each sequence (slot, gen): when a request is
  * complete is decided once, by the coordinator and the request's ChoiceGroup.
  */
+import type { ResponsePoolStats } from './output/response-pool.js';
 import type { RequestRecord } from './request-record.js';
 
 export interface OutputEvents {
@@ -42,5 +43,7 @@ export interface OutputPath {
   engineDown(): void;
   /** Outstanding encode work (packer queue depth), for metrics. */
   queueDepth(): number;
+  /** How answers were placed in the response pool, for metrics; null without one. */
+  poolStats(): ResponsePoolStats | null;
   close(): Promise<void>;
 }

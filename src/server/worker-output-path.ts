@@ -18,6 +18,7 @@ import { reserveArenaBuffer } from './output/block-arena.js';
 import type { OutputBatch } from './output/messages.js';
 import { OutputWorker } from './output/output-worker-handle.js';
 import { PackerPool, type PackOpenAi } from './output/packer-pool.js';
+import type { ResponsePoolStats } from './output/response-pool.js';
 import { requestFailure } from './output/response-view.js';
 import { SlotMetaTable } from './output/slot-meta.js';
 import type { OutputEvents, OutputPath } from './output-path.js';
@@ -147,6 +148,10 @@ export class WorkerOutputPath implements OutputPath {
 
   queueDepth(): number {
     return this.#packers.queueSize;
+  }
+
+  poolStats(): ResponsePoolStats | null {
+    return this.#packers.poolStats();
   }
 
   async close(): Promise<void> {

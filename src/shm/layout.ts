@@ -143,6 +143,14 @@ export const HEALTH_PACKER_QUEUE = 8; // API servers only: encode tasks waiting 
 /** CPU seconds of the process, every thread (process.cpuUsage), since the region was created. */
 export const HEALTH_CPU_USER = 9;
 export const HEALTH_CPU_SYSTEM = 10;
+/** API servers only: bytes of the response pool held by answers not yet sent (a gauge). */
+export const HEALTH_POOL_IN_USE = 11;
+/**
+ * API servers only: answers encoded into the response pool, and answers given a buffer of their
+ * own (larger than a quarter of the pool, or no free run), since the region was created.
+ */
+export const HEALTH_POOL_POOLED = 12;
+export const HEALTH_POOL_ONE_OFF = 13;
 /** Longest GC pause by kind (GC_KIND_* order), seconds, since the process started. */
 export const HEALTH_GC_MAX = 16;
 /** GC pause histograms by kind, GC_HIST_STRIDE slots each (buckets, +Inf, sum; see HIST_* below). */

@@ -15,6 +15,9 @@ import {
   HEALTH_GC_HIST,
   HEALTH_GC_MAX,
   HEALTH_HEAP_USED,
+  HEALTH_POOL_IN_USE,
+  HEALTH_POOL_ONE_OFF,
+  HEALTH_POOL_POOLED,
   HEALTH_PUBLISHED_AT_MS,
   healthIndex,
   outputRingOffset,
@@ -153,6 +156,23 @@ describe('cluster metrics exposition', () => {
     expect(p.find('ringserve_output_ring_used_bytes', { api_server: 'engine' })).toBeUndefined();
     expect(p.find('ringserve_requests_in_flight', { api_server: 'engine' })).toBeUndefined();
     expect(p.value('ringserve_health_age_seconds', { api_server: '0' })).toBeLessThan(5);
+    // The response pool: an API server's, counters and a gauge; the engine has none.
+    f64[h0 + HEALTH_POOL_IN_USE] = 65_536;
+    f64[h0 + HEALTH_POOL_POOLED] = 7;
+    f64[h0 + HEALTH_POOL_ONE_OFF] = 2;
+    const q = parseExposition(metricsFor(region).render());
+    expect(q.value('ringserve_response_pool_in_use_bytes', { api_server: '0' })).toBe(65_536);
+    expect(q.value('ringserve_response_pool_answers_total', { api_server: '0' })).toBe(7);
+    expect(q.value('ringserve_response_pool_one_off_answers_total', { api_server: '0' })).toBe(2);
+    expect(q.types.get('ringserve_response_pool_answers_total')).toBe('counter');
+    expect(q.types.get('ringserve_response_pool_in_use_bytes')).toBe('gauge');
+    for (const name of [
+      'ringserve_response_pool_in_use_bytes',
+      'ringserve_response_pool_answers_total',
+      'ringserve_response_pool_one_off_answers_total',
+    ]) {
+      expect(q.find(name, { api_server: 'engine' }), name).toBeUndefined();
+    }
   });
 
   it("renders every process's CPU and each API server's published threads, by thread label", () => {

@@ -16,6 +16,9 @@ import {
   HEALTH_LAG_MAX,
   HEALTH_PACKER_QUEUE,
   HEALTH_PID,
+  HEALTH_POOL_IN_USE,
+  HEALTH_POOL_ONE_OFF,
+  HEALTH_POOL_POOLED,
   HEALTH_PUBLISHED_AT_MS,
   HEALTH_RSS,
   HEALTH_SLOT_COUNT,
@@ -103,6 +106,29 @@ describe('process health', () => {
       expect(slots[thread + TH_GC_MAX]).toBeGreaterThanOrEqual(0.15);
       expect(slots[thread + TH_HEAP_USED]).toBe(slots[BASE + HEALTH_HEAP_USED]);
       expect(slots[thread + TH_PUBLISHED_AT_MS]).toBeGreaterThan(0);
+    } finally {
+      health.stop();
+    }
+  });
+
+  it("publishes the response pool's figures, the answer counts continuing a predecessor's", () => {
+    const slots = new Float64Array(BASE + HEALTH_SLOT_COUNT);
+    slots[BASE + HEALTH_POOL_POOLED] = 100; // a predecessor's answers
+    slots[BASE + HEALTH_POOL_ONE_OFF] = 4;
+    slots[BASE + HEALTH_POOL_IN_USE] = 1 << 20; // and what it held when it died
+    let figures: { inUseBytes: number; pooled: number; oversize: number; full: number } | null =
+      null;
+    const health = new ProcessHealth(slots, BASE, { responsePool: () => figures });
+    health.start(1_000);
+    try {
+      // No pool (yet): the counts stay the predecessor's, nothing is held.
+      expect(slots[BASE + HEALTH_POOL_POOLED]).toBe(100);
+      expect(slots[BASE + HEALTH_POOL_IN_USE]).toBe(0);
+      figures = { inUseBytes: 131_072, pooled: 5, oversize: 1, full: 2 };
+      health.publish();
+      expect(slots[BASE + HEALTH_POOL_IN_USE]).toBe(131_072);
+      expect(slots[BASE + HEALTH_POOL_POOLED]).toBe(105);
+      expect(slots[BASE + HEALTH_POOL_ONE_OFF]).toBe(7);
     } finally {
       health.stop();
     }

@@ -58,6 +58,8 @@ export interface ResponsePoolStats {
   oversize: number;
   full: number;
   inUseChunks: number;
+  /** inUseChunks in bytes. */
+  inUseBytes: number;
   releasedBytes: number;
 }
 
@@ -198,11 +200,13 @@ export class ResponsePool {
 
   stats(): ResponsePoolStats {
     const w = this.#words;
+    const inUseChunks = Atomics.load(w, H.InUseChunks);
     return {
       pooled: Atomics.load(w, H.Pooled),
       oversize: Atomics.load(w, H.Oversize),
       full: Atomics.load(w, H.Full),
-      inUseChunks: Atomics.load(w, H.InUseChunks),
+      inUseChunks,
+      inUseBytes: inUseChunks * this.chunkBytes,
       releasedBytes: Atomics.load(w, H.ReleasedKib) * 1024,
     };
   }
