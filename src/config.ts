@@ -264,7 +264,7 @@ function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): v
 }
 
 function checkCrossFields(c: RingserveConfig): void {
-  checkExposure(c);
+  checkExposure(c, 'serving');
   parseFailureKinds(c.failureKinds);
   // vLLM refuses these combinations at startup for the same reasons: a step must be able to
   // hold one token per running sequence, and one full-length sequence must fit in the KV cache.
@@ -287,14 +287,18 @@ function checkCrossFields(c: RingserveConfig): void {
 }
 
 /**
- * A server on a non-loopback address without a key would let anyone who reaches the port generate,
- * pause the engine or swap its weights: refused unless the operator says so.
+ * A server (or router) on a non-loopback address without a key would let anyone who reaches the
+ * port generate, pause the engine or swap its weights: refused unless the operator says so.
  */
-function checkExposure(c: RingserveConfig): void {
+export function checkExposure(
+  c: { host: string; apiKey: string | null; allowUnauthenticated: boolean },
+  doing: 'serving' | 'routing',
+): void {
   if (c.apiKey !== null || c.allowUnauthenticated || isLoopbackHost(c.host)) return;
+  const bare = doing === 'serving' ? 'serve' : 'route';
   throw new RS_ERR_CONFIG_INVALID(
     '--host',
-    `${c.host} is not a loopback address: serving on a network needs --api-key (or --allow-unauthenticated to serve without one)`,
+    `${c.host} is not a loopback address: ${doing} on a network needs --api-key (or --allow-unauthenticated to ${bare} without one)`,
   );
 }
 

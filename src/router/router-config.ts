@@ -5,7 +5,7 @@
  * value names its flag. As a server, the router refuses a non-loopback --host without --api-key
  * unless --allow-unauthenticated: anyone who reaches it may generate on the instances behind it.
  */
-import { isLoopbackHost, LOG_LEVELS, type RingserveConfig } from '../config.js';
+import { checkExposure, LOG_LEVELS, type RingserveConfig } from '../config.js';
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
 
 export interface RouterConfig {
@@ -91,12 +91,7 @@ export function parseRouterArgs(
   }
   const config = out as unknown as RouterConfig;
   config.upstreamApiKey ??= config.apiKey;
-  if (config.apiKey === null && !config.allowUnauthenticated && !isLoopbackHost(config.host)) {
-    throw new RS_ERR_CONFIG_INVALID(
-      '--host',
-      `${config.host} is not a loopback address: routing on a network needs --api-key (or --allow-unauthenticated to route without one)`,
-    );
-  }
+  checkExposure(config, 'routing');
   return config;
 }
 
