@@ -1,5 +1,9 @@
+import { statSync } from 'node:fs';
+import { basename, resolve } from 'node:path';
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
 import { ENGINE_LIMITS } from './engine-defaults.js';
+import { readHfModelConfig } from './hf-config.js';
+import { referenceDeployment, referenceKvBlocks } from './reference-deployment.js';
 
 /**
  * What the API tier must know of the model behind the engine: the vocabulary, the shape of a
@@ -111,16 +115,61 @@ const CARDS: readonly ModelCard[] = [QWEN3_30B_A3B, GLM_45_AIR, TINY, TINY_WIDE]
 
 export const MODEL_NAMES: readonly string[] = CARDS.map((c) => c.name);
 
-/** The card of that name; an unknown name is a config error naming `--model`. */
-export function getModelCard(name: string): ModelCard {
-  const card = CARDS.find((c) => c.name === name);
-  if (card === undefined) {
+/** A preset's name (a `--model` that is one is the preset, even if a directory has that name). */
+export function isPresetName(model: string): boolean {
+  return MODEL_NAMES.includes(model);
+}
+
+/**
+ * The card of a preset, or of a local Hugging Face model directory (read once per path:
+ * hf-config.ts, reference-deployment.ts); anything else is a config error naming `--model`.
+ */
+export function getModelCard(model: string): ModelCard {
+  const card = CARDS.find((c) => c.name === model);
+  if (card !== undefined) return card;
+  if (!isDirectory(model)) {
     throw new RS_ERR_CONFIG_INVALID(
       '--model',
-      `unknown model preset "${name}"; one of ${MODEL_NAMES.join(', ')}`,
+      `must be one of ${MODEL_NAMES.join(', ')}, or a local Hugging Face model directory ` +
+        `(config.json, tokenizer.json, tokenizer_config.json, generation_config.json); ` +
+        `got "${model}": unknown model preset, and no such directory`,
     );
   }
-  return card;
+  const key = resolve(model);
+  let built = DIRECTORY_CARDS.get(key);
+  if (built === undefined) {
+    built = directoryCard(model);
+    DIRECTORY_CARDS.set(key, built);
+  }
+  return built;
+}
+
+const DIRECTORY_CARDS = new Map<string, ModelCard>();
+
+function isDirectory(path: string): boolean {
+  return statSync(path, { throwIfNoEntry: false })?.isDirectory() === true;
+}
+
+/**
+ * A model directory's card: the figures of its config.json; a dense model has no routing rows
+ * (routingLayers 0, one "expert"). The KV pool is reference-deployment.ts's estimate.
+ */
+function directoryCard(dir: string): ModelCard {
+  const m = readHfModelConfig(dir);
+  const maxModelLen = Math.min(m.maxPositionEmbeddings, ENGINE_LIMITS.maxModelLen.max);
+  const text = m.textVocabSize === undefined ? {} : { textVocabSize: m.textVocabSize };
+  return validateModelCard({
+    name: basename(resolve(dir)),
+    vocabSize: m.vocabSize,
+    ...text,
+    numHiddenLayers: m.numHiddenLayers,
+    routingLayers: m.moe === null ? 0 : m.numHiddenLayers - m.moe.denseLayers,
+    numExperts: m.moe?.numExperts ?? 1,
+    expertsPerToken: m.moe?.expertsPerToken ?? 1,
+    eosTokenIds: m.eosTokenIds,
+    maxModelLen,
+    defaultNumGpuBlocks: referenceKvBlocks(referenceDeployment(m), maxModelLen, CARD_BLOCK_TOKENS),
+  });
 }
 
 /** Bytes per expert id in a routing row: uint8 up to 256 experts, uint16 above. */
