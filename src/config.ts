@@ -12,7 +12,7 @@ import {
   SCHEDULING_POLICIES,
   type SchedulingPolicy,
 } from './wire/engine-defaults.js';
-import { defaultNumGpuBlocks, getModelCard, MODEL_NAMES } from './wire/model-card.js';
+import { defaultNumGpuBlocks, getModelCard, isPresetName, MODEL_NAMES } from './wire/model-card.js';
 
 /** pino's levels, for --log-level (the server's and the router's). */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -93,6 +93,8 @@ export interface ConfigField {
   readonly env?: string;
   /** How a null default is worked out, for --help. */
   readonly derived?: string;
+  /** The allowed values in words, where the kind's own (`a non-empty string`) says too little. */
+  readonly accepts?: string;
   readonly help: string;
 }
 
@@ -114,12 +116,12 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'host', flag: '--host', kind: 'string', default: '127.0.0.1', help: 'address to listen on; to serve on a network: --host 0.0.0.0 --api-key <key> (or --allow-unauthenticated)' },
   { key: 'port', flag: '--port', kind: 'int', default: 8000, min: 0, max: 65535, help: 'TCP port (0 = any free port)' },
   { key: 'apiServerCount', flag: '--api-server-count', kind: 'int', default: 1, min: 1, max: 32, help: 'API-server processes sharing the port' },
-  { key: 'model', flag: '--model', kind: 'enum', default: 'qwen3-30b-a3b', choices: MODEL_NAMES, help: 'model preset the simulated engine imitates' },
-  { key: 'servedModelName', flag: '--served-model-name', kind: 'string', default: null, derived: 'sim-<model>', help: 'model name clients must send and /v1/models lists' },
-  { key: 'maxModelLen', flag: '--max-model-len', kind: 'int', default: null, min: 16, max: MAX_MODEL_LEN_CAP, derived: "the preset's", help: 'longest sequence (prompt + completion) in tokens' },
+  { key: 'model', flag: '--model', kind: 'string', default: 'qwen3-30b-a3b', accepts: `one of ${MODEL_NAMES.join(', ')}, or a local Hugging Face model directory`, help: 'model the simulated engine imitates: a preset, or a local Hugging Face model directory (config.json and the tokenizer files) whose shape it takes' },
+  { key: 'servedModelName', flag: '--served-model-name', kind: 'string', default: null, derived: 'sim-<model> (a directory: the --model path)', help: 'model name clients must send and /v1/models lists' },
+  { key: 'maxModelLen', flag: '--max-model-len', kind: 'int', default: null, min: 16, max: MAX_MODEL_LEN_CAP, derived: "the model's", help: 'longest sequence (prompt + completion) in tokens' },
   { key: 'maxNumSeqs', flag: '--max-num-seqs', kind: 'int', default: D.maxNumSeqs, min: L.maxNumSeqs.min, max: 4096, help: 'most sequences running in one engine step' },
   { key: 'maxNumBatchedTokens', flag: '--max-num-batched-tokens', kind: 'int', default: D.maxNumBatchedTokens, min: L.maxNumBatchedTokens.min, max: 1_048_576, help: 'token budget of one engine step (decode first, then prefill chunks)' },
-  { key: 'numGpuBlocks', flag: '--num-gpu-blocks', kind: 'int', default: null, min: L.numGpuBlocks.min, max: 16_777_216, derived: "the preset's", help: 'KV-cache blocks in the simulated pool' },
+  { key: 'numGpuBlocks', flag: '--num-gpu-blocks', kind: 'int', default: null, min: L.numGpuBlocks.min, max: 16_777_216, derived: "the model's reference deployment", help: 'KV-cache blocks in the simulated pool' },
   { key: 'blockSize', flag: '--block-size', kind: 'int', default: D.blockSize, choices: [1, 8, 16, 32, 64, 128], help: 'tokens per KV-cache block' },
   { key: 'seed', flag: '--seed', kind: 'int', default: D.seed, min: L.seed.min, max: L.seed.max, help: 'model seed: same seed, same outputs' },
   { key: 'speedup', flag: '--speedup', kind: 'number', default: D.speedup, min: 0, minExclusive: true, max: 1_000_000, help: 'divide modelled step times by this' },
@@ -173,6 +175,7 @@ export function configField(key: keyof RingserveConfig): ConfigField {
 
 /** The allowed values of a field in words, for error messages and --help. */
 export function describeRange(field: ConfigField): string {
+  if (field.accepts !== undefined) return field.accepts;
   if (field.choices !== undefined) return `one of ${field.choices.join(', ')}`;
   if (field.kind === 'bool') return 'true or false';
   if (field.kind === 'string') return 'a non-empty string';
@@ -245,8 +248,10 @@ export function buildConfig(input: ConfigInput = {}): RingserveConfig {
 
 function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): void {
   const model = values.model as string;
+  // A bad --model (neither a preset nor a readable model directory) is reported here, in full.
   const preset = getModelCard(model);
-  values.servedModelName ??= `sim-${model}`;
+  // vLLM serves a model under its --model argument unless --served-model-name says otherwise.
+  values.servedModelName ??= isPresetName(model) ? `sim-${model}` : model;
   values.apiKey ??= null;
   values.adminApiKey ??= null;
   values.vllmVersion ??= null;
@@ -283,6 +288,16 @@ function checkCrossFields(c: RingserveConfig): void {
   // Checked here, not when an API server loads it: a bad directory is a usage error at startup.
   if (c.tokenizer !== null && !existsSync(join(c.tokenizer, 'tokenizer.json'))) {
     throw new RS_ERR_CONFIG_INVALID('--tokenizer', `${c.tokenizer} has no tokenizer.json`);
+  }
+  if (
+    c.tokenizer === null &&
+    !isPresetName(c.model) &&
+    !existsSync(join(c.model, 'tokenizer.json'))
+  ) {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--model',
+      `${c.model} has no tokenizer.json: give the tokenizer's directory with --tokenizer DIR`,
+    );
   }
 }
 

@@ -1,10 +1,14 @@
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { formatHelp, isHelpRequested, parseArgs } from '../src/cli-args.js';
 import { buildConfig, CONFIG_FIELDS, configField, type RingserveConfig } from '../src/config.js';
 import { RingserveError } from '../src/errors.js';
 import { resolveEngineConfig } from '../src/sim/engine-config.js';
 import { getPreset, PRESET_NAMES } from '../src/sim/presets.js';
+import { committedTokenizersDir } from '../src/tokenizer/presets.js';
 import { ENGINE_LIMITS, MAX_SLOTS_PER_SERVER } from '../src/wire/engine-defaults.js';
+import { getModelCard } from '../src/wire/model-card.js';
+import { GLM_46, modelDirs, TINY_GLM_SHAPE } from './wire/hf-fixtures.js';
 
 const NO_ENV = {};
 
@@ -274,6 +278,60 @@ describe('one source for the engine defaults and ranges', () => {
       }
     }
     expect(configField('maxQueueLen').max).toBe(MAX_SLOTS_PER_SERVER);
+  });
+});
+
+describe('a model directory as --model', () => {
+  const dirs = modelDirs();
+
+  it("derives from the directory's card and serves under the path, as vLLM does", () => {
+    const dir = dirs.tiny('tiny-moe', TINY_GLM_SHAPE);
+    const card = getModelCard(dir);
+    const c = parseArgs(['--model', dir, '--block-size', '32'], NO_ENV);
+    expect(c.model).toBe(dir);
+    expect(c.servedModelName).toBe(dir);
+    expect(c.maxModelLen).toBe(4096);
+    expect(c.numGpuBlocks).toBe(Math.floor((card.defaultNumGpuBlocks * 16) / 32));
+    expect(buildConfig({ model: dir, servedModelName: 'tiny-moe' }).servedModelName).toBe(
+      'tiny-moe',
+    );
+  });
+
+  it('takes max_position_embeddings, capped as for a preset', () => {
+    const tokenizer = join(committedTokenizersDir(), 'tiny');
+    const glm = dirs.write('GLM-4.6', { 'config.json': GLM_46 });
+    expect(buildConfig({ model: glm, tokenizer }).maxModelLen).toBe(202_752);
+    // A 1M-token context (Qwen2.5-7B-Instruct-1M has 1,010,000): the card keeps it, the flag caps it.
+    const long = dirs.write('long', {
+      'config.json': { ...GLM_46, max_position_embeddings: 1_010_000 },
+    });
+    expect(getModelCard(long).maxModelLen).toBe(1_010_000);
+    expect(buildConfig({ model: long, tokenizer }).maxModelLen).toBe(
+      configField('maxModelLen').max,
+    );
+  });
+
+  it('refuses what is neither a preset nor a model directory, naming --model', () => {
+    const none = configError(['--model', '/no/such/model-dir']);
+    expect(none.param).toBe('--model');
+    expect(none.message).toContain('no such directory');
+    const empty = dirs.write('empty', {});
+    expect(configError(['--model', empty]).message).toContain('config.json does not exist');
+  });
+
+  it('needs the tokenizer files in the directory, or --tokenizer DIR', () => {
+    const dir = dirs.write('no-tokenizer', { 'config.json': TINY_GLM_SHAPE });
+    const e = configError(['--model', dir]);
+    expect(e.param).toBe('--model');
+    expect(e.message).toContain('has no tokenizer.json');
+    const tokenizer = join(committedTokenizersDir(), 'tiny');
+    expect(parseArgs(['--model', dir, '--tokenizer', tokenizer], NO_ENV).tokenizer).toBe(tokenizer);
+  });
+
+  it('says in --help that --model takes a directory', () => {
+    expect(formatHelp()).toContain(
+      'default: qwen3-30b-a3b; one of qwen3-30b-a3b, glm-4.5-air, tiny, tiny-wide, or a local Hugging Face model directory',
+    );
   });
 });
 
