@@ -25,8 +25,8 @@ import { startVllmBridge } from './vllm-bridge.js';
 const SLOW_TURN_MS = 1_000;
 
 /**
- * The preset, or with `--tokenizer DIR` the preset sampling only ids below that tokenizer's
- * text vocabulary too, so every token the simulated model emits decodes to text. The tokenizer is
+ * The model (a preset, or a model directory whose card counts its own tokenizer's text ids), or
+ * with `--tokenizer DIR` the model sampling only ids below that tokenizer's text vocabulary too, so every token the simulated model emits decodes to text. The tokenizer is
  * loaded on a short-lived thread, so this process's heap never holds its tables.
  */
 async function servedPreset(config: RingserveConfig): Promise<string | ModelPreset> {

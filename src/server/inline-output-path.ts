@@ -78,7 +78,7 @@ export class InlineOutputPath implements OutputPath {
     this.#meta = new SlotMetaTable(slots);
     this.#stops = new StopStringMatcher(
       this.#meta,
-      tokens ?? tokenByteSource(preset.name, preset.eosTokenIds),
+      tokens ?? tokenByteSource(presetName, preset.eosTokenIds),
     );
   }
 

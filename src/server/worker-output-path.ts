@@ -64,7 +64,7 @@ export class WorkerOutputPath implements OutputPath {
       threads: config.packerThreads,
       responsePoolBytes: config.responsePoolMb * 1024 * 1024,
       priority,
-      preset: preset.name,
+      preset: config.model,
       specialTokenIds: preset.eosTokenIds,
       ...(tokenBytes === undefined ? {} : { tokenBytes }),
     });
@@ -77,7 +77,7 @@ export class WorkerOutputPath implements OutputPath {
       acc,
       arenaSab,
       serverIndex: server,
-      preset: preset.name,
+      preset: config.model,
       specialTokenIds: preset.eosTokenIds,
       ...(tokenBytes === undefined ? {} : { tokenBytes }),
       priority,

@@ -8,6 +8,8 @@
 //                  under tokenizers/glm-4.5-air/.
 //   tiny           a 1000-id byte-level BPE the project trains (scripts/build-tiny-tokenizer.mjs);
 //                  tiny-wide (tiny with 384 experts) uses it too.
+// A model directory (`--model DIR`, src/wire/hf-config.ts) serves its own tokenizer files.
+import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
@@ -70,21 +72,24 @@ export const TOKENIZER_PRESETS: readonly string[] = Object.keys(LOADERS);
 
 const loaded = new Map<string, Promise<Tokenizer>>();
 
-/** The preset's tokenizer, loaded once per thread. */
-export function tokenizerForModel(preset: string): Promise<Tokenizer> {
-  const load = LOADERS[preset];
-  if (load === undefined) {
+/**
+ * The model's tokenizer, loaded once per thread: a preset's (above), or a model directory's own
+ * files (tokenizer.json, tokenizer_config.json, generation_config.json) as `--tokenizer DIR` loads them.
+ */
+export function tokenizerForModel(model: string): Promise<Tokenizer> {
+  let t = loaded.get(model);
+  if (t !== undefined) return t;
+  const load = LOADERS[model];
+  if (load !== undefined) t = load();
+  else if (existsSync(join(model, 'tokenizer.json'))) t = loadTokenizer(model);
+  else {
     return Promise.reject(
       new RS_ERR_CONFIG_INVALID(
         '--tokenizer',
-        `no tokenizer for preset "${preset}"; give --tokenizer DIR`,
+        `no tokenizer for model "${model}": not a preset, nor a directory with tokenizer.json; give --tokenizer DIR`,
       ),
     );
   }
-  let t = loaded.get(preset);
-  if (t === undefined) {
-    t = load();
-    loaded.set(preset, t);
-  }
+  loaded.set(model, t);
   return t;
 }

@@ -9,6 +9,7 @@ import { PositionShape, SimModel } from '../../src/sim/model.js';
 import { getPreset } from '../../src/sim/presets.js';
 import { TOKENIZER_PRESETS, tokenizerForModel } from '../../src/tokenizer/presets.js';
 import { getModelCard, MODEL_NAMES } from '../../src/wire/model-card.js';
+import { modelDirs, TINY_GLM_SHAPE } from '../wire/hf-fixtures.js';
 
 describe('model presets and their tokenizers', () => {
   it('every preset has one', () => {
@@ -107,5 +108,28 @@ describe('the glm-4.5-air stand-in', () => {
     expect([...ids.slice(0, 3)]).toEqual([151331, 151333, 151335]);
     expect(ids[ids.length - 1]).toBe(151337);
     expect(tok.decode(tok.encode('Hello, 世界 🤗'))).toBe('Hello, 世界 🤗');
+  });
+});
+
+describe("a model directory's own tokenizer", () => {
+  const dirs = modelDirs();
+
+  it('is loaded from the directory, once, and agrees with its card', async () => {
+    const dir = dirs.tiny('tiny-moe', TINY_GLM_SHAPE);
+    const tok = await tokenizerForModel(dir);
+    expect(await tokenizerForModel(dir)).toBe(tok);
+    expect(tok.name).toBe(dir);
+    const card = getModelCard(dir);
+    expect(tok.textVocabSize).toBe(card.textVocabSize);
+    expect(tok.eosTokenIds).toEqual(card.eosTokenIds);
+    expect(tok.tokenText(card.eosTokenIds[0]!)).toBe('<|im_end|>');
+  });
+
+  it('is a --tokenizer error for a directory without tokenizer.json', async () => {
+    const dir = dirs.write('config-only', { 'config.json': TINY_GLM_SHAPE });
+    await expect(tokenizerForModel(dir)).rejects.toMatchObject({
+      code: 'RS_ERR_CONFIG_INVALID',
+      param: '--tokenizer',
+    });
   });
 });
