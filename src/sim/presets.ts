@@ -5,6 +5,7 @@ import {
   type ModelCard,
   validateModelCard,
 } from '../wire/model-card.js';
+import { directoryPreset } from './directory-preset.js';
 
 /**
  * Step time in ms = baseMs + perDecodeSeqMs * decodeSeqs + perPrefillTokenMs * prefillTokens
@@ -89,10 +90,12 @@ const PRESETS: readonly ModelPreset[] = MODEL_NAMES.map((name) => ({
 
 export const PRESET_NAMES: readonly string[] = MODEL_NAMES;
 
-/** The preset of that name; an unknown name is a config error naming `--model`. */
-export function getPreset(name: string): ModelPreset {
-  getModelCard(name);
-  return PRESETS.find((p) => p.name === name) as ModelPreset;
+/**
+ * The preset of that name, or a local Hugging Face model directory's (directory-preset.ts);
+ * anything else is a config error naming `--model`.
+ */
+export function getPreset(model: string): ModelPreset {
+  return PRESETS.find((p) => p.name === model) ?? directoryPreset(model);
 }
 
 /**
