@@ -147,7 +147,12 @@ export function getModelCard(model: string): ModelCard {
 const DIRECTORY_CARDS = new Map<string, ModelCard>();
 
 function isDirectory(path: string): boolean {
-  return statSync(path, { throwIfNoEntry: false })?.isDirectory() === true;
+  try {
+    return statSync(path, { throwIfNoEntry: false })?.isDirectory() === true;
+  } catch {
+    // EACCES, ENOTDIR on the way: not a directory ringserve can read either.
+    return false;
+  }
 }
 
 /**
