@@ -18,6 +18,7 @@ export function params(overrides: Partial<SamplingParams> = {}): SamplingParams 
     frequencyPenalty: 0,
     repetitionPenalty: 1,
     logprobs: true,
+    topLogprobs: 0,
     returnSamplingMask: true,
     returnRoutedExperts: true,
     routedExpertsPromptStart: 0,
