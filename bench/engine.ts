@@ -69,6 +69,7 @@ function params(full: boolean, seed: number): SamplingParams {
     frequencyPenalty: 0,
     repetitionPenalty: 1,
     logprobs: full,
+    topLogprobs: 0,
     returnSamplingMask: full,
     returnRoutedExperts: full,
     routedExpertsPromptStart: 0,

@@ -8,8 +8,9 @@ import { wordsOf } from './copy-ids.js';
  * engine allocates nothing per step. After a growth the column properties point at new arrays:
  * read them from the object after step(), do not keep references across steps.
  *
- *   rows:     server | slot | token | logprob | finish | stopTokenId | numCachedTokens | ...
+ *   rows:     server | slot | token | logprob | rank | finish | stopTokenId | numCachedTokens | ...
  *   masks:    maskIds[maskStart[i] .. maskStart[i] + maskCount[i])      (CSR, shared array)
+ *   top:      topIds / topLogprobs[topStart[i] .. topStart[i] + topCount[i])   (CSR, shared)
  *   routing:  routing[(routingStart[i] + r) * rowWidth + layer * topk + k]
  *             for r < routingRows[i]; row r is sequence position routingFirstPos[i] + r
  */
@@ -21,6 +22,11 @@ export class StepOutputs {
   token: Int32Array;
   /** Logprob of the token under the distribution it was sampled from; floored at -9999. */
   logprob: Float32Array;
+  /**
+   * The token's 1-based rank among the position's candidates in descending processed logprob
+   * (vLLM's sampled_token_ranks: 1 = the most likely); 0 for a row without a token.
+   */
+  rank: Int32Array;
   finish: Uint8Array;
   /** The stop token id that ended the request, -1 for none (EOS gives -1, as vLLM's stop_reason). */
   stopTokenId: Int32Array;
@@ -35,6 +41,18 @@ export class StepOutputs {
   maskIds: Int32Array;
   /** Used length of maskIds. */
   maskLength = 0;
+  /**
+   * The position's top candidates when the request asked for top logprobs: topCount[i] ids in
+   * descending order, each with its logprob under the token's distribution (-9999 outside the
+   * kept set). vLLM's LogprobsLists columns 1..k (column 0 is token/logprob): the sampled token
+   * is one of them when it is among the k best, as in vLLM. 0 when not asked.
+   */
+  topStart: Int32Array;
+  topCount: Int32Array;
+  topIds: Int32Array;
+  topLogprobs: Float32Array;
+  /** Used length of topIds / topLogprobs. */
+  topLength = 0;
   /** Row index (not element index) of this output's first routing row. */
   routingStart: Int32Array;
   routingRows: Int32Array;
@@ -58,6 +76,7 @@ export class StepOutputs {
     this.slot = new Int32Array(n);
     this.token = new Int32Array(n);
     this.logprob = new Float32Array(n);
+    this.rank = new Int32Array(n);
     this.finish = new Uint8Array(n);
     this.stopTokenId = new Int32Array(n);
     this.numCachedTokens = new Int32Array(n);
@@ -65,10 +84,14 @@ export class StepOutputs {
     this.rejectReason = new Uint8Array(n);
     this.maskStart = new Int32Array(n);
     this.maskCount = new Int32Array(n);
+    this.topStart = new Int32Array(n);
+    this.topCount = new Int32Array(n);
     this.routingStart = new Int32Array(n);
     this.routingRows = new Int32Array(n);
     this.routingFirstPos = new Int32Array(n);
     this.maskIds = new Int32Array(n * 4);
+    this.topIds = new Int32Array(n);
+    this.topLogprobs = new Float32Array(n);
     this.routing = new Uint8Array(0);
     this.routingWords = wordsOf(this.routing);
   }
@@ -96,10 +119,11 @@ export class StepOutputs {
   clear(): void {
     this.count = 0;
     this.maskLength = 0;
+    this.topLength = 0;
     this.routingRowCount = 0;
   }
 
-  /** Appends a row with no token, no finish, no mask and no routing; returns its index. */
+  /** Appends a row with no token, finish, mask, top area or routing; returns its index. */
   addRow(server: number, slot: number, weightVersion: number): number {
     const i = this.count;
     if (i === this.server.length) this.#growRows(i * 2);
@@ -107,6 +131,7 @@ export class StepOutputs {
     this.slot[i] = slot;
     this.token[i] = -1;
     this.logprob[i] = 0;
+    this.rank[i] = 0;
     this.finish[i] = FinishReason.None;
     this.stopTokenId[i] = -1;
     this.numCachedTokens[i] = 0;
@@ -114,6 +139,8 @@ export class StepOutputs {
     this.rejectReason[i] = 0;
     this.maskStart[i] = this.maskLength;
     this.maskCount[i] = 0;
+    this.topStart[i] = this.topLength;
+    this.topCount[i] = 0;
     this.routingStart[i] = this.routingRowCount;
     this.routingRows[i] = 0;
     this.routingFirstPos[i] = 0;
@@ -130,6 +157,21 @@ export class StepOutputs {
       this.maskIds = grown;
     }
     return this.maskLength;
+  }
+
+  /** Makes room for n more top candidates; returns the offset to write them at (topLength). */
+  reserveTop(n: number): number {
+    const need = this.topLength + n;
+    if (need > this.topIds.length) {
+      const size = Math.max(need, this.topIds.length * 2);
+      const ids = new Int32Array(size);
+      ids.set(this.topIds.subarray(0, this.topLength));
+      this.topIds = ids;
+      const logprobs = new Float32Array(size);
+      logprobs.set(this.topLogprobs.subarray(0, this.topLength));
+      this.topLogprobs = logprobs;
+    }
+    return this.topLength;
   }
 
   /** Makes room for n more routing rows; returns the element offset of the first one. */
@@ -159,6 +201,7 @@ export class StepOutputs {
     this.slot = grow(this.slot, i32);
     this.token = grow(this.token, i32);
     this.logprob = grow(this.logprob, (k) => new Float32Array(k));
+    this.rank = grow(this.rank, i32);
     this.finish = grow(this.finish, (k) => new Uint8Array(k));
     this.stopTokenId = grow(this.stopTokenId, i32);
     this.numCachedTokens = grow(this.numCachedTokens, i32);
@@ -166,6 +209,8 @@ export class StepOutputs {
     this.rejectReason = grow(this.rejectReason, (k) => new Uint8Array(k));
     this.maskStart = grow(this.maskStart, i32);
     this.maskCount = grow(this.maskCount, i32);
+    this.topStart = grow(this.topStart, i32);
+    this.topCount = grow(this.topCount, i32);
     this.routingStart = grow(this.routingStart, i32);
     this.routingRows = grow(this.routingRows, i32);
     this.routingFirstPos = grow(this.routingFirstPos, i32);

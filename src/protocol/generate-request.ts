@@ -177,6 +177,8 @@ function readSamplingParams(
       true,
     ),
     logprobs: readLogprobs(sp),
+    // The answer carries the sampled token's logprob only (see readLogprobs).
+    topLogprobs: 0,
     returnSamplingMask:
       optBoolOrNull(sp, SP, 'return_sampling_mask') ?? opts.defaultReturnSamplingMask,
     returnRoutedExperts:

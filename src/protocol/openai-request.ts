@@ -132,6 +132,8 @@ export function readCommon(
         Number.POSITIVE_INFINITY,
         true,
       ),
+      // The answers do not return alternatives from the engine yet: the sampled token only.
+      topLogprobs: 0,
       returnSamplingMask: false,
       returnRoutedExperts: false,
       routedExpertsPromptStart: 0,

@@ -114,10 +114,11 @@ export class CandidateSet {
 
   /**
    * Walks from the top within limitCount / limitLogit / limitMass. Writes the ids taken into
-   * `emit` from `at` when given. Sets walkCount, walkMass and lastId/lastLogit (the last taken).
-   * One loop on purpose: its state is doubles, which helper calls would box (see above).
+   * `emit` from `at` when given, and their logits (relative to stream rank 0, as topLogit) into
+   * `emitLogits` from `at` when given. Sets walkCount, walkMass and lastId/lastLogit (the last
+   * taken). One loop on purpose: its state is doubles, which helper calls would box (see above).
    */
-  walk(emit: Int32Array | null, at: number): void {
+  walk(emit: Int32Array | null, at: number, emitLogits: Float64Array | null = null): void {
     const cap = this.limitCount;
     const minLogit = this.limitLogit;
     const massTarget = this.limitMass;
@@ -149,6 +150,7 @@ export class CandidateSet {
         if (spLogit < minLogit) break;
         const id = ev.specialId[o] as number;
         if (emit !== null) emit[at + count] = id;
+        if (emitLogits !== null) emitLogits[at + count] = spLogit;
         count++;
         mass += Math.exp((spLogit - ref) * invT);
         this.lastId = id;
@@ -177,6 +179,7 @@ export class CandidateSet {
         mass += Math.exp((streamLogit - ref) * invT);
       }
       if (emit !== null) this.#emitRun(r, n, emit, at + count);
+      if (emitLogits !== null) this.#emitRunLogits(r, n, emitLogits, at + count);
       count += n;
       r += n;
       this.lastId = model.tokenAtRank(r - 1, shape);
@@ -197,6 +200,18 @@ export class CandidateSet {
       while (h < nh && (holes[h] as number) < rank) h++;
       if (h < nh && holes[h] === rank) rank++;
       else return rank;
+    }
+  }
+
+  /**
+   * Writes the logits of stream ranks [r, r + n) into out from `at`: the same expression as
+   * lastLogit's, so a logit written here equals the one the draw saw, bit for bit.
+   */
+  #emitRunLogits(r: number, n: number, out: Float64Array, at: number): void {
+    const shape = this.#shape as PositionShape;
+    for (let i = 0; i < n; i++) {
+      const q = r + i;
+      out[at + i] = q === 0 ? 0 : -shape.topGap - (q - 1) * shape.decay;
     }
   }
 

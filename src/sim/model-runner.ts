@@ -1,16 +1,16 @@
 import type { StepOutputs } from '../engine/step-outputs.js';
-import { FinishReason, type StepTiming } from '../wire/types.js';
+import { FinishReason, type SamplingParams, type StepTiming } from '../wire/types.js';
 import type { ResolvedEngineConfig } from './engine-config.js';
 import { combine, UINT32_TO_UNIT } from './hash.js';
 import type { KvBlockPool } from './kv-block-pool.js';
 import { PositionShape, type SimModel } from './model.js';
 import type { ExpertRouter } from './routing.js';
-import type { Sampler } from './sampler.js';
+import { LOGPROB_FLOOR, type Sampler } from './sampler.js';
 import type { Scheduler } from './scheduler.js';
 import type { Sequence } from './sequence.js';
 
-/** Floor of an emitted logprob (the contract's "missing value"). */
-export const LOGPROB_FLOOR = -9999;
+/** Re-exported from the sampler, which floors the top candidates' logprobs with it too. */
+export { LOGPROB_FLOOR };
 
 /** Counters the runner feeds (EngineStats reads them). */
 export interface RunnerCounters {
@@ -142,7 +142,22 @@ export class ModelRunner {
       existingRow >= 0 ? existingRow : out.addRow(seq.server, seq.slot, model.weightVersion);
     out.token[row] = token;
     out.logprob[row] = Math.max(sampler.logprobOut[0] as number, LOGPROB_FLOOR);
+    // Written with every token, as the logprob is: it costs the sampler nothing.
+    out.rank[row] = sampler.rank;
     out.numCachedTokens[row] = seq.numCachedTokens;
+    this.#writeSets(p, row, out);
+    seq.appendOutput(token);
+    this.#counters.generationTokens++;
+    const finish = this.#checkStop(seq, token, out, row);
+    if (finish !== FinishReason.None) {
+      out.finish[row] = finish;
+      this.finished[this.finishedCount++] = seq;
+    }
+  }
+
+  /** The row's kept set (when asked and something truncated) and top candidates (when asked). */
+  #writeSets(p: SamplingParams, row: number, out: StepOutputs): void {
+    const sampler = this.#sampler;
     const kept = sampler.keptCount;
     if (p.returnSamplingMask && kept > 0) {
       const at = out.reserveMask(kept);
@@ -151,12 +166,13 @@ export class ModelRunner {
       out.maskCount[row] = kept;
       out.maskLength = at + kept;
     }
-    seq.appendOutput(token);
-    this.#counters.generationTokens++;
-    const finish = this.#checkStop(seq, token, out, row);
-    if (finish !== FinishReason.None) {
-      out.finish[row] = finish;
-      this.finished[this.finishedCount++] = seq;
+    const k = p.topLogprobs;
+    if (p.logprobs && k > 0) {
+      const at = out.reserveTop(k);
+      const n = sampler.writeTop(out.topIds, out.topLogprobs, at, k);
+      out.topStart[row] = at;
+      out.topCount[row] = n;
+      out.topLength = at + n;
     }
   }
 

@@ -1,3 +1,4 @@
+import { MAX_TOP_LOGPROBS } from '../wire/sampling-check.js';
 import type { SamplingParams } from '../wire/types.js';
 import { CandidateSet, SORT_HORIZON_RANKS } from './candidates.js';
 import type { PositionShape, SimModel } from './model.js';
@@ -5,6 +6,9 @@ import type { TokenCounts } from './token-counts.js';
 
 /** Below this temperature sampling is greedy (vLLM's _SAMPLING_EPS). */
 export const GREEDY_TEMPERATURE = 1e-5;
+
+/** Floor of an emitted logprob (the contract's "missing value"; vLLM's processed mode has -inf). */
+export const LOGPROB_FLOOR = -9999;
 
 /**
  * The most kept-token ids (the sampling mask) one sampled position of a request can carry, known
@@ -39,6 +43,9 @@ export const TOP_LOGIT = 20;
  *
  * Kept set (the sampling mask): the tokens top_k / top_p / min_p keep; keptCount is 0 when none of
  * them is active (the whole vocabulary is kept: the contract's "no mask at this position").
+ *
+ * Rank and top candidates (vLLM's sampled_token_ranks and LogprobsLists columns 1..k) are read off
+ * the candidate set after the draw, under the same processed distribution; they never change it.
  */
 export class Sampler {
   readonly candidates: CandidateSet;
@@ -57,7 +64,19 @@ export class Sampler {
   readonly logprobOut = new Float64Array(1);
   /** Output: size of the kept set, or 0 when no truncation applied. */
   keptCount = 0;
+  /**
+   * Output: the token's 1-based position in the candidates' descending order (1 = the most
+   * likely; 1 for greedy). The final walk ends on the drawn token, so this is its walkCount.
+   * vLLM counts the tokens whose logprob is >= the token's (ops/logprobs.py): the same number
+   * unless two candidates' logits tie exactly.
+   */
+  rank = 0;
   #keptLogitFloor = Number.NEGATIVE_INFINITY;
+  /** The draw's kept mass and temperature (1 and 1 for greedy's point mass), for writeTop(). */
+  #keptMass = 1;
+  #temperature = 1;
+  #topIds = new Int32Array(MAX_TOP_LOGPROBS);
+  #topLogits = new Float64Array(MAX_TOP_LOGPROBS);
 
   /** @param sortHorizon see CandidateSet (tests lower it) */
   constructor(model: SimModel, sortHorizon = SORT_HORIZON_RANKS) {
@@ -107,6 +126,42 @@ export class Sampler {
     cs.walk(out, at);
   }
 
+  /**
+   * Writes the k most likely candidates (descending) into ids and their logprobs into logprobs,
+   * from `at`; returns how many (fewer than k only when the position has fewer candidates). The
+   * logprobs are the draw's: (logit - top) / T - ln(kept mass) inside the kept set, the floor
+   * outside it; greedy's point mass gives the top token 0 and every other the floor. The sampled
+   * token is among them when its rank is <= k (as in vLLM), with the very logprob it was given.
+   */
+  writeTop(ids: Int32Array, logprobs: Float32Array, at: number, k: number): number {
+    if (k > this.#topIds.length) {
+      this.#topIds = new Int32Array(k);
+      this.#topLogits = new Float64Array(k);
+    }
+    const cs = this.candidates;
+    cs.limitCount = k;
+    cs.limitLogit = Number.NEGATIVE_INFINITY;
+    cs.limitMass = Number.POSITIVE_INFINITY;
+    cs.walk(this.#topIds, 0, this.#topLogits);
+    const n = cs.walkCount;
+    // The first `inside` of them are in the kept set (all of them when nothing truncated). Split
+    // loops, not an `inside ? logprob : floor` per item: that choice allocated 20 bytes per token
+    // in the engine's loop (measured with the allocation test's top mode); these allocate none.
+    const inside = this.keptCount === 0 ? n : Math.min(this.keptCount, n);
+    const top = cs.topLogit;
+    const t = this.#temperature;
+    const logMass = Math.log(this.#keptMass);
+    const topIds = this.#topIds;
+    const topLogits = this.#topLogits;
+    for (let j = 0; j < n; j++) ids[at + j] = topIds[j] as number;
+    for (let j = 0; j < inside; j++) {
+      const lp = ((topLogits[j] as number) - top) / t - logMass;
+      logprobs[at + j] = Math.max(lp, LOGPROB_FLOOR);
+    }
+    for (let j = inside; j < n; j++) logprobs[at + j] = LOGPROB_FLOOR;
+    return n;
+  }
+
   #decide(params: SamplingParams): void {
     const cs = this.candidates;
     const t = params.temperature;
@@ -116,7 +171,10 @@ export class Sampler {
       this.token = cs.topId;
       this.logprobOut[0] = 0;
       this.keptCount = 1;
+      this.rank = 1;
       this.#keptLogitFloor = Number.NEGATIVE_INFINITY;
+      this.#keptMass = 1;
+      this.#temperature = 1;
       return;
     }
     cs.temperature = t;
@@ -147,14 +205,18 @@ export class Sampler {
     if (cs.walkCount === 0) {
       this.token = cs.topId;
       this.logprobOut[0] = -Math.log(keptMass);
+      this.rank = 1;
     } else {
       this.token = cs.lastId;
       this.logprobOut[0] = (cs.lastLogit - cs.topLogit) / t - Math.log(keptMass);
+      this.rank = cs.walkCount;
     }
     const truncated = params.topK > 0 || params.minP > 0 || params.topP < 1;
     // Greedy keeps exactly one; otherwise 0 means "no truncation: the whole vocabulary".
     this.keptCount = truncated ? kept : 0;
     this.#keptLogitFloor = cs.limitLogit;
+    this.#keptMass = keptMass;
+    this.#temperature = t;
   }
 
   /** min_tokens not reached: stop ids get no mass. Holes stay distinct (totalMass needs it). */

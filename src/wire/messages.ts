@@ -190,6 +190,9 @@ export function readAdd(
       frequencyPenalty: v.f64[d + 6]!,
       repetitionPenalty: v.f64[d + 7]!,
       logprobs: (flags & AddFlag.Logprobs) !== 0,
+      // The ADD record has no top-logprobs field (yet): a request from a ring asks for the
+      // sampled token's logprob only.
+      topLogprobs: 0,
       returnSamplingMask: (flags & AddFlag.SamplingMask) !== 0,
       returnRoutedExperts: (flags & AddFlag.RoutedExperts) !== 0,
       routedExpertsPromptStart: v.i32[i + A_ROUTED_START]!,

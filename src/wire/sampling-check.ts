@@ -1,6 +1,12 @@
 import type { SamplingParams } from './types.js';
 
 /**
+ * The most top logprobs a request may ask per position: vLLM's default --max-logprobs (20, its
+ * ModelConfig.max_logprobs), which also bounds the OpenAI routes (`logprobs`, `top_logprobs`).
+ */
+export const MAX_TOP_LOGPROBS = 20;
+
+/**
  * Whether sampling parameters read off a ring are well formed: the ranges every engine needs
  * (the API server checked them already; a record from a buggy or foreign writer may not hold).
  * Engines with tighter limits (vLLM's, src/engine/vllm/bridge-request.ts) check those on top.
@@ -28,6 +34,9 @@ export function samplingParamsWellFormed(p: SamplingParams): boolean {
     Number.isFinite(p.frequencyPenalty) &&
     Number.isFinite(p.repetitionPenalty) &&
     p.repetitionPenalty > 0 &&
+    Number.isInteger(p.topLogprobs) &&
+    p.topLogprobs >= 0 &&
+    p.topLogprobs <= MAX_TOP_LOGPROBS &&
     Number.isInteger(p.routedExpertsPromptStart) &&
     p.routedExpertsPromptStart >= 0
   );

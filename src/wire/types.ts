@@ -49,6 +49,12 @@ export interface SamplingParams {
   frequencyPenalty: number;
   repetitionPenalty: number;
   logprobs: boolean;
+  /**
+   * With `logprobs`: how many of the position's most likely tokens to return beside the sampled
+   * one (vLLM's `logprobs: k`, columns 1..k of its LogprobsLists); 0 = the sampled token only.
+   * At most MAX_TOP_LOGPROBS (sampling-check.ts).
+   */
+  topLogprobs: number;
   returnSamplingMask: boolean;
   returnRoutedExperts: boolean;
   /** Absolute sequence position of the first routing row to return (skips leading prompt rows). */

@@ -62,6 +62,7 @@ function direct(
       frequencyPenalty: 0,
       repetitionPenalty: 1,
       logprobs: true,
+      topLogprobs: 0,
       returnSamplingMask: true,
       returnRoutedExperts: true,
       routedExpertsPromptStart: 0,

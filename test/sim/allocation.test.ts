@@ -8,7 +8,8 @@ import { type AllocFigures, runAllocProbe } from '../helpers/spawn-alloc-probe.j
  * sequences) sees no sequence-array growth, so the steady state measures ~0.02 bytes per token
  * (the measuring code itself). Budget: 2 bytes per token; one boxed double per token would be 16,
  * an object per token more. Up to three processes per mode, in case one lands in a JIT state that
- * is not the steady one. The engine is measured without an output budget, and under one
+ * is not the steady one. The engine is measured without an output budget (plain; full: logprobs,
+ * masks, routing; and full with the 5 best candidates' logprobs per token), and under one
  * (src/engine/output-room.ts) with one of two API servers held every step, so the charging,
  * skipping and holding paths run in the window too.
  */
@@ -25,6 +26,7 @@ interface Measurement extends AllocFigures {
 const MODES = [
   { mode: 'plain', fixture: ENGINE, args: ['plain'] },
   { mode: 'full', fixture: ENGINE, args: ['full'] },
+  { mode: 'full, top 5 logprobs', fixture: ENGINE, args: ['top'] },
   { mode: 'a server held', fixture: HELD, args: [] },
 ] as const;
 

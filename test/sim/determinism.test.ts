@@ -24,6 +24,7 @@ function crowd(n: number): EngineRequest[] {
           topK: i % 3 === 0 ? 0 : 20 + i,
           topP: i % 2 === 0 ? 1 : 0.9,
           maxTokens: 30 + i * 7,
+          topLogprobs: (i % 4) * 3,
         },
         { promptTokenIds: prompt(10 + i * 5, i) },
       ),
@@ -33,15 +34,19 @@ function crowd(n: number): EngineRequest[] {
 }
 
 const subjects = (): EngineRequest[] => [
-  request(1, { seed: 7, maxTokens: 80, temperature: 0.8 }, { promptTokenIds: prompt(45, 1) }),
+  request(
+    1,
+    { seed: 7, maxTokens: 80, temperature: 0.8, topLogprobs: 5 },
+    { promptTokenIds: prompt(45, 1) },
+  ),
   request(
     2,
-    { seed: 8, maxTokens: 60, topK: 0, topP: 0.9, minP: 0.05 },
+    { seed: 8, maxTokens: 60, topK: 0, topP: 0.9, minP: 0.05, topLogprobs: 20 },
     { promptTokenIds: prompt(33, 2) },
   ),
   request(
     3,
-    { seed: 9, maxTokens: 50, presencePenalty: 0.4, repetitionPenalty: 1.2 },
+    { seed: 9, maxTokens: 50, presencePenalty: 0.4, repetitionPenalty: 1.2, topLogprobs: 3 },
     {
       promptTokenIds: prompt(20, 3),
     },
@@ -62,24 +67,33 @@ describe('determinism', () => {
       const all = runAll(config, [...crowd(12), ...subjects()]);
       subjects().forEach((r, i) => {
         const expected = (alone[i] as Map<string, Collected>).get(key(0, r.slot));
+        expect(expected?.topIds.every((t) => t.length === r.params.topLogprobs)).toBe(true);
         expect(observable(all.get(key(0, r.slot)))).toEqual(observable(expected));
       });
     }
   });
 
-  it('does not depend on the API server a request comes from, or its slot', () => {
-    const base = runAll(tinyConfig(), [request(1, { seed: 5 }, { promptTokenIds: prompt(30, 9) })]);
+  it('does not depend on the API server a request comes from, its slot, or the server count', () => {
+    const p = { seed: 5, topLogprobs: 6 };
+    const base = runAll(tinyConfig(), [request(1, p, { promptTokenIds: prompt(30, 9) })]);
+    expect(base.get(key(0, 1))?.topIds[0]).toHaveLength(6);
     const moved = runAll(tinyConfig(), [
-      request(77, { seed: 5 }, { server: 3, promptTokenIds: prompt(30, 9) }),
+      request(77, p, { server: 3, promptTokenIds: prompt(30, 9) }),
     ]);
     expect(observable(moved.get(key(3, 77)))).toEqual(observable(base.get(key(0, 1))));
+    // Four API servers, each with its own requests: the same request still sees the same draws.
+    const crowded = runAll(tinyConfig(), [
+      ...[0, 1, 2, 3].flatMap((server) => crowd(3).map((r) => ({ ...r, server }))),
+      request(77, p, { server: 2, promptTokenIds: prompt(30, 9) }),
+    ]);
+    expect(observable(crowded.get(key(2, 77)))).toEqual(observable(base.get(key(0, 1))));
   });
 
   it('gives identical outputs when KV blocks run out and requests are preempted', () => {
     const reqs = Array.from({ length: 8 }, (_, i) =>
       request(
         i,
-        { seed: 40 + i, maxTokens: 150, ignoreEos: true },
+        { seed: 40 + i, maxTokens: 150, ignoreEos: true, topLogprobs: i % 2 === 0 ? 4 : 0 },
         { promptTokenIds: prompt(40, i) },
       ),
     );

@@ -18,6 +18,7 @@ export function params(overrides: Partial<SamplingParams> = {}): SamplingParams 
     frequencyPenalty: 0,
     repetitionPenalty: 1,
     logprobs: true,
+    topLogprobs: 0,
     returnSamplingMask: true,
     returnRoutedExperts: true,
     routedExpertsPromptStart: 0,
@@ -53,6 +54,10 @@ export function request(
 export interface Collected {
   tokens: number[];
   logprobs: number[];
+  /** Per token: its rank, and the top area (ids, logprobs; empty when not asked). */
+  ranks: number[];
+  topIds: number[][];
+  topLogprobs: number[][];
   masks: number[][];
   /** Routing rows flattened, and the absolute position of each row. */
   routing: number[];
@@ -71,6 +76,9 @@ export function emptyCollected(): Collected {
   return {
     tokens: [],
     logprobs: [],
+    ranks: [],
+    topIds: [],
+    topLogprobs: [],
     masks: [],
     routing: [],
     routingPositions: [],
@@ -92,6 +100,9 @@ export function observable(c: Collected | undefined) {
   return {
     tokens: c.tokens,
     logprobs: c.logprobs,
+    ranks: c.ranks,
+    topIds: c.topIds,
+    topLogprobs: c.topLogprobs,
     masks: c.masks,
     routing: c.routing,
     routingPositions: c.routingPositions,
@@ -120,6 +131,11 @@ export function collect(out: StepOutputs, into: Map<string, Collected>, stepInde
       if (c.firstTokenStep < 0) c.firstTokenStep = stepIndex;
       c.tokens.push(token);
       c.logprobs.push(out.logprob[j] as number);
+      c.ranks.push(out.rank[j] as number);
+      const t0 = out.topStart[j] as number;
+      const t1 = t0 + (out.topCount[j] as number);
+      c.topIds.push(Array.from(out.topIds.subarray(t0, t1)));
+      c.topLogprobs.push(Array.from(out.topLogprobs.subarray(t0, t1)));
       const m0 = out.maskStart[j] as number;
       c.masks.push(Array.from(out.maskIds.subarray(m0, m0 + (out.maskCount[j] as number))));
       c.weightVersions.push(out.weightVersion[j] as number);

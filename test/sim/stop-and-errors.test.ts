@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { getPreset } from '../../src/sim/presets.js';
 import { SimEngine } from '../../src/sim/sim-engine.js';
 import { RejectReason, rejectReasonMessage } from '../../src/wire/reject.js';
+import { MAX_TOP_LOGPROBS } from '../../src/wire/sampling-check.js';
 import { FinishReason } from '../../src/wire/types.js';
 import { type Collected, drain, key, prompt, request, runAll, tinyConfig } from './helpers.js';
 
@@ -114,6 +115,9 @@ describe('requests the engine cannot run', () => {
       [13, RejectReason.BadParams, request(13, { temperature: Number.NaN })],
       [14, RejectReason.BadParams, request(14, { topP: 0 })],
       [15, RejectReason.BadParams, request(15, { minTokens: 100, maxTokens: 10 })],
+      [17, RejectReason.BadParams, request(17, { topLogprobs: MAX_TOP_LOGPROBS + 1 })],
+      [18, RejectReason.BadParams, request(18, { topLogprobs: 1.5 })],
+      [19, RejectReason.BadParams, request(19, { topLogprobs: -1 })],
     ];
     engine.add(request(1, { maxTokens: 30 }));
     for (const [, , r] of bad) engine.add(r);

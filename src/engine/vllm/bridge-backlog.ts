@@ -121,11 +121,12 @@ export class BridgeBacklog {
   }
 }
 
-/** Appends row i of `src` to `dst` with its mask and its first `routingRows` routing rows. */
+/** Appends row i of `src` to `dst` with its mask, top area and first `routingRows` routing rows. */
 function copyRow(src: StepOutputs, i: number, dst: StepOutputs, routingRows: number): number {
   const row = dst.addRow(src.server[i]!, src.slot[i]!, src.weightVersion[i]!);
   dst.token[row] = src.token[i]!;
   dst.logprob[row] = src.logprob[i]!;
+  dst.rank[row] = src.rank[i]!;
   dst.finish[row] = src.finish[i]!;
   dst.stopTokenId[row] = src.stopTokenId[i]!;
   dst.numCachedTokens[row] = src.numCachedTokens[i]!;
@@ -137,6 +138,18 @@ function copyRow(src: StepOutputs, i: number, dst: StepOutputs, routingRows: num
     dst.maskStart[row] = at;
     dst.maskCount[row] = mask;
     dst.maskLength = at + mask;
+  }
+  const top = src.topCount[i]!;
+  if (top > 0) {
+    const at = dst.reserveTop(top);
+    const from = src.topStart[i]!;
+    for (let k = 0; k < top; k++) {
+      dst.topIds[at + k] = src.topIds[from + k]!;
+      dst.topLogprobs[at + k] = src.topLogprobs[from + k]!;
+    }
+    dst.topStart[row] = at;
+    dst.topCount[row] = top;
+    dst.topLength = at + top;
   }
   if (routingRows > 0) {
     const width = src.routingRowWidth;

@@ -31,6 +31,9 @@ export function toEngineRequest(
       frequencyPenalty: p.frequencyPenalty,
       repetitionPenalty: p.repetitionPenalty,
       logprobs: p.logprobs !== null,
+      // The output encoder (outputs.ts) answers column 0 only (W = 1), so no top candidates
+      // are drawn for it yet.
+      topLogprobs: 0,
       returnSamplingMask: p.returnSamplingMask,
       returnRoutedExperts: routedExperts,
       routedExpertsPromptStart: p.routedExpertsPromptStart,

@@ -10,6 +10,7 @@ import { RS_ERR_HTTP_ROUTE_NOT_FOUND, RS_ERR_REQ_INVALID_BODY, toErrorBody } fro
 import { ClusterMetrics } from '../../obs/exposition.js';
 import type { GenerateRequestOptions } from '../../protocol/generate-request.js';
 import type { TokenizerPool } from '../../tokenizer/pool.js';
+import { MAX_TOP_LOGPROBS } from '../../wire/sampling-check.js';
 import { poolPromptTokenizer } from '../openai/pool-tokenizer.js';
 import type { RequestCoordinator } from '../request-coordinator.js';
 import { answerClientError } from './client-error.js';
@@ -21,9 +22,6 @@ import { type HealthDeps, registerHealthRoutes } from './routes/health.js';
 import { registerMetricsRoute } from './routes/metrics.js';
 import { registerOpenAiRoutes } from './routes/openai.js';
 import { registerTokenizeRoutes } from './routes/tokenize.js';
-
-/** The most alternatives a request may ask per position (vLLM's --max-logprobs default). */
-const OPENAI_MAX_LOGPROBS = 20;
 
 /** Seconds a client told 429 waits: long rollouts free slots every few seconds at worst. */
 const RETRY_AFTER_S = '1';
@@ -98,7 +96,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     openaiOptions: {
       vocabSize: deps.requestOptions.vocabSize,
       maxModelLen: deps.requestOptions.maxModelLen,
-      maxLogprobs: OPENAI_MAX_LOGPROBS,
+      maxLogprobs: MAX_TOP_LOGPROBS,
     },
   });
   const { engine, config } = deps;

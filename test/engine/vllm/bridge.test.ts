@@ -47,6 +47,7 @@ function params(over: Partial<SamplingParams> = {}): SamplingParams {
     frequencyPenalty: 0,
     repetitionPenalty: 1,
     logprobs: true,
+    topLogprobs: 0,
     returnSamplingMask: false,
     returnRoutedExperts: true,
     routedExpertsPromptStart: 0,
