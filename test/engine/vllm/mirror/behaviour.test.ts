@@ -85,7 +85,7 @@ describe('mirror engine: engine-wide options', () => {
     });
     const id = await frontend.add('0.28', {
       prompt_token_ids: PROMPT,
-      sampling_params: { max_tokens: 7, logprobs: 0 },
+      sampling_params: { max_tokens: 7, logprobs: 0, top_k: 50 },
     });
     const outs = await frontend.finished(id);
     expect(outs.map((o) => o.new_token_ids.length)).toEqual([1, 3, 3]);
@@ -129,6 +129,20 @@ describe('mirror engine: engine-wide options', () => {
     expect(n!.new_logprobs?.tokenIds[0]).toEqual(logprobRow(tok(0), 0, 4, VOCAB).ids);
     expect(x!.new_logprobs).toBeNull();
     expect(x!.routed_experts).not.toBeNull();
+  });
+
+  it('with masks on, a request vLLM would refuse (top_k 0, temperature 0) is recorded', async () => {
+    const { engine, frontend } = await openPair('0.33', { returnSamplingMask: true });
+    const sp = (s: SamplingParams) => ({ prompt_token_ids: PROMPT, sampling_params: s });
+    await frontend.finished(await frontend.add('0.33', sp({ max_tokens: 1, top_k: 5 })));
+    await frontend.finished(await frontend.add('0.33', sp({ max_tokens: 1 })));
+    await frontend.finished(
+      await frontend.add('0.33', sp({ max_tokens: 1, top_k: 5, temperature: 0 })),
+    );
+    expect(engine.errors.map((e) => e.message)).toEqual([
+      'request mirror-1: temperature 1, top_k 0: vLLM refuses it with sampling masks on',
+      'request mirror-2: temperature 0, top_k 5: vLLM refuses it with sampling masks on',
+    ]);
   });
 
   it('masks only from era 0.28: a 0.26 engine with the option on sends none', async () => {

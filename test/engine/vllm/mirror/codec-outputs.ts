@@ -243,7 +243,7 @@ export function decodeOutputs(frames: readonly Buffer[], era?: Era): DecodedOutp
   const a = array(unpack(body), 'EngineCoreOutputs');
   const at = (i: number) => a[i] ?? null;
   const where = (i: number) => `EngineCoreOutputs.${OUTPUTS_FIELDS[i]}`;
-  const raw = array(a[1] ?? [], where(1));
+  const raw = a[1] === undefined ? [] : array(a[1], where(1)); // a list, never nil
   const outputs = raw.map((o, i) => {
     const n = Array.isArray(o) ? o.length : 0;
     return decodeOutput(era ?? outputLayoutFor(n), o, ctx, `${where(1)}[${i}]`);

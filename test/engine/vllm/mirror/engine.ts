@@ -26,7 +26,7 @@ import {
 import { type Addressed, EngineControl, type PauseMode } from './engine-control.js';
 import { registrationFor } from './engine-registration.js';
 import { LiveRequest, type StepShape, stepRequest } from './engine-step.js';
-import { DEFAULT_VLLM_VERSION, type Era } from './eras.js';
+import { DEFAULT_VLLM_VERSION, type Era, eraAtLeast } from './eras.js';
 import { SendQueue, withTimeout } from './wait.js';
 
 export * from './formula.js';
@@ -225,6 +225,17 @@ export class MirrorEngine {
       throw new Error(
         `request ${r.request_id}: routed_experts_prompt_start ${start} >= ${promptLen}`,
       );
+    }
+    const sp = r.sampling_params ?? {};
+    if (this.#opts.returnSamplingMask && eraAtLeast(this.era, '0.28')) {
+      // VM §10: with masks on, vLLM refuses temperature <= 0 and top_k <= 0 (its default 0).
+      // The mirror serves the request anyway and records what vLLM would not take.
+      const temperature = sp.temperature ?? 1;
+      const topK = sp.top_k ?? 0;
+      if (!(temperature > 0 && topK > 0)) {
+        const why = `temperature ${temperature}, top_k ${topK}: vLLM refuses it with sampling masks on`;
+        this.errors.push(new Error(`request ${r.request_id}: ${why}`));
+      }
     }
     this.#control.add(new LiveRequest(r, performance.now() / 1000));
   }
