@@ -10,7 +10,6 @@
  *
  *   npm run bench:api-restart -- [--json] [--restarts 3] [--model qwen3-30b-a3b]
  */
-import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
 import { exitCodeFor, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
@@ -23,12 +22,11 @@ import {
 } from '../src/shm/layout.js';
 import { openRegion, type Region } from '../src/shm/region.js';
 import { startCluster } from './loadtest/cluster.js';
+import { cpuMsOf } from './loadtest/proc-cpu.js';
 import { percentile } from './loadtest/stats.js';
 
 const SETTLE_MS = 5_000;
 const MB = 1024 * 1024;
-/** Linux's USER_HZ: /proc/<pid>/stat counts CPU in 1/100 s. */
-const TICK_MS = 10;
 
 interface Args {
   json: boolean;
@@ -66,12 +64,6 @@ async function firstHealthyMs(url: string, from: number): Promise<number> {
   }
 }
 
-/** user + system CPU of a process or one of its threads, in ms. */
-function cpuMs(statPath: string): number {
-  const fields = readFileSync(statPath, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
-}
-
 function serverPid(region: Region): number {
   return Atomics.load(region.i32, (serverBlockOffset(region.params, 0) + SRV_PID) >> 2);
 }
@@ -106,8 +98,8 @@ async function main(): Promise<void> {
       if (next === pid) throw new Error('the API server answered /health without restarting');
       restarts.push({
         ms,
-        cpuMs: cpuMs(`/proc/${next}/stat`),
-        mainCpuMs: cpuMs(`/proc/${next}/task/${next}/stat`),
+        cpuMs: cpuMsOf(`/proc/${next}/stat`),
+        mainCpuMs: cpuMsOf(`/proc/${next}/task/${next}/stat`),
       });
       await sleep(SETTLE_MS);
     }

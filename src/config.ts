@@ -66,8 +66,9 @@ export interface RingserveConfig {
   readonly engine: 'sim' | 'vllm';
   readonly dataParallelAddress: string;
   readonly dataParallelRpcPort: number;
-  readonly vllmVersion: string | null;
+  readonly vllmVersion: string;
   readonly vllmPingTimeoutS: number;
+  readonly enableReturnSamplingMask: boolean;
   readonly tokenizer: string | null;
   readonly maxUnreadBytes: number;
   readonly requestTimeout: number;
@@ -156,8 +157,9 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'engine', flag: '--engine', kind: 'enum', default: 'sim', choices: ['sim', 'vllm'], help: 'sim: the simulator in-process; vllm: a bridge to a headless vLLM engine that dials in' },
   { key: 'dataParallelAddress', flag: '--data-parallel-address', kind: 'string', default: '127.0.0.1', help: 'with --engine vllm: address the bridge binds its vLLM sockets on' },
   { key: 'dataParallelRpcPort', flag: '--data-parallel-rpc-port', kind: 'int', default: 29550, min: 0, max: 65535, help: 'with --engine vllm: handshake port the vLLM engine dials (0 = any free port, logged)' },
-  { key: 'vllmVersion', flag: '--vllm-version', kind: 'string', default: null, derived: 'the newest layout ringserve knows', help: 'with --engine vllm: the vLLM release whose message layouts to speak' },
+  { key: 'vllmVersion', flag: '--vllm-version', kind: 'string', default: 'auto', help: 'with --engine vllm: the vLLM release series whose message layouts to speak (0.22, 0.26, 0.28, 0.29, 0.33); auto: picked from the engine\'s registration, confirmed by its first output' },
   { key: 'vllmPingTimeoutS', flag: '--vllm-ping-timeout-s', kind: 'number', default: 5, min: 0.1, max: 600, help: 'with --engine vllm: a vLLM engine silent this long is dead (in-flight requests fail with 503)' },
+  { key: 'enableReturnSamplingMask', flag: '--enable-return-sampling-mask', kind: 'bool', default: false, help: 'with --engine vllm: the engine runs with vLLM\'s --enable-return-sampling-mask (vLLM >= 0.28): requests may ask for masks, and each must sample with temperature > 0 and top_k > 0' },
   { key: 'tokenizer', flag: '--tokenizer', kind: 'string', default: null, help: "a local Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json, generation_config.json) instead of the preset's" },
   { key: 'maxUnreadBytes', flag: '--max-unread-bytes', kind: 'int', default: 64 * 1024 * 1024, min: 65_536, max: 4_294_967_296, help: 'a stream whose client leaves this many bytes unread is aborted and its memory freed (a client that reads, however slowly, leaves a few events unread)' },
   { key: 'requestTimeout', flag: '--request-timeout', kind: 'number', default: 3600, min: 0, max: 604_800, help: 'seconds a generate request may take from arrival before it is answered 504 and aborted in the engine (0 = none; the default is many times a 16k-token rollout under 300 clients); the header x-request-deadline-ms can shorten it' },
@@ -254,7 +256,6 @@ function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): v
   values.servedModelName ??= isPresetName(model) ? `sim-${model}` : model;
   values.apiKey ??= null;
   values.adminApiKey ??= null;
-  values.vllmVersion ??= null;
   values.tokenizer ??= null;
   if (values.maxModelLen === undefined) {
     values.maxModelLen = Math.min(preset.maxModelLen, MAX_MODEL_LEN_CAP);

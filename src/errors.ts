@@ -166,6 +166,11 @@ export const RS_ERR_ENGINE_DEAD = createError(
   'the engine core is not running: %s',
   503,
 );
+export const RS_ERR_ENGINE_UNAVAILABLE = createError(
+  'RS_ERR_ENGINE_UNAVAILABLE',
+  'the engine cannot take requests: %s',
+  503,
+);
 export const RS_ERR_ENGINE_UNRESPONSIVE = createError(
   'RS_ERR_ENGINE_UNRESPONSIVE',
   'the engine core did not answer within %s ms',
@@ -175,6 +180,11 @@ export const RS_ERR_ENGINE_REQUEST_FAILED = createError(
   'RS_ERR_ENGINE_REQUEST_FAILED',
   'the engine could not run request %s: %s',
   500,
+);
+export const RS_ERR_ENGINE_ROUTING_SHAPE = createError(
+  'RS_ERR_ENGINE_ROUTING_SHAPE',
+  'request %s failed: %s',
+  503,
 );
 // --request-timeout or the request's x-request-deadline-ms passed before its answer was complete.
 export const RS_ERR_REQ_DEADLINE_EXCEEDED = createError(
@@ -402,6 +412,11 @@ export const RS_ERR_VLLM_DECODE = createError(
   'undecodable vLLM message at %s: %s',
   500,
   { paramArg: 0 },
+);
+export const RS_ERR_VLLM_LAYOUT = createError(
+  'RS_ERR_VLLM_LAYOUT',
+  'no vLLM message layout fits the engine: %s',
+  503,
 );
 export const RS_ERR_VLLM_HANDSHAKE = createError(
   'RS_ERR_VLLM_HANDSHAKE',

@@ -135,4 +135,13 @@ describe('layering of src/', () => {
       violations('src/cluster/supervisor.ts', "import { s } from '../sim/sim-engine.js';"),
     ).toEqual([]);
   });
+
+  it('the vLLM protocol lives in src/engine/vllm: src/cluster holds only its composition roots', () => {
+    // The bridge (frontend) and the headless engine (engine side) share the codec there; the
+    // cluster keeps what starts them (vllm-bridge.ts, vllm-engine-command.ts) and nothing else.
+    const cluster = readdirSync(join(root, 'src', 'cluster')).filter((f) => f.startsWith('vllm'));
+    expect(cluster.sort()).toEqual(['vllm-bridge.ts', 'vllm-engine-command.ts']);
+    const headless = readdirSync(join(root, 'src', 'engine', 'vllm', 'headless'));
+    expect(headless).toEqual(expect.arrayContaining(['engine.ts', 'dial.ts', 'step-encoder.ts']));
+  });
 });

@@ -1,8 +1,9 @@
 /**
  * `npm run fuzz -- [--cases N] [--seed S] [--json]`: the fuzz of issue 15 on a real cluster (tiny
  * model, --max-speed, two API servers) and in-process. N cases (default 100,000) of the route fuzz
- * (http-fuzz.ts: 80% data routes, 10% raw sockets, 10% control routes) and N of each ring-record
- * property (ring-fuzz.ts). Passes when every answer was a 2xx or a 4xx with the contract's error
+ * (http-fuzz.ts: 80% data routes, 10% raw sockets, 10% control routes), N of each ring-record
+ * property (ring-fuzz.ts) and N mutated vLLM engine messages read by the bridge (vllm-fuzz.ts).
+ * Passes when every answer was a 2xx or a 4xx with the contract's error
  * body, no process crashed or restarted, and the cluster answered /health 200 afterwards. Prints a
  * summary and, with --json, a last line holding one JSON object; exits 1 on any failure.
  */
@@ -11,6 +12,7 @@ import { ExitCode } from '../../src/errors.js';
 import { FUZZ_CLUSTER_FLAGS } from './flags.js';
 import { runHttpFuzz } from './http-fuzz.js';
 import { runRingFuzz } from './ring-fuzz.js';
+import { runVllmFuzz } from './vllm-fuzz.js';
 
 interface Options {
   cases: number;
@@ -41,6 +43,7 @@ async function main(): Promise<ExitCode> {
   const o = parseOptions(process.argv.slice(2));
   const t0 = performance.now();
   const ring = runRingFuzz(o.cases, o.seed);
+  const vllm = runVllmFuzz(o.cases, o.seed);
   const cluster = await startCluster([...FUZZ_CLUSTER_FLAGS]);
   let http: Awaited<ReturnType<typeof runHttpFuzz>>;
   try {
@@ -50,7 +53,7 @@ async function main(): Promise<ExitCode> {
   }
   const events = cluster.events();
   const restarts = events.apiServerRestarts + events.engineRestarts;
-  const failures = [...ring.failures, ...http.failures];
+  const failures = [...ring.failures, ...vllm.failures, ...http.failures];
   if (restarts > 0) failures.push(`${restarts} process restart(s) during the fuzz`);
   if (!http.healthyAfter) failures.push('/health did not answer 200 after the fuzz');
   const summary = {
@@ -62,7 +65,9 @@ async function main(): Promise<ExitCode> {
     failures,
     seconds: Math.round((performance.now() - t0) / 1000),
   };
-  console.log(`fuzz: ${o.cases} route cases and ${o.cases} of each ring property, seed ${o.seed}`);
+  console.log(
+    `fuzz: ${o.cases} route cases, ${o.cases} of each ring property and ${o.cases} vLLM engine messages, seed ${o.seed}`,
+  );
   console.log(`answers by status: ${JSON.stringify(http.statuses)}`);
   console.log(`restarts ${restarts}, healthy after: ${http.healthyAfter}, ${summary.seconds} s`);
   for (const f of failures) console.log(`FAIL ${f}`);

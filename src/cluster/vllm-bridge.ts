@@ -1,13 +1,13 @@
 /**
  * `--engine vllm`: the engine-core process builds the bridge to a headless vLLM engine instead of
  * the simulator (src/engine/vllm/bridge.ts), binds its sockets and says where the engine should
- * dial and which vLLM message layout it speaks.
+ * dial and which vLLM message layouts it speaks (`auto`: the engine's own, detected).
  */
 import type { Logger } from 'pino';
 import type { RingserveConfig } from '../config.js';
 import { VllmBridge } from '../engine/vllm/bridge.js';
 import { VllmBridgeLink } from '../engine/vllm/bridge-link.js';
-import { getVllmLayout } from '../engine/vllm/layouts.js';
+import { AUTO_VLLM_VERSION, describeLayouts, getVllmLayout } from '../engine/vllm/layouts.js';
 import { getModelCard } from '../wire/model-card.js';
 
 export interface StartedBridge {
@@ -19,26 +19,30 @@ export async function startVllmBridge(
   config: RingserveConfig,
   log: Logger,
 ): Promise<StartedBridge> {
-  const layout = getVllmLayout(config.vllmVersion);
+  const version = config.vllmVersion;
+  // A pinned series must exist (RS_ERR_CONFIG_INVALID naming --vllm-version otherwise).
+  const pinned = version === AUTO_VLLM_VERSION ? null : getVllmLayout(version);
   const engine = new VllmBridge({
     card: getModelCard(config.model),
     maxModelLen: config.maxModelLen,
     blockSize: config.blockSize,
+    returnSamplingMask: config.enableReturnSamplingMask,
     onEvent: (message, fields) => log.warn(fields ?? {}, message),
   });
   const link = new VllmBridgeLink(engine, {
     address: config.dataParallelAddress,
     port: config.dataParallelRpcPort,
-    layout,
+    version,
     pingTimeoutMs: config.vllmPingTimeoutS * 1000,
     log: (level, message, fields) => log[level](fields ?? {}, message),
   });
   const endpoint = await link.start();
   log.info(
-    { handshake: endpoint, vllm_version: layout.name, vllm_source: layout.source },
+    { handshake: endpoint, vllm_version: version, layouts: describeLayouts() },
     'vLLM bridge waiting for a headless engine',
   );
+  const speaks = pinned === null ? 'auto' : `${pinned.name}, vLLM ${pinned.series}`;
   // Not a log record: scripts and tests read the handshake port from this line on stderr.
-  console.error(`ringserve: vLLM bridge (protocol ${layout.name}) listening on ${endpoint}`);
+  console.error(`ringserve: vLLM bridge (protocol ${speaks}) listening on ${endpoint}`);
   return { engine, link };
 }

@@ -1,17 +1,24 @@
+import { randomUUID } from 'node:crypto';
 import { parseArgs } from '../cli-args.js';
 import { CONFIG_FIELDS, type ConfigField, describeRange, type RingserveConfig } from '../config.js';
-import { getVllmLayout, VLLM_VERSION_NAMES } from '../engine/vllm/index.js';
+import { dialFrontend } from '../engine/vllm/headless/dial.js';
+import { VllmHeadlessEngine } from '../engine/vllm/headless/engine.js';
+import {
+  getVllmLayout,
+  NEWEST_VLLM_LAYOUT,
+  type RegistrationValues,
+  VLLM_VERSION_NAMES,
+  type VllmLayout,
+} from '../engine/vllm/index.js';
 import { ExitCode, RS_ERR_CONFIG_INVALID } from '../errors.js';
 import { createLogger } from '../obs/log.js';
 import { shareMemoryCollect } from '../obs/memory-collect.js';
 import { SimEngine } from '../sim/sim-engine.js';
 import { engineConfigFrom } from './sim-engine-config.js';
-import { VllmHeadlessEngine } from './vllm-headless-engine.js';
-import { dialFrontend } from './vllm-headless-handshake.js';
 
 /**
  * `ringserve engine --vllm-protocol --data-parallel-address A --data-parallel-rpc-port P --model
- * PRESET [sim flags]`: the simulator as a headless vLLM engine, dialling a vLLM-protocol frontend
+ * MODEL [sim flags]`: the simulator as a headless vLLM engine, dialling a vLLM-protocol frontend
  * (ringserve's `serve --engine vllm`, or vLLM's own) the way `vllm serve --headless` does. Its own
  * flags are the table below (named as vLLM names them); the simulator's are the rows of
  * CONFIG_FIELDS listed in SIM_FLAGS, parsed by the same parser as `serve`.
@@ -31,8 +38,9 @@ const ENGINE_FLAGS: readonly EngineFlag[] = [
   { flag: '--vllm-protocol', kind: 'bool', default: false, help: 'speak vLLM v1 engine protocol as a headless engine (required: the only protocol)' },
   { flag: '--data-parallel-address', kind: 'string', default: '127.0.0.1', help: "address of the frontend's handshake socket" },
   { flag: '--data-parallel-rpc-port', kind: 'int', default: 29550, min: 1, max: 65535, help: "port of the frontend's handshake socket" },
-  { flag: '--vllm-version', kind: 'string', default: null, help: `message layouts to speak: ${VLLM_VERSION_NAMES.join(', ')} (default: the newest)` },
+  { flag: '--vllm-version', kind: 'string', default: NEWEST_VLLM_LAYOUT.name, help: `the vLLM release series whose message layouts to speak: ${VLLM_VERSION_NAMES.join(', ')}` },
   { flag: '--enable-return-routed-experts', kind: 'bool', default: false, help: 'every output carries MoE routing rows (vLLM: engine-wide)' },
+  { flag: '--enable-return-sampling-mask', kind: 'bool', default: false, help: 'every output carries sampling masks as new_sampling_mask (vLLM >= 0.28, engine-wide); requests must sample with temperature > 0 and top_k > 0' },
 ];
 
 /** The simulator's flags `engine` takes from CONFIG_FIELDS. */
@@ -54,8 +62,9 @@ const SIM_FLAGS: readonly (keyof RingserveConfig)[] = [
 export interface EngineCommandArgs {
   host: string;
   port: number;
-  vllmVersion: string | null;
+  layout: VllmLayout;
   returnRoutedExperts: boolean;
+  returnSamplingMask: boolean;
   config: RingserveConfig;
 }
 
@@ -104,12 +113,20 @@ export function parseEngineArgs(argv: readonly string[]): EngineCommandArgs {
   }
   const host = String(own.get('--data-parallel-address') ?? '127.0.0.1');
   const version = own.get('--vllm-version');
-  const vllmVersion = typeof version === 'string' ? getVllmLayout(version).name : null;
+  const layout = typeof version === 'string' ? getVllmLayout(version) : NEWEST_VLLM_LAYOUT;
+  const returnSamplingMask = own.get('--enable-return-sampling-mask') === true;
+  if (returnSamplingMask && !layout.output.includes('new_sampling_mask')) {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--enable-return-sampling-mask',
+      `vLLM ${layout.series} has no sampling masks (new_sampling_mask came with 0.28)`,
+    );
+  }
   return {
     host,
     port,
-    vllmVersion,
+    layout,
     returnRoutedExperts: own.get('--enable-return-routed-experts') === true,
+    returnSamplingMask,
     config: parseArgs(rest, {}),
   };
 }
@@ -149,8 +166,7 @@ export async function runEngineCommand(argv: readonly string[]): Promise<ExitCod
     return ExitCode.Ok;
   }
   const args = parseEngineArgs(argv);
-  const { config } = args;
-  const layout = getVllmLayout(args.vllmVersion);
+  const { config, layout } = args;
   process.title = 'ringserve-vllm-engine';
   // Installed first: a signal during the handshake ends the process at once (nothing to drain).
   let engine: VllmHeadlessEngine | null = null;
@@ -166,17 +182,10 @@ export async function runEngineCommand(argv: readonly string[]): Promise<ExitCod
   collect.onSignal(log);
   const sim = new SimEngine(engineConfigFrom(config));
   log.info(
-    { vllm_version: layout.name, source: layout.source, model: config.model },
+    { vllm_layout: layout.name, series: layout.series, source: layout.source, model: config.model },
     'vLLM message layout',
   );
-  const sockets = await dialFrontend(args.host, args.port, layout, {
-    maxModelLen: sim.config.maxModelLen,
-    numGpuBlocks: sim.config.numGpuBlocks,
-    dpStatsAddress: null,
-    dtype: 'bfloat16',
-    samplingMasks: true,
-    unknownKeys: [],
-  });
+  const sockets = await dialFrontend(args.host, args.port, layout, registrationOf(sim, layout));
   log.info(
     { input: sockets.inputAddress, output: sockets.outputAddress },
     'registered with the frontend',
@@ -189,7 +198,8 @@ export async function runEngineCommand(argv: readonly string[]): Promise<ExitCod
     engine: sim,
     layout,
     sockets,
-    returnRoutedExperts: args.returnRoutedExperts,
+    wide: { routedExperts: args.returnRoutedExperts, samplingMasks: args.returnSamplingMask },
+    rank: 0,
     log,
   });
   const outcome = await engine.run();
@@ -198,4 +208,30 @@ export async function runEngineCommand(argv: readonly string[]): Promise<ExitCod
   else log.info('stopped');
   log.flush();
   return outcome === 'fatal' ? ExitCode.Failure : ExitCode.Ok;
+}
+
+/**
+ * The simulator's registration: every key the layout's EngineCoreReadyResponse has, with the
+ * figures of a single-GPU engine (no parallelism, no LoRA yet) and the series' release as
+ * vllm_version, tagged so a reader of logs can tell it is not vLLM.
+ */
+function registrationOf(sim: SimEngine, layout: VllmLayout): RegistrationValues {
+  const c = sim.config;
+  return {
+    maxModelLen: c.maxModelLen,
+    numGpuBlocks: c.numGpuBlocks,
+    blockSize: c.blockSize,
+    dpStatsAddress: null,
+    dtype: 'bfloat16',
+    vllmVersion: `${layout.release}+ringserve`,
+    worldSize: 1,
+    dataParallelSize: 1,
+    dataParallelRank: 0,
+    maxNumSeqs: c.maxNumSeqs,
+    maxNumBatchedTokens: c.maxNumBatchedTokens,
+    supportsLora: false,
+    maxLoras: 0,
+    kvCacheSizeTokens: c.numGpuBlocks * c.blockSize,
+    instanceId: randomUUID(),
+  };
 }

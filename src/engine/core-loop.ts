@@ -20,6 +20,7 @@
  * the rest was a plain timer, and p50 1.5 ms / max 26 ms when the rest wakes for commands.
  */
 import type { Doorbell } from '../shm/doorbell.js';
+import { writeEngineNote } from '../shm/engine-note.js';
 import {
   ENG_HEARTBEAT,
   ENG_LAST_BEAT_MS,
@@ -48,6 +49,7 @@ import {
   STAT_RUNNING,
   STAT_SAMPLING_MASKS,
   STAT_STEP_COUNT,
+  STAT_VLLM_UNDECODABLE,
   STAT_WAITING,
   STAT_WEIGHT_VERSION,
 } from '../shm/layout.js';
@@ -97,6 +99,8 @@ export interface CoreLoopEvents {
 
 export class CoreLoop {
   readonly #region: Region;
+  /** The engine note last written into the region (the engine's own string, compared by value). */
+  #note = '';
   readonly #engine: EngineCore;
   readonly #consumers: RingConsumer[];
   readonly #producers: (RingProducer | null)[];
@@ -388,8 +392,14 @@ export class CoreLoop {
     f64[base + STAT_KV_LOAD_FAILURES] = s.kvLoadFailures ?? 0;
     f64[base + STAT_OFFLOAD_STORED_BLOCKS] = s.offloadStoredBlocks ?? 0;
     f64[base + STAT_OFFLOAD_LOADED_BLOCKS] = s.offloadLoadedBlocks ?? 0;
+    f64[base + STAT_VLLM_UNDECODABLE] = s.vllmUndecodable ?? 0;
     f64[base + STAT_SAMPLING_MASKS] = this.#engine.samplingMasks === false ? 0 : 1;
     Atomics.add(i32, ENG_STATS_SEQ >> 2, 1);
+    const note = this.#engine.note ?? '';
+    if (note !== this.#note) {
+      this.#note = note;
+      writeEngineNote(this.#region, note);
+    }
     this.#beat();
     Atomics.store(i32, ENG_STATE >> 2, this.#state());
   }

@@ -29,6 +29,12 @@ export interface EngineCore {
   readonly ready?: boolean;
   /** Whether the engine can return sampling masks (absent: it can). */
   readonly samplingMasks?: boolean;
+  /**
+   * What the API servers should know of the engine, as the JSON text of an EngineNote
+   * (wire/engine-note.ts): the core loop publishes it into the region when it changes (absent:
+   * nothing to say). Return the same string while nothing changed: it is compared every publish.
+   */
+  readonly note?: string;
 
   /** A StepOutputs shaped for this engine's routing rows, to pass to every step(). */
   newStepOutputs(): StepOutputs;

@@ -23,9 +23,6 @@ import { copyIds } from './copy-ids.js';
 import type { OutputRoom } from './output-room.js';
 import type { StepOutputs } from './step-outputs.js';
 
-/** Routing runs longer than this many ids are copied with one TypedArray.set (a view per run). */
-const BULK_COPY_IDS = 512;
-
 export interface StepBatchSink {
   /** The producer of API server k's output ring, or null when that server is gone. */
   producer(server: number): RingProducer | null;
@@ -201,8 +198,7 @@ export class StepBatchWriter {
       if (ids > 0) {
         const src = out.routing;
         const from = out.routingStart[j]! * rowIds;
-        if (ids >= BULK_COPY_IDS) routingDst.set(src.subarray(from, from + ids), routingAt);
-        else copyIds(src, out.routingWords, from, routingDst, i32, routingAt, ids);
+        copyIds(src, out.routingBytes, from, routingDst, v.bytes, routingAt, ids);
         routingAt += ids;
       }
       n++;

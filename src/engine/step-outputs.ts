@@ -1,6 +1,6 @@
 import { idBytesForExperts } from '../wire/model-card.js';
 import { FinishReason } from '../wire/types.js';
-import { wordsOf } from './copy-ids.js';
+import { bytesOfBuffer } from './copy-ids.js';
 
 /**
  * One step's outputs, columnar: output row i of the step is (server[i], slot[i], token[i], ...).
@@ -59,7 +59,7 @@ export class StepOutputs {
   routingFirstPos: Int32Array;
   routing: Uint8Array | Uint16Array;
   /** `routing`'s buffer as words (copy-ids.ts), replaced with it. */
-  routingWords: Int32Array;
+  routingBytes: Uint8Array;
   /** Used routing rows in `routing`. */
   routingRowCount = 0;
   /** Routing row shape; the engine sets it (shapeRouting) before writing rows. */
@@ -93,7 +93,7 @@ export class StepOutputs {
     this.topIds = new Int32Array(n);
     this.topLogprobs = new Float32Array(n);
     this.routing = new Uint8Array(0);
-    this.routingWords = wordsOf(this.routing);
+    this.routingBytes = bytesOfBuffer(this.routing);
   }
 
   /**
@@ -111,7 +111,7 @@ export class StepOutputs {
     this.routingWide = wide;
     const elements = this.server.length * this.routingRowWidth;
     this.routing = wide ? new Uint16Array(elements) : new Uint8Array(elements);
-    this.routingWords = wordsOf(this.routing);
+    this.routingBytes = bytesOfBuffer(this.routing);
     this.routingRowCount = 0;
   }
 
@@ -182,9 +182,24 @@ export class StepOutputs {
       const grown = this.routingWide ? new Uint16Array(size) : new Uint8Array(size);
       grown.set(this.routing.subarray(0, this.routingRowCount * this.routingRowWidth));
       this.routing = grown;
-      this.routingWords = wordsOf(grown);
+      this.routingBytes = bytesOfBuffer(grown);
     }
     return this.routingRowCount * this.routingRowWidth;
+  }
+
+  /**
+   * Exchanges every column and count with `other` (same routing shape): O(1) where copying would
+   * touch every row. The vLLM bridge stages rows in a StepOutputs of its own and hands a whole
+   * staged step to the core loop's this way when every row goes out.
+   */
+  swapWith(other: StepOutputs): void {
+    const a = this as unknown as Record<string, unknown>;
+    const b = other as unknown as Record<string, unknown>;
+    for (const key of SWAPPED) {
+      const t = a[key];
+      a[key] = b[key];
+      b[key] = t;
+    }
   }
 
   #growRows(n: number): void {
@@ -216,3 +231,37 @@ export class StepOutputs {
     this.routingFirstPos = grow(this.routingFirstPos, i32);
   }
 }
+
+/** Every field swapWith exchanges: the columns, their used lengths and the routing shape. */
+const SWAPPED = [
+  'count',
+  'server',
+  'slot',
+  'token',
+  'logprob',
+  'rank',
+  'finish',
+  'stopTokenId',
+  'numCachedTokens',
+  'weightVersion',
+  'rejectReason',
+  'maskStart',
+  'maskCount',
+  'maskIds',
+  'maskLength',
+  'topStart',
+  'topCount',
+  'topIds',
+  'topLogprobs',
+  'topLength',
+  'routingStart',
+  'routingRows',
+  'routingFirstPos',
+  'routing',
+  'routingBytes',
+  'routingRowCount',
+  'routingLayers',
+  'routingTopk',
+  'routingRowWidth',
+  'routingWide',
+] as const;

@@ -38,6 +38,7 @@ import {
   threadHealthIndex,
 } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
+import type { EngineNote } from '../wire/engine-note.js';
 import { GC_BUCKETS } from './buckets.js';
 import {
   CACHE_CONFIG_INFO,
@@ -55,6 +56,7 @@ import {
   type RequestHistogram,
   requestHistograms,
   THREAD_FAMILIES,
+  VLLM_ENGINE_INFO,
 } from './families.js';
 import { GC_KIND_NAMES } from './process-health.js';
 import {
@@ -71,6 +73,8 @@ export interface ClusterMetricsSources {
   region: Region;
   config: RingserveConfig;
   engineStats: () => Float64Array;
+  /** The engine's note (its info labels become ringserve_vllm_engine_info); absent: none. */
+  engineNote?: () => EngineNote;
 }
 
 /** One process whose health slots are rendered. */
@@ -90,6 +94,7 @@ interface HealthSeries {
 export class ClusterMetrics {
   readonly #region: Region;
   readonly #engineStats: () => Float64Array;
+  readonly #engineNote: (() => EngineNote) | null;
   readonly #config: RingserveConfig;
   /** `model_name="...",engine="0"`: vLLM's labels on every vllm:* series. */
   readonly #labels: string;
@@ -102,6 +107,7 @@ export class ClusterMetrics {
   constructor(sources: ClusterMetricsSources) {
     this.#region = sources.region;
     this.#engineStats = sources.engineStats;
+    this.#engineNote = sources.engineNote ?? null;
     this.#config = sources.config;
     const params = sources.region.params;
     this.#labels = labelText([
@@ -149,11 +155,28 @@ export class ClusterMetrics {
     ]);
     text += familyHeader(CACHE_CONFIG_INFO.name, CACHE_CONFIG_INFO.help, 'gauge');
     text += sampleLine(CACHE_CONFIG_INFO.name, info, 1);
+    text += this.#vllmInfoText();
     for (const c of ENGINE_COUNTERS) {
       text += familyHeader(c.name, c.help, 'counter');
       text += sampleLine(c.name, labels, stats[c.carry]! + stats[c.stat]!);
     }
     return text;
+  }
+
+  /** The vLLM engine's release and the layout in use, while a bridge has one attached. */
+  #vllmInfoText(): string {
+    const info = this.#engineNote?.().info;
+    if (info === undefined || info.vllm_layout === undefined) return '';
+    const labels = labelText([
+      ['model_name', this.#config.servedModelName],
+      ['engine', '0'],
+      ['vllm_version', info.vllm_version ?? 'unknown'],
+      ['vllm_layout', info.vllm_layout],
+    ]);
+    return (
+      familyHeader(VLLM_ENGINE_INFO.name, VLLM_ENGINE_INFO.help, 'gauge') +
+      sampleLine(VLLM_ENGINE_INFO.name, labels, 1)
+    );
   }
 
   #requestText(): string {

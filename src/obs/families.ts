@@ -35,6 +35,7 @@ import {
   STAT_CARRY_PREEMPTIONS,
   STAT_CARRY_PREFIX_HITS,
   STAT_CARRY_PREFIX_QUERIES,
+  STAT_CARRY_VLLM_UNDECODABLE,
   STAT_EXTERNAL_HIT_TOKENS,
   STAT_KV_LOAD_FAILURES,
   STAT_KV_USAGE,
@@ -44,6 +45,7 @@ import {
   STAT_PREFIX_HITS,
   STAT_PREFIX_QUERIES,
   STAT_RUNNING,
+  STAT_VLLM_UNDECODABLE,
   STAT_WAITING,
   SUP_API_BACKOFF_S,
   SUP_API_RESTARTS,
@@ -138,6 +140,13 @@ export const ENGINE_COUNTERS: readonly EngineCounter[] = [
     carry: STAT_CARRY_KV_LOAD_FAILURES,
   },
   {
+    // ringserve's: a vLLM bridge's engine messages that did not decode (src/engine/vllm/).
+    name: 'ringserve_vllm_undecodable_messages_total',
+    help: 'With --engine vllm: outputs or messages of the engine that did not decode; each failed only the requests it named.',
+    stat: STAT_VLLM_UNDECODABLE,
+    carry: STAT_CARRY_VLLM_UNDECODABLE,
+  },
+  {
     // ringserve's: vLLM's offloading connector has no Prometheus counter of its own for these.
     name: 'ringserve_kv_offload_stored_blocks_total',
     help: 'KV blocks spilled to the CPU offload tier (--kv-offload-gib).',
@@ -151,6 +160,12 @@ export const ENGINE_COUNTERS: readonly EngineCounter[] = [
     carry: STAT_CARRY_OFFLOAD_LOADED_BLOCKS,
   },
 ];
+
+/** ringserve's: which vLLM engine a bridge fronts (the labels of its engine note). */
+export const VLLM_ENGINE_INFO = {
+  name: 'ringserve_vllm_engine_info',
+  help: 'With --engine vllm: the vLLM release the engine registered with and the message layout in use (vllm_layout).',
+};
 
 export const CACHE_CONFIG_INFO = {
   name: 'vllm:cache_config_info',

@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import {
   RS_ERR_ENGINE_DEAD,
+  RS_ERR_ENGINE_UNAVAILABLE,
   RS_ERR_REQ_DUPLICATE_ID,
   RS_ERR_SERVER_DRAINING,
   RS_ERR_SERVER_QUEUE_FULL,
@@ -20,11 +21,16 @@ export interface AdmissionState {
 
 /**
  * Throws why `n` sequences of request `requestId` cannot start: the server is draining (503), the
- * engine is down (503), the id is in flight here (409), or fewer than n slots are free (429).
+ * engine is down or cannot take requests (503, with the engine's reason when it gave one), the id
+ * is in flight here (409), or fewer than n slots are free (429).
  */
 export function admit(state: AdmissionState, requestId: string, n: number): void {
   if (state.draining) throw new RS_ERR_SERVER_DRAINING();
-  if (!state.engine.alive()) throw new RS_ERR_ENGINE_DEAD('no heartbeat from the engine core');
+  if (!state.engine.alive()) {
+    const reason = state.engine.note?.().reason ?? null;
+    if (reason !== null) throw new RS_ERR_ENGINE_UNAVAILABLE(reason);
+    throw new RS_ERR_ENGINE_DEAD('no heartbeat from the engine core');
+  }
   if (state.table.byId(requestId) !== undefined) throw new RS_ERR_REQ_DUPLICATE_ID(requestId);
   const slots = state.table.slots;
   if (slots.available < n) throw new RS_ERR_SERVER_QUEUE_FULL(slots.capacity);

@@ -5,6 +5,7 @@
  */
 
 import { RS_ERR_ENGINE_DEAD } from '../errors.js';
+import { readEngineNote } from '../shm/engine-note.js';
 import {
   ENG_LAST_BEAT_MS,
   ENG_PID,
@@ -19,6 +20,7 @@ import type { Region } from '../shm/region.js';
 import { requestRingProducer } from '../shm/region.js';
 import type { RingProducer } from '../shm/ring.js';
 import { ControlClient } from '../wire/control-channel.js';
+import { type EngineNote, parseEngineNote } from '../wire/engine-note.js';
 import {
   ABORT_BYTES,
   type AddFields,
@@ -42,6 +44,8 @@ export class EngineClient implements EnginePort {
   /** False between the supervisor's engine-down and engine-up. */
   #up = true;
   readonly #stats = new Float64Array(STATS_SLOT_COUNT);
+  #noteText = '';
+  #note: EngineNote = parseEngineNote('');
 
   constructor(region: Region, server: number) {
     this.region = region;
@@ -111,6 +115,16 @@ export class EngineClient implements EnginePort {
   /** Whether the engine returns sampling masks (a vLLM engine only with ringserve's extension). */
   samplingMasks(): boolean {
     return this.region.f64[(ENGINE_STATS >> 3) + STAT_SAMPLING_MASKS] === 1;
+  }
+
+  /** The engine's note (why it cannot take requests, which engine it is); parsed when it changed. */
+  note(): EngineNote {
+    const text = readEngineNote(this.region);
+    if (text !== this.#noteText) {
+      this.#noteText = text;
+      this.#note = parseEngineNote(text);
+    }
+    return this.#note;
   }
 
   /** A consistent copy of the engine's stats block (seqlock read); index with the STAT_* constants. */

@@ -4,6 +4,7 @@
  * fake that records ADD and ABORT records and replays canned step records
  * (test/server/fake-engine-client.ts).
  */
+import type { EngineNote } from '../wire/engine-note.js';
 import type { AddFields } from '../wire/messages.js';
 
 export interface EnginePort {
@@ -21,6 +22,8 @@ export interface EnginePort {
   abort(slot: number): boolean;
   /** The supervisor has not reported the engine down, and it beats. */
   alive(): boolean;
+  /** What the engine says of itself (why it cannot take requests); absent: nothing. */
+  note?(): EngineNote;
   /** Between the supervisor's engine-down and engine-up: false. */
   setUp(up: boolean): void;
 }

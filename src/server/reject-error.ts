@@ -2,12 +2,14 @@
  * The coded error an API server answers a request the engine refused with (FinishReason.Error and
  * a RejectReason): most are request-scoped engine failures (500), but a request over the engine's
  * max_model_len is the client's (400, naming the field, as vLLM's frontend answers it), and one
- * whose engine died under it is a 503, as every request refused for a dead engine is.
+ * whose engine died under it is a 503, as every request refused for a dead engine is; so is one
+ * whose engine sends routing rows the model's card does not describe (a deployment error).
  */
 import {
   type RingserveError,
   RS_ERR_ENGINE_DEAD,
   RS_ERR_ENGINE_REQUEST_FAILED,
+  RS_ERR_ENGINE_ROUTING_SHAPE,
   RS_ERR_REQ_INVALID_FIELD,
 } from '../errors.js';
 import { RejectReason, rejectReasonMessage } from '../wire/reject.js';
@@ -21,6 +23,8 @@ export function rejectError(reason: number, requestId: string): RingserveError {
       );
     case RejectReason.EngineDead:
       return new RS_ERR_ENGINE_DEAD(rejectReasonMessage(reason));
+    case RejectReason.RoutingShape:
+      return new RS_ERR_ENGINE_ROUTING_SHAPE(requestId, rejectReasonMessage(reason));
     default:
       return new RS_ERR_ENGINE_REQUEST_FAILED(requestId, rejectReasonMessage(reason));
   }

@@ -17,6 +17,8 @@
 //   4992   +--------------------------------------------------------------+
 //          | ENGINE HEALTH  64 x f64: the engine process's own figures      |  engine
 //   5504   +--------------------------------------------------------------+
+//          | ENGINE NOTE    seq, length, UTF-8 JSON (engine-note.ts)       |  engine
+//   6528   +--------------------------------------------------------------+
 //          | SERVER 0 BLOCK   pid, heartbeat, last beat | 8192 x f64 metrics |  API server 0
 //          | SERVER 0 REQUEST RING  (ring header 192 B + requestRingBytes)  |  server 0 -> engine
 //          | SERVER 0 OUTPUT RING   (ring header 192 B + outputRingBytes)   |  engine -> server 0
@@ -29,7 +31,7 @@ export const CACHE_LINE_BYTES = 64;
 /** 'RSHM' read as a little-endian u32. */
 export const LAYOUT_MAGIC = 0x4d48_5352;
 /** Bump on any change to an offset below. */
-export const LAYOUT_VERSION = 3;
+export const LAYOUT_VERSION = 4;
 
 // ---- Header (creator writes once: HDR_CREATOR_PID first, HDR_MAGIC last with Atomics.store, so a
 // reader that sees the magic sees a complete header, and a stale-region scan always finds the pid).
@@ -97,10 +99,12 @@ export const STAT_EXTERNAL_HIT_TOKENS = 48; // counter: prompt tokens loaded (P/
 export const STAT_KV_LOAD_FAILURES = 49; // counter: P/D imports that failed (then recomputed)
 export const STAT_OFFLOAD_STORED_BLOCKS = 50; // counter: blocks spilled to the CPU tier
 export const STAT_OFFLOAD_LOADED_BLOCKS = 51; // counter: blocks reloaded from the CPU tier
+export const STAT_VLLM_UNDECODABLE = 52; // counter: vLLM engine messages or outputs that did not decode
 export const STAT_CARRY_EXTERNAL_HIT_TOKENS = 56;
 export const STAT_CARRY_KV_LOAD_FAILURES = 57;
 export const STAT_CARRY_OFFLOAD_STORED_BLOCKS = 58;
 export const STAT_CARRY_OFFLOAD_LOADED_BLOCKS = 59;
+export const STAT_CARRY_VLLM_UNDECODABLE = 60;
 // What the engine behind the core can do (a bridge's engine announces it when it registers).
 export const STAT_SAMPLING_MASKS = 40; // 1 when the engine returns sampling masks
 
@@ -158,8 +162,18 @@ export const HEALTH_GC_HIST = 32;
 export const GC_HIST_STRIDE = 8;
 export const GC_KIND_COUNT = 4; // minor, major, incremental, weakcb
 
+// ---- Engine note: a short text the engine publishes when it changes (src/shm/engine-note.ts):
+// why the engine cannot take requests, and which engine it is (a bridge's vLLM release). Written by
+// the engine's main thread only, under a seqlock (odd while writing); read on cold paths.
+export const ENGINE_NOTE = ENGINE_HEALTH + HEALTH_SLOT_COUNT * 8; // 5504
+export const NOTE_SEQ = ENGINE_NOTE + 0; // i32 seqlock
+export const NOTE_LENGTH = ENGINE_NOTE + 4; // i32, UTF-8 bytes of NOTE_TEXT
+export const NOTE_TEXT = ENGINE_NOTE + CACHE_LINE_BYTES;
+export const NOTE_TEXT_CAPACITY = 960;
+export const ENGINE_NOTE_BYTES = CACHE_LINE_BYTES + NOTE_TEXT_CAPACITY; // 1024
+
 /** Where the per-server area begins. */
-export const SERVERS_START = ENGINE_HEALTH + HEALTH_SLOT_COUNT * 8; // 5504
+export const SERVERS_START = ENGINE_NOTE + ENGINE_NOTE_BYTES; // 6528
 
 // ---- Server block, relative to serverBlockOffset(k); API server k writes every word.
 export const SRV_PID = 0; // i32

@@ -19,6 +19,8 @@ export enum RejectReason {
   EngineDead = 9,
   /** The engine behind the core ended the request with an error (vLLM's finish reason ERROR). */
   EngineFailed = 10,
+  /** The engine behind the core sent routing rows of another shape than the model's card gives. */
+  RoutingShape = 11,
 }
 
 const MESSAGES: readonly string[] = [
@@ -33,6 +35,7 @@ const MESSAGES: readonly string[] = [
   'the request record could not be decoded',
   'the engine died or stopped answering while the request ran',
   'the engine failed the request (vLLM finish reason ERROR; retryable)',
+  "the engine's routing rows have another shape than --model's config gives (the engine-core log names both)",
 ];
 
 /** The human-readable reason for a reject code (for the API server's error message). */

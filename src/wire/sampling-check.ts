@@ -41,3 +41,23 @@ export function samplingParamsWellFormed(p: SamplingParams): boolean {
     p.routedExpertsPromptStart >= 0
   );
 }
+
+/** Below this temperature vLLM samples greedily (_SAMPLING_EPS in vllm/v1/sample). */
+export const GREEDY_TEMPERATURE = 1e-5;
+
+/**
+ * What vLLM's sampling-mask capture requires of every request while `--enable-return-sampling-mask`
+ * is on (vLLM's docs, "Sampling Mask": temperature > 0 and top_k > 0; while it is on, vLLM
+ * refuses other requests). Returns the request field at fault, or null.
+ */
+export function maskSamplingProblem(
+  p: Pick<SamplingParams, 'temperature' | 'topK'>,
+): 'temperature' | 'top_k' | null {
+  if (!(p.temperature >= GREEDY_TEMPERATURE)) return 'temperature';
+  if (!(p.topK > 0)) return 'top_k';
+  return null;
+}
+
+export function maskableSampling(p: Pick<SamplingParams, 'temperature' | 'topK'>): boolean {
+  return maskSamplingProblem(p) === null;
+}

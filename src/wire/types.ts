@@ -102,6 +102,8 @@ export interface EngineStats {
   /** Prompt tokens whose KV came from outside the pool: P/D imports and CPU-tier reloads. */
   externalHitTokens?: number;
   kvLoadFailures?: number;
+  /** A vLLM bridge: engine messages or outputs that did not decode (each failed only its requests). */
+  vllmUndecodable?: number;
   offloadStoredBlocks?: number;
   offloadLoadedBlocks?: number;
 }

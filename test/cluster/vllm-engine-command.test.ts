@@ -23,22 +23,26 @@ describe('ringserve engine flags', () => {
       '--seed',
       '7',
       '--enable-return-routed-experts',
+      '--enable-return-sampling-mask',
       '--vllm-version',
-      '0.11-main-52a31cc',
+      '0.28',
     ]);
     expect(a).toMatchObject({
       host: '::1',
       port: 4242,
-      vllmVersion: '0.11-main-52a31cc',
       returnRoutedExperts: true,
+      returnSamplingMask: true,
     });
+    expect(a.layout.name).toBe('0.28');
     expect(a.config).toMatchObject({ model: 'tiny', maxSpeed: true, seed: 7 });
   });
 
-  it('defaults: 127.0.0.1:29550, the newest layout, no routing rows', () => {
+  it('defaults: 127.0.0.1:29550, the newest layout, no routing rows, no masks', () => {
     const a = parseEngineArgs(['--vllm-protocol']);
-    expect(a).toMatchObject({ host: '127.0.0.1', port: 29550, vllmVersion: null });
+    expect(a).toMatchObject({ host: '127.0.0.1', port: 29550 });
+    expect(a.layout.name).toBe('0.33');
     expect(a.returnRoutedExperts).toBe(false);
+    expect(a.returnSamplingMask).toBe(false);
   });
 
   it('a bad flag is an error naming it', () => {
@@ -51,6 +55,10 @@ describe('ringserve engine flags', () => {
       param: '--vllm-version',
     });
     expect(errorOf(['--vllm-protocol', '--model', 'nope'])).toMatchObject({ param: '--model' });
+    // vLLM's sampling masks came with 0.28: an older layout has no field for them.
+    expect(
+      errorOf(['--vllm-protocol', '--vllm-version', '0.26', '--enable-return-sampling-mask']),
+    ).toMatchObject({ param: '--enable-return-sampling-mask' });
   });
 
   it('--help lists both kinds of flags', () => {

@@ -3,16 +3,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildConfig } from '../../src/config.js';
-import { ENGINE_CORE_DEAD, RequestType } from '../../src/engine/vllm/index.js';
 import { SimEngine } from '../../src/sim/sim-engine.js';
 import { FinishReason } from '../../src/wire/types.js';
+import { RequestType } from '../engine/vllm/mirror/codec.js';
+import { ERAS, type Era, OUTPUT_FIELDS, REGISTRATION_KEYS } from '../engine/vllm/mirror/eras.js';
 import { EngineProcess, type SeenOutput, TestFrontend } from './vllm-test-frontend.js';
 
 /**
  * `ringserve engine --vllm-protocol` as a headless vLLM engine, driven over real ZMQ on loopback
- * by a frontend built from the codec alone (vllm-test-frontend.ts): the handshake, ADD -> outputs
- * identical to the simulator's own, ABORT -> nothing more, the utility calls, ENGINE_CORE_DEAD on
- * a fatal request, and the exits.
+ * by an independent frontend (vllm-test-frontend.ts over the mirror, written from vLLM's structs):
+ * the handshake and registration of every layout, ADD -> outputs identical to the simulator's own
+ * (tokens, logprobs with top candidates and ranks, stock sampling masks, routing rows), ABORT ->
+ * nothing more, the utility calls with 64-bit call ids, ENGINE_CORE_DEAD on a fatal request, and
+ * the exits.
  */
 
 let frontend: TestFrontend | null = null;
@@ -25,8 +28,11 @@ afterEach(async () => {
   frontend = null;
 });
 
-async function start(extra: string[] = []): Promise<{ f: TestFrontend; e: EngineProcess }> {
-  const f = new TestFrontend();
+async function start(
+  extra: string[] = [],
+  era: Era = '0.33',
+): Promise<{ f: TestFrontend; e: EngineProcess }> {
+  const f = new TestFrontend(era);
   frontend = f;
   await f.bind();
   const e = new EngineProcess(f.handshakePort, extra);
@@ -40,7 +46,7 @@ function direct(
   prompt: number[],
   seed: number,
   maxTokens: number,
-  { ignoreEos = true, lengthProfile = 'rl', model = 'tiny' } = {},
+  { ignoreEos = true, lengthProfile = 'rl', model = 'tiny', topK = 0, topLogprobs = 0 } = {},
 ) {
   const c = buildConfig({ model, maxSpeed: true });
   const sim = new SimEngine({ preset: model, seed: c.seed, maxSpeed: true, lengthProfile });
@@ -51,7 +57,7 @@ function direct(
     params: {
       temperature: 1,
       topP: 0.9,
-      topK: 0,
+      topK,
       minP: 0,
       seed,
       maxTokens,
@@ -62,7 +68,7 @@ function direct(
       frequencyPenalty: 0,
       repetitionPenalty: 1,
       logprobs: true,
-      topLogprobs: 0,
+      topLogprobs,
       returnSamplingMask: true,
       returnRoutedExperts: true,
       routedExpertsPromptStart: 0,
@@ -76,6 +82,8 @@ function direct(
   const logprobs: number[] = [];
   const routing: number[] = [];
   const masks: number[][] = [];
+  const ranks: number[] = [];
+  const lpRows: number[][] = [];
   let finish = FinishReason.None;
   let stop = -1;
   for (let finished = false; !finished; ) {
@@ -90,6 +98,9 @@ function direct(
         logprobs.push(out.logprob[i] as number);
         const m = out.maskStart[i] as number;
         masks.push(Array.from(out.maskIds.subarray(m, m + (out.maskCount[i] as number))));
+        ranks.push(out.rank[i] as number);
+        const t = out.topStart[i] as number;
+        lpRows.push([out.logprob[i] as number, ...out.topLogprobs.subarray(t, t + topLogprobs)]);
       }
       if (out.finish[i] !== FinishReason.None) {
         finished = true;
@@ -98,7 +109,7 @@ function direct(
       }
     }
   }
-  return { tokens, logprobs, routing, masks, finish, stop };
+  return { tokens, logprobs, routing, masks, ranks, rows: lpRows, finish, stop };
 }
 
 /**
@@ -121,45 +132,63 @@ function moeRows(outputs: SeenOutput[], hiddenLayers = 4, topk = 4): number[] {
 }
 
 describe('ringserve engine --vllm-protocol', () => {
-  it('runs vLLM handshake: HELLO from identity 00 00, init, registration, READY', async () => {
+  it('runs vLLM handshake: HELLO from identity 00 00, init, the newest registration, READY', async () => {
     const { f } = await start();
     expect(f.helloIdentity).toEqual(Buffer.from([0, 0]));
-    expect(f.hello).toEqual({
-      status: 'HELLO',
-      local: false,
-      headless: true,
-      parallelConfigHash: null,
-    });
-    expect(f.registration).toMatchObject({
-      maxModelLen: 4096,
-      numGpuBlocks: 2048,
+    expect(f.hello).toMatchObject({ status: 'HELLO', local: false, headless: true });
+    // The mirror refused it unless every key the 0.33 dataclass requires is there, typed.
+    const reg = f.registration!;
+    for (const key of REGISTRATION_KEYS['0.33'].required) expect(reg).toHaveProperty(key);
+    expect(reg).toMatchObject({
+      max_model_len: 4096,
+      num_gpu_blocks: 2048,
+      block_size: 16,
       dtype: 'bfloat16',
-      samplingMasks: true,
-      unknownKeys: [],
+      vllm_version: '0.33.0+ringserve',
+      data_parallel_size: 1,
+      supports_lora: false,
     });
+    expect(f.mirror.registrationEra).toBe('0.33');
     expect(f.ready?.status).toBe('READY');
   });
 
-  it('an ADD gives the same tokens, logprobs, masks and routing rows as the simulator directly', async () => {
-    const { f } = await start(['--max-speed', '--enable-return-routed-experts']);
+  it.each(ERAS)(
+    "--vllm-version %s: that series' registration and EngineCoreOutput length",
+    async (era) => {
+      const { f } = await start(['--max-speed', '--vllm-version', era], era);
+      expect(f.mirror.registrationEra).toBe(era === '0.22' ? '0.22' : era);
+      await f.add({
+        requestId: `r-${era}`,
+        params: { maxTokens: 2, ignoreEos: true, logprobs: 1 },
+      });
+      const outs = await f.finished(`r-${era}`);
+      expect(outs.flatMap((o) => o.tokens)).toHaveLength(2);
+      expect([...f.mirror.outputLengths]).toEqual([OUTPUT_FIELDS[era].length]);
+    },
+  );
+
+  it('an ADD gives the same tokens, logprobs (top candidates, ranks), masks and routing rows as the simulator directly', async () => {
+    const { f } = await start([
+      '--max-speed',
+      '--enable-return-routed-experts',
+      '--enable-return-sampling-mask',
+    ]);
     const prompt = [11, 12, 13, 14, 15, 16, 17];
     await f.add({
       requestId: 'req-a',
       promptTokenIds: prompt,
-      params: {
-        maxTokens: 12,
-        topP: 0.9,
-        seed: 1234,
-        ignoreEos: true,
-        logprobs: 0,
-        returnSamplingMask: true,
-      },
+      params: { maxTokens: 12, topP: 0.9, topK: 50, seed: 1234, ignoreEos: true, logprobs: 3 },
     });
     const outs = await f.finished('req-a');
-    const want = direct(prompt, 1234, 12);
+    const want = direct(prompt, 1234, 12, { topK: 50, topLogprobs: 3 });
     expect(outs.flatMap((o) => o.tokens)).toEqual(want.tokens);
     expect(outs.flatMap((o) => o.logprobs ?? [])).toEqual(want.logprobs);
-    expect(outs.flatMap((o) => (o.maskIds === null ? [] : [o.maskIds]))).toEqual(want.masks);
+    // LogprobsLists: k + 1 columns, the sampled token's logprob first, ranks >= 1.
+    expect(outs.flatMap((o) => o.logprobRows ?? [])).toEqual(want.rows);
+    expect(outs.flatMap((o) => o.ranks ?? [])).toEqual(want.ranks);
+    expect(want.ranks.every((r) => r >= 1)).toBe(true);
+    // Stock new_sampling_mask rows, one per token.
+    expect(outs.flatMap((o) => o.masks ?? [])).toEqual(want.masks);
     // Prompt rows 0..P-1 with the first token, then one row per forwarded position: P + 10 rows
     // for 12 tokens (the last token is never forwarded).
     expect(outs[0]?.routedRows).toBe(prompt.length);
@@ -167,6 +196,14 @@ describe('ringserve engine --vllm-protocol', () => {
     expect(outs[0]?.prefill).toEqual({ prompt: prompt.length, cached: 0 });
     expect(outs.slice(1).every((o) => o.prefill === null)).toBe(true);
     expect(outs.at(-1)?.finish).toBe(1); // LENGTH
+  });
+
+  it('with masks on, greedy sampling ends with finish_reason ERROR, as vLLM refuses it', async () => {
+    const { f } = await start(['--max-speed', '--enable-return-sampling-mask']);
+    await f.add({ requestId: 'greedy', params: { maxTokens: 3, temperature: 0, topK: 5 } });
+    const outs = await f.finished('greedy');
+    expect(outs).toHaveLength(1);
+    expect(outs[0]).toMatchObject({ finish: 3, tokens: [] });
   });
 
   it('GLM-4.5-Air: rows of 368 bytes travel in aux frames and match the simulator directly', async () => {
@@ -245,7 +282,7 @@ describe('ringserve engine --vllm-protocol', () => {
 
   it('a malformed message is dropped and the engine keeps serving', async () => {
     const { f } = await start(['--max-speed']);
-    await f.sendRaw(RequestType.Add, Buffer.from([0x93, 0xc3, 0xc3, 0xc3]));
+    await f.sendRaw(RequestType.ADD, Buffer.from([0x93, 0xc3, 0xc3, 0xc3]));
     await f.add({ requestId: 'after', params: { maxTokens: 2, ignoreEos: true } });
     expect((await f.finished('after')).flatMap((o) => o.tokens)).toHaveLength(2);
   });
@@ -267,11 +304,9 @@ describe('ringserve engine --vllm-protocol', () => {
 
   it('pause keep / is_scheduler_paused / resume, reset_prefix_cache, an unknown method', async () => {
     const { f } = await start(['--max-speed']);
-    expect(await f.call('pause_scheduler', ['keep', false])).toEqual({
-      callId: 1,
-      failure: null,
-      result: null,
-    });
+    const paused = await f.call('pause_scheduler', ['keep', false]);
+    expect(paused).toMatchObject({ failure: null, result: null });
+    expect(paused.callId >= 2n ** 63n).toBe(true); // echoed exactly, as a uint64
     expect((await f.call('is_scheduler_paused', [])).result).toBe(true);
     await f.add({ requestId: 'held', params: { maxTokens: 2, ignoreEos: true } });
     await f.call('reset_prefix_cache', []);
@@ -330,7 +365,6 @@ describe('ringserve engine --vllm-protocol', () => {
     await f.waitFor((ev) => ev.kind === 'output' && ev.output.id === 'dup');
     await f.add({ requestId: 'dup' });
     await f.waitFor((ev) => ev.kind === 'dead');
-    expect(ENGINE_CORE_DEAD.toString()).toBe('ENGINE_CORE_DEAD');
     expect(await e.exited).toBe(1);
   });
 

@@ -1,11 +1,12 @@
 /**
  * The bridge against the simulator speaking vLLM's protocol (`serve --engine vllm` + `engine
  * --vllm-protocol`, real processes, real ZMQ on loopback) gives, for the same seeds, the token ids,
- * logprobs, sampling masks (the headless simulator announces ringserve's extension) and routing
- * rows of the default in-process simulator (`serve`), in every response form
- * and with two API servers; n fan-out (childSeed = seed + i) and stop strings, done in the API
- * server, agree too. Then the engine is SIGKILLed mid-request: the request in flight gets a 503,
- * /health 503, and a restarted engine is taken back by the same API servers.
+ * logprobs, sampling masks (stock new_sampling_mask: both sides run with
+ * --enable-return-sampling-mask) and routing rows of the default in-process simulator (`serve`), in
+ * every response form and with two API servers; n fan-out (childSeed = seed + i) and stop strings,
+ * done in the API server, agree too. An engine of every layout is detected and served (`auto`).
+ * Then the engine is SIGKILLed mid-request: the request in flight gets a 503, /health 503, and a
+ * restarted engine is taken back by the same API servers.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -22,6 +23,8 @@ import {
 } from './vllm-engine-pair.js';
 
 const SIM = ['--model', 'tiny', '--seed', '11', '--max-speed'];
+/** The headless engine's flags: the simulator's, and vLLM's engine-wide sampling masks. */
+const ENGINE = [...SIM, '--enable-return-sampling-mask'];
 const PROMPT = Array.from({ length: 29 }, (_, i) => (i * 53 + 7) % 990);
 
 function body(seed: number, extra: Record<string, unknown> = {}): Record<string, unknown> {
@@ -35,7 +38,6 @@ function body(seed: number, extra: Record<string, unknown> = {}): Record<string,
       seed,
       logprobs: 1,
       return_routed_experts: true,
-      // The headless simulator announces ringserve's mask extension: masks come through too.
       return_sampling_mask: true,
       ...extra,
     },
@@ -77,6 +79,7 @@ beforeAll(async () => {
     'tiny',
     '--api-server-count',
     '2',
+    '--enable-return-sampling-mask',
   ]));
 }, 120_000);
 
@@ -87,7 +90,7 @@ afterAll(async () => {
 describe('serve --engine vllm + engine --vllm-protocol', () => {
   it('matches the in-process simulator for the same seeds, in every form, with 2 API servers', async () => {
     expect(await healthStatus(bridge)).toBe(503);
-    startHeadlessEngine(endpoint, SIM);
+    startHeadlessEngine(endpoint, ENGINE);
     await until(async () => (await healthStatus(bridge)) === 200);
     for (const seed of [1, 2, 3]) {
       const want = await allForms(sim.url, body(seed));
@@ -112,11 +115,25 @@ describe('serve --engine vllm + engine --vllm-protocol', () => {
     }
   });
 
+  it.each(['0.22', '0.26', '0.28', '0.29'])(
+    'an engine speaking layout %s is detected and answers as the simulator does',
+    async (version) => {
+      await until(async () => (await healthStatus(bridge)) === 503);
+      const masks = version >= '0.28';
+      startHeadlessEngine(endpoint, [...(masks ? ENGINE : SIM), '--vllm-version', version]);
+      await until(async () => (await healthStatus(bridge)) === 200);
+      const b = body(20, masks ? {} : { return_sampling_mask: false });
+      const want = arrays(await generate(sim.url, b));
+      expect(arrays(await generate(bridge.url, b))).toEqual(want);
+      expect(bridge.log()).toContain(`speaks layout ${version} `);
+    },
+  );
+
   it('fails the request in flight with 503 when the engine is SIGKILLed, and takes a new one back', async () => {
     // The previous test's engine was killed after it: the bridge notices (ping), then a new one.
     await until(async () => (await healthStatus(bridge)) === 503);
     const first = startHeadlessEngine(endpoint, [
-      ...SIM.filter((a) => a !== '--max-speed'),
+      ...ENGINE.filter((a) => a !== '--max-speed'),
       '--speedup',
       '1',
     ]);
@@ -129,7 +146,7 @@ describe('serve --engine vllm + engine --vllm-protocol', () => {
     first.kill('SIGKILL');
     expect(await inFlight).toBe(503);
     expect(await healthStatus(bridge)).toBe(503);
-    startHeadlessEngine(endpoint, SIM);
+    startHeadlessEngine(endpoint, ENGINE);
     await until(async () => (await healthStatus(bridge)) === 200);
     const want = arrays(await generate(sim.url, body(10)));
     expect(arrays(await generate(bridge.url, body(10)))).toEqual(want);
@@ -137,7 +154,7 @@ describe('serve --engine vllm + engine --vllm-protocol', () => {
   it('pause holds a request, resume finishes it, update_weights moves both paths to the same weights', async () => {
     // Each test's engine is killed after it: the bridge notices (ping), then this test's dials in.
     await until(async () => (await healthStatus(bridge)) === 503);
-    startHeadlessEngine(endpoint, SIM);
+    startHeadlessEngine(endpoint, ENGINE);
     await until(async () => (await healthStatus(bridge)) === 200);
     // Paused, a request makes no progress (its HTTP answer does not come); resumed, it completes
     // with the tokens it would have had.

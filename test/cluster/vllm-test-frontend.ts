@@ -1,50 +1,46 @@
 /**
- * A minimal vLLM frontend for tests, written from the codec alone: it binds the handshake ROUTER,
- * the input ROUTER and the output PULL on loopback (ephemeral ports), runs the handshake with one
- * headless engine, sends ADD / ABORT / UTILITY and collects every EngineCoreOutputs message, so
- * the headless engine (`ringserve engine --vllm-protocol`) is tested over real ZMQ without the
- * bridge. Also starts and stops that engine process.
+ * A vLLM frontend for the headless engine's tests, over the independent mirror frontend
+ * (test/engine/vllm/mirror/, written from vLLM's structs; nothing here imports src/engine/vllm):
+ * it binds the handshake ROUTER, the input ROUTER and the output PULL on loopback (ephemeral
+ * ports), runs the handshake with one headless engine, sends ADD / ABORT / UTILITY in one layout
+ * (the newest unless told) and keeps every output in arrival order, so `ringserve engine
+ * --vllm-protocol` is tested over real ZMQ against bytes it did not write itself. Also starts and
+ * stops that engine process.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Pull, Router } from 'zeromq';
-import {
-  decodeHandshake,
-  decodeRegistration,
-  encodeAbort,
-  encodeAdd,
-  encodeInit,
-  encodeUtility,
-  type HandshakeMessage,
-  DEFAULT_VLLM_LAYOUT as L,
-  OutputsReader,
-  type OutputView,
-  REQUEST_TYPE_FRAMES,
-  type Registration,
-  RequestType,
-  type VllmAddRequest,
-} from '../../src/engine/vllm/index.js';
+import type {
+  EngineCoreOutput,
+  Registration,
+  SamplingParams,
+  UtilityOutput,
+} from '../engine/vllm/mirror/codec.js';
+import type { Era } from '../engine/vllm/mirror/eras.js';
+import { MirrorFrontend } from '../engine/vllm/mirror/frontend.js';
 
 const CLI = fileURLToPath(new URL('../../dist/src/cli.js', import.meta.url));
 
-/** One EngineCoreOutput as copied out of the reused view. */
+/** One EngineCoreOutput as the tests read it. */
 export interface SeenOutput {
   id: string;
   tokens: number[];
+  /** Column 0 of LogprobsLists. */
   logprobs: number[] | null;
+  /** The full LogprobsLists rows (column 0 the sampled token) and the ranks. */
+  logprobRows: number[][] | null;
+  ranks: number[] | null;
   finish: number;
   stop: number;
   prefill: { prompt: number; cached: number } | null;
   routedRows: number;
   routedLayers: number;
   routed: Uint8Array | null;
-  maskCounts: number[] | null;
-  maskIds: number[] | null;
+  masks: number[][] | null;
 }
 
 export interface UtilityAnswer {
-  callId: number;
+  callId: bigint;
   failure: string | null;
   result: unknown;
 }
@@ -54,158 +50,160 @@ export type Event =
   | { kind: 'utility'; answer: UtilityAnswer }
   | { kind: 'dead' };
 
+/** An ADD as the tests write it: ringserve's names for the SamplingParams keys they use. */
+export interface TestAdd {
+  requestId: string;
+  promptTokenIds?: number[];
+  params?: {
+    maxTokens?: number;
+    topP?: number;
+    topK?: number;
+    temperature?: number;
+    seed?: number;
+    ignoreEos?: boolean;
+    logprobs?: number;
+    eosTokenId?: number;
+  };
+}
+
 export class TestFrontend {
-  readonly handshake = new Router({ linger: 0 });
-  readonly input = new Router({ linger: 0, sendHighWaterMark: 0 });
-  readonly output = new Pull({ linger: 0, receiveHighWaterMark: 0 });
-  readonly events: Event[] = [];
-  hello: HandshakeMessage | null = null;
-  helloIdentity: Buffer | null = null;
-  registration: Registration | null = null;
-  ready: HandshakeMessage | null = null;
-  #identity: Buffer = Buffer.alloc(2);
-  #nextCall = 1;
-  #waiters: (() => void)[] = [];
-  #reader = new OutputsReader(L);
-  handshakePort = 0;
+  #mirror: MirrorFrontend | null = null;
+  readonly era: Era;
+
+  constructor(era: Era = '0.33') {
+    this.era = era;
+  }
+
+  get mirror(): MirrorFrontend {
+    if (this.#mirror === null) throw new Error('bind() first');
+    return this.#mirror;
+  }
+
+  get handshakePort(): number {
+    return Number(/:(\d+)$/.exec(this.mirror.handshakeAddress)?.[1]);
+  }
+
+  get hello() {
+    return this.mirror.hello;
+  }
+
+  get helloIdentity(): Buffer | null {
+    return this.mirror.engineIdentity;
+  }
+
+  get registration(): Registration | null {
+    return this.mirror.registration;
+  }
+
+  get ready() {
+    return this.mirror.ready;
+  }
 
   async bind(): Promise<void> {
-    await this.handshake.bind('tcp://127.0.0.1:0');
-    await this.input.bind('tcp://127.0.0.1:0');
-    await this.output.bind('tcp://127.0.0.1:0');
-    this.handshakePort = Number(/:(\d+)$/.exec(this.handshake.lastEndpoint ?? '')?.[1]);
+    this.#mirror = await MirrorFrontend.open({ era: this.era });
   }
 
   /** HELLO -> init -> registration -> READY, as vLLM's frontend runs it (one engine). */
   async runHandshake(): Promise<void> {
-    const [identity, hello] = (await this.handshake.receive()) as [Buffer, Buffer];
-    this.helloIdentity = identity;
-    this.hello = decodeHandshake(hello);
-    this.#identity = identity;
-    const init = encodeInit({
-      inputs: [this.input.lastEndpoint as string],
-      outputs: [this.output.lastEndpoint as string],
-    });
-    await this.handshake.send([identity, init]);
-    const [, registration] = (await this.input.receive()) as [Buffer, Buffer];
-    this.registration = decodeRegistration(L, registration);
-    const [, ready] = (await this.handshake.receive()) as [Buffer, Buffer];
-    this.ready = decodeHandshake(ready);
-    this.handshake.close();
-    void this.#collect();
+    await this.mirror.runHandshake(20_000);
   }
 
-  async #collect(): Promise<void> {
-    const sink = {
-      output: (o: OutputView) => this.#push({ kind: 'output', output: copy(o) }),
-      utility: (callId: number, failure: string | null, result: unknown) =>
-        this.#push({ kind: 'utility', answer: { callId, failure, result } }),
-      engineDead: () => this.#push({ kind: 'dead' }),
-    };
-    try {
-      for await (const frames of this.output) this.#reader.read(frames, sink);
-    } catch {
-      // closed
+  /** Every message so far, in arrival order. */
+  get events(): Event[] {
+    const out: Event[] = [];
+    for (const r of this.mirror.received) {
+      const m = r.decoded.message;
+      for (const o of m.outputs) out.push({ kind: 'output', output: seen(o) });
+      const u = m.utility_output;
+      if (u !== null) out.push({ kind: 'utility', answer: answerOf(u) });
     }
+    if (this.mirror.dead) out.push({ kind: 'dead' });
+    return out;
   }
 
-  #push(e: Event): void {
-    this.events.push(e);
-    const waiters = this.#waiters;
-    this.#waiters = [];
-    for (const w of waiters) w();
-  }
-
-  async add(req: Partial<VllmAddRequest> & { requestId: string }): Promise<void> {
-    const full: VllmAddRequest = {
-      promptTokenIds: [1, 2, 3, 4, 5],
-      params: { maxTokens: 8 },
-      arrivalTime: 0,
-      cacheSalt: null,
-      priority: 0,
-      clientIndex: 0,
-      ...req,
-    };
-    await this.sendRaw(RequestType.Add, encodeAdd(L, full));
+  async add(req: TestAdd): Promise<void> {
+    const p = req.params ?? {};
+    const sampling: SamplingParams = { max_tokens: p.maxTokens ?? 8 };
+    if (p.topP !== undefined) sampling.top_p = p.topP;
+    if (p.topK !== undefined) sampling.top_k = p.topK;
+    if (p.temperature !== undefined) sampling.temperature = p.temperature;
+    if (p.seed !== undefined) sampling.seed = p.seed;
+    if (p.ignoreEos !== undefined) sampling.ignore_eos = p.ignoreEos;
+    if (p.logprobs !== undefined) sampling.logprobs = p.logprobs;
+    if (p.eosTokenId !== undefined) sampling._eos_token_id = p.eosTokenId;
+    await this.mirror.add(this.era, {
+      request_id: req.requestId,
+      prompt_token_ids: req.promptTokenIds ?? [1, 2, 3, 4, 5],
+      sampling_params: sampling,
+      arrival_time: 0,
+    });
   }
 
   async sendRaw(type: number, payload: Buffer): Promise<void> {
-    await this.input.send([this.#identity, REQUEST_TYPE_FRAMES[type] as Buffer, payload]);
+    await this.mirror.sendRaw([Buffer.from([type]), payload]);
   }
 
   async abort(ids: string[]): Promise<void> {
-    await this.sendRaw(RequestType.Abort, encodeAbort(ids));
+    await this.mirror.abort(ids);
   }
 
-  /** Calls a utility method and resolves with its answer. */
+  /** Calls a utility method (a call id >= 2^63, as Python's) and resolves with its answer. */
   async call(method: string, args: unknown[], timeoutMs = 20_000): Promise<UtilityAnswer> {
-    const callId = this.#nextCall++;
-    await this.sendRaw(
-      RequestType.Utility,
-      encodeUtility({ clientIndex: 0, callId, method, args }),
-    );
-    const e = await this.waitFor(
-      (ev) => ev.kind === 'utility' && ev.answer.callId === callId,
-      timeoutMs,
-    );
-    return (e as { answer: UtilityAnswer }).answer;
+    return answerOf(await this.mirror.call(method, args, { timeoutMs }));
   }
 
   /** Resolves with the first event (already seen or to come) that matches. */
   async waitFor(match: (e: Event) => boolean, timeoutMs = 20_000): Promise<Event> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const found = this.events.find(match);
-      if (found !== undefined) return found;
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`no matching event within ${timeoutMs} ms`);
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, left);
-        this.#waiters.push(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
-    }
+    let found: Event | undefined;
+    await this.mirror.until(
+      () => {
+        found = this.events.find(match);
+        return found !== undefined;
+      },
+      'a matching event',
+      timeoutMs,
+    );
+    return found!;
   }
 
   /** Waits until request `id` has finished; returns all its outputs. */
   async finished(id: string, timeoutMs = 20_000): Promise<SeenOutput[]> {
-    await this.waitFor(
-      (e) => e.kind === 'output' && e.output.id === id && e.output.finish >= 0,
-      timeoutMs,
-    );
-    return this.outputsOf(id);
+    return (await this.mirror.finished(id, timeoutMs)).map(seen);
   }
 
   outputsOf(id: string): SeenOutput[] {
-    return this.events.flatMap((e) =>
-      e.kind === 'output' && e.output.id === id ? [e.output] : [],
-    );
+    return this.mirror.outputsOf(id).map(seen);
   }
 
   close(): void {
-    if (!this.handshake.closed) this.handshake.close();
-    this.input.close();
-    this.output.close();
+    this.#mirror?.close();
   }
 }
 
-function copy(o: OutputView): SeenOutput {
+function answerOf(u: UtilityOutput): UtilityAnswer {
+  return { callId: u.call_id, failure: u.failure_message, result: u.result?.value ?? null };
+}
+
+function seen(o: EngineCoreOutput): SeenOutput {
+  const lp = o.new_logprobs ?? null;
+  const routed = o.routed_experts ?? null;
+  const prefill = o.prefill_stats ?? null;
   return {
-    id: o.requestId(),
-    tokens: Array.from(o.tokenIds.subarray(0, o.tokenCount)),
-    logprobs: o.hasLogprobs ? Array.from(o.logprobs.subarray(0, o.tokenCount)) : null,
-    finish: o.finishReason,
-    stop: o.stopReason,
-    prefill: o.hasPrefillStats ? { prompt: o.numPromptTokens, cached: o.numCachedTokens } : null,
-    routedRows: o.hasRoutedExperts ? o.routedRows : 0,
-    routedLayers: o.routedLayers,
-    routed: o.hasRoutedExperts
-      ? o.routedData.slice(o.routedOffset, o.routedOffset + o.routedLength)
-      : null,
-    maskCounts: o.hasMask ? Array.from(o.maskCounts.subarray(0, o.tokenCount)) : null,
-    maskIds: o.hasMask ? Array.from(o.maskIds.subarray(0, o.maskIdCount)) : null,
+    id: o.request_id,
+    tokens: o.new_token_ids,
+    logprobs: lp === null ? null : lp.logprobs.map((row) => row[0]!),
+    logprobRows: lp === null ? null : lp.logprobs,
+    ranks: lp === null ? null : lp.ranks,
+    finish: o.finish_reason ?? -1,
+    stop: typeof o.stop_reason === 'number' ? o.stop_reason : -1,
+    prefill:
+      prefill === null
+        ? null
+        : { prompt: Number(prefill.num_prompt_tokens), cached: Number(prefill.num_cached_tokens) },
+    routedRows: routed?.rows ?? 0,
+    routedLayers: routed?.layers ?? 0,
+    routed: routed === null ? null : Uint8Array.from(routed.ids),
+    masks: o.new_sampling_mask?.rows ?? null,
   };
 }
 

@@ -1,6 +1,7 @@
 /**
- * The CI share of issue 15's fuzz (ops/fuzz/; `npm run fuzz` runs 100,000): 5,000 route cases on
- * a real cluster, 5,000 of each ring-record property in-process, with a fixed seed so a failure here
+ * The CI share of the fuzz (ops/fuzz/; `npm run fuzz` runs 100,000): 5,000 route cases on a real
+ * cluster, 5,000 of each ring-record property and 5,000 mutated vLLM engine messages in-process,
+ * with a fixed seed so a failure here
  * reproduces with `npm run fuzz -- --cases 5000 --seed 15`. Also the decoder bugs it found, as
  * plain regressions.
  */
@@ -8,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { FUZZ_CLUSTER_FLAGS } from '../../ops/fuzz/flags.js';
 import { runHttpFuzz } from '../../ops/fuzz/http-fuzz.js';
 import { makeScatter, ringProblem, runRingFuzz, stepProblem } from '../../ops/fuzz/ring-fuzz.js';
+import { runVllmFuzz, vllmProblem } from '../../ops/fuzz/vllm-fuzz.js';
 import { regionViews } from '../../src/wire/messages.js';
 import { startCluster } from '../cluster/harness.js';
 
@@ -17,6 +19,18 @@ const SEED = 15;
 describe('fuzz', () => {
   it('ring records: random bytes never get past the decoders uncaught', () => {
     expect(runRingFuzz(CASES, SEED).failures).toEqual([]);
+  });
+
+  it('vLLM engine messages: a mutated one costs only the requests it names', () => {
+    expect(runVllmFuzz(CASES, SEED).failures).toEqual([]);
+  });
+
+  // A message that is not an array at all: broken from its first byte, every request it would
+  // have named fails, the link stays (case `{kind: 'flip', at: 0}` pinned).
+  it('an EngineCoreOutputs that is not an array is a broken message, reported, not thrown', () => {
+    expect(
+      vllmProblem({ layout: 0, requests: 4, mutation: { kind: 'flip', at: 0, value: 0 } }),
+    ).toBeNull();
   });
 
   it('a STEP header declaring 2^30 outputs is refused, not looped over', () => {

@@ -25,6 +25,7 @@ describe('layout', () => {
       layout.ENGINE_STATS,
       layout.CONTROL_BLOCK,
       layout.ENGINE_HEALTH,
+      layout.ENGINE_NOTE,
       layout.SERVERS_START,
     ];
     const blocks: Array<[number, number]> = [
@@ -34,6 +35,7 @@ describe('layout', () => {
       [layout.ENGINE_STATS, layout.STATS_SLOT_COUNT * 8],
       [layout.CONTROL_BLOCK, layout.CONTROL_BYTES],
       [layout.ENGINE_HEALTH, layout.HEALTH_SLOT_COUNT * 8],
+      [layout.ENGINE_NOTE, layout.ENGINE_NOTE_BYTES],
     ];
     for (let k = 0; k < params.apiServerCount; k++) {
       blocks.push([serverBlockOffset(params, k), layout.SERVER_BLOCK_BYTES]);

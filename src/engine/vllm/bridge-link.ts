@@ -1,19 +1,29 @@
 /**
- * The bridge's sockets (VLLM-ENGINE.md sections 2, 3, 6): the handshake ROUTER on the
- * --data-parallel-rpc-port a headless vLLM engine dials, the input ROUTER and output PULL it is
- * told to connect to, the handshake (HELLO -> init, registration, READY), and the liveness ping.
- * Once an engine is READY the bridge is attached to this link; ENGINE_CORE_DEAD, or no answer to
- * is_scheduler_paused within --vllm-ping-timeout-s, detaches it (every request in flight fails),
- * the data sockets are bound afresh (so nothing of the dead engine arrives any more) and the link
- * waits for the next HELLO: a restarted engine is taken back without restarting the API servers.
+ * The bridge's sockets (docs/vllm-protocol.md, "Sockets", "Handshake"): the handshake ROUTER on
+ * the --data-parallel-rpc-port a headless vLLM engine dials, the input ROUTER and output PULL it
+ * is told to connect to, the handshake (HELLO -> init, registration, READY), and the liveness
+ * ping. The registration picks the message layout (detect.ts; `--vllm-version` may pin one) and
+ * the first output confirms it. Once an engine is READY the bridge is attached to this link;
+ * ENGINE_CORE_DEAD, or no answer to is_scheduler_paused within --vllm-ping-timeout-s, detaches it
+ * (every request in flight fails), the data sockets are bound afresh (so nothing of the dead
+ * engine arrives any more) and the link waits for the next HELLO: a restarted engine is taken back
+ * without restarting the API servers. An engine no layout fits is refused the same way, with the
+ * reason in /health. Anything else the engine sends that does not decode costs only the requests
+ * it names (outputs-reader.ts): the link stays.
  *
  * zeromq.js allows one send in progress per socket, so each socket's sends go through a queue.
  * Only rank 0 of a data-parallel size of 1 is served (DP > 1 is out of scope).
  */
 import { Pull, Router } from 'zeromq';
-import { RS_ERR_CONTROL_TIMEOUT, RS_ERR_ENGINE_DEAD, RS_ERR_VLLM_HANDSHAKE } from '../../errors.js';
+import {
+  RS_ERR_CONTROL_TIMEOUT,
+  RS_ERR_ENGINE_DEAD,
+  RS_ERR_VLLM_HANDSHAKE,
+  RS_ERR_VLLM_LAYOUT,
+} from '../../errors.js';
 import type { VllmBridge, VllmEngineLink } from './bridge.js';
-import type { VllmAddRequest } from './bridge-request.js';
+import type { BridgeAdd } from './bridge-request.js';
+import { guessLayout } from './detect.js';
 import {
   decodeHandshake,
   decodeRegistration,
@@ -21,7 +31,7 @@ import {
   engineIdentity,
   type Registration,
 } from './handshake.js';
-import type { VllmLayout } from './layouts.js';
+import { AUTO_VLLM_VERSION, describeLayouts, getVllmLayout, type VllmLayout } from './layouts.js';
 import { MsgWriter } from './msgpack-writer.js';
 import { OutputsReader, type OutputsSink } from './outputs-reader.js';
 import {
@@ -35,7 +45,8 @@ import {
 export interface BridgeLinkOptions {
   address: string;
   port: number;
-  layout: VllmLayout;
+  /** `auto` (the layout from the registration and the first output) or a layout's name. */
+  version: string;
   /** An engine that answers no ping for this long is dead. */
   pingTimeoutMs: number;
   log: (
@@ -52,7 +63,7 @@ const RANK0 = engineIdentity(0);
  * Between HELLO and attached, the registration (input socket) and READY (handshake socket) come on
  * different sockets, so either may be read first: the engine is attached once both are in.
  */
-type Phase = 'waiting-hello' | 'handshaking' | 'attached';
+type Phase = 'waiting-hello' | 'handshaking' | 'attached' | 'refused';
 
 interface PendingCall {
   resolve(value: unknown): void;
@@ -115,17 +126,32 @@ export class VllmBridgeLink implements VllmEngineLink {
   #readerParked = false;
   #pingInFlight = false;
   #closed = false;
-  readonly #reader: OutputsReader;
+  /** The reader of the attached engine's outputs (a new one per engine: its layout is confirmed). */
+  #reader: OutputsReader | null = null;
   readonly #sink: OutputsSink;
+  /** The layout --vllm-version pins, or null (auto). */
+  readonly #pinned: VllmLayout | null;
 
   constructor(bridge: VllmBridge, options: BridgeLinkOptions) {
     this.#bridge = bridge;
     this.#options = options;
     // Handover: a restarted engine dials with the same identity as the one that died.
     this.#handshake = new Router({ ...socketOptions(options.address), handover: true });
-    this.#reader = new OutputsReader(options.layout);
+    this.#pinned = options.version === AUTO_VLLM_VERSION ? null : getVllmLayout(options.version);
     this.#sink = {
       output: (o) => bridge.output(o),
+      outputFailed: (o, error) => {
+        this.#undecodable('an output did not decode: its request failed', error);
+        bridge.outputFailed(o);
+      },
+      messageFailed: (body, at, error) => {
+        this.#undecodable('a message broke off: the requests it named failed', error);
+        bridge.messageFailed(body, at);
+      },
+      partFailed: (part, error) => {
+        this.#undecodable(`${part} did not decode and was skipped`, error);
+        bridge.partFailed();
+      },
       schedulerStats: (s) => bridge.schedulerStats(s),
       utility: (callId, failure, value) => this.#utilityReply(callId, failure, value),
       engineDead: () => this.#engineLost('the engine sent ENGINE_CORE_DEAD'),
@@ -154,8 +180,8 @@ export class VllmBridgeLink implements VllmEngineLink {
 
   // ---- VllmEngineLink ------------------------------------------------------------------------------
 
-  add(request: VllmAddRequest): void {
-    const payload = encodeAdd(this.#options.layout, request, this.#writer);
+  add(request: BridgeAdd): void {
+    const payload = encodeAdd(this.#layout(), request, this.#writer);
     this.#sendInput(RequestType.Add, payload);
   }
 
@@ -177,6 +203,13 @@ export class VllmBridgeLink implements VllmEngineLink {
       this.#calls.set(callId, { resolve, reject, timer, method });
       this.#sendInput(RequestType.Utility, payload);
     });
+  }
+
+  /** The layout requests go out in: the reader's (confirmed, or the registration's guess). */
+  #layout(): VllmLayout {
+    const layout = this.#reader?.layout;
+    if (layout === undefined) throw new RS_ERR_ENGINE_DEAD('no vLLM engine is attached');
+    return layout;
   }
 
   // ---- sockets -------------------------------------------------------------------------------------
@@ -239,7 +272,7 @@ export class VllmBridgeLink implements VllmEngineLink {
     }
     if (message.status === 'HELLO') {
       if (this.#phase === 'attached') this.#engineLost('a new engine said HELLO');
-      else if (this.#phase !== 'waiting-hello') this.#rebind();
+      else if (this.#phase === 'handshaking') this.#rebind();
       await this.#dataReady;
       this.#registration = null;
       this.#readySeen = false;
@@ -252,6 +285,7 @@ export class VllmBridgeLink implements VllmEngineLink {
       });
       return;
     }
+    if (this.#phase === 'refused') return;
     if (this.#phase !== 'handshaking') {
       log('error', 'vLLM engine said READY without a HELLO first: ignored', {
         err: new RS_ERR_VLLM_HANDSHAKE(`READY in phase ${this.#phase}`),
@@ -273,9 +307,9 @@ export class VllmBridgeLink implements VllmEngineLink {
         if (payload === undefined || input !== this.#input) continue;
         if (this.#phase !== 'handshaking' || this.#registration !== null) continue;
         try {
-          this.#registration = decodeRegistration(this.#options.layout, payload);
+          this.#registration = decodeRegistration(payload);
         } catch (error) {
-          this.#options.log('error', 'undecodable vLLM registration', { err: error });
+          this.#refuse(`its registration did not decode (${(error as Error).message})`);
           continue;
         }
         this.#attachWhenComplete();
@@ -291,15 +325,16 @@ export class VllmBridgeLink implements VllmEngineLink {
       for await (const frames of output) {
         if (output !== this.#output) break;
         this.#lastHeard = Date.now();
-        if (this.#phase !== 'attached') continue;
+        const reader = this.#reader;
+        if (this.#phase !== 'attached' || reader === null) continue;
+        const confirmed = reader.confirmed;
         try {
-          this.#reader.read(frames, this.#sink);
+          reader.read(frames, this.#sink);
         } catch (error) {
-          this.#options.log('error', 'undecodable vLLM outputs: the engine is treated as dead', {
-            err: error,
-          });
-          this.#engineLost('undecodable outputs');
+          if (error instanceof RS_ERR_VLLM_LAYOUT) this.#refuse(error.message);
+          else this.#options.log('error', 'a vLLM output message was dropped', { err: error });
         }
+        if (!confirmed && reader.confirmed) this.#layoutConfirmed(reader.layout);
         this.#bridge.notify();
         const room = this.#bridge.backlogRoom();
         if (room !== null) await this.#waitForRoom(room);
@@ -328,41 +363,79 @@ export class VllmBridgeLink implements VllmEngineLink {
 
   #attach(registration: Registration): void {
     const log = this.#options.log;
+    const guess = guessLayout(registration);
+    const layout = this.#pinned ?? guess.layout;
+    if (this.#pinned !== null && this.#pinned !== guess.layout) {
+      log('warn', 'the registration suggests another vLLM layout than --vllm-version pins', {
+        vllm_version: registration.vllmVersion,
+        pinned: this.#pinned.name,
+        suggested: guess.layout.name,
+        why: guess.why,
+      });
+    }
+    this.#reader = new OutputsReader(layout, this.#pinned === null ? 'auto' : 'pinned');
     this.#phase = 'attached';
     this.#lastHeard = Date.now();
     this.#bridge.attach(this, {
       maxModelLen: registration.maxModelLen,
       numGpuBlocks: registration.numGpuBlocks,
-      samplingMasks: registration.samplingMasks,
+      vllmVersion: registration.vllmVersion,
+      layout,
     });
-    if (registration.unknownKeys.length > 0) {
-      log(
-        'warn',
-        'the engine registered with keys this vLLM layout does not know: check --vllm-version',
-        {
-          vllm_version: this.#options.layout.name,
-          unknown_keys: registration.unknownKeys,
-        },
-      );
-    }
     log('info', 'vLLM engine READY', {
-      vllm_version: this.#options.layout.name,
+      vllm_version: registration.vllmVersion,
+      vllm_layout: layout.name,
+      layout_from: this.#pinned === null ? guess.why : '--vllm-version',
       max_model_len: registration.maxModelLen,
       num_gpu_blocks: registration.numGpuBlocks,
       dtype: registration.dtype,
-      sampling_masks: registration.samplingMasks,
+      registration_keys: registration.keys,
     });
     this.#startPing();
   }
 
+  #layoutConfirmed(layout: VllmLayout): void {
+    this.#bridge.layoutConfirmed(layout);
+    this.#options.log('info', "vLLM layout confirmed by the engine's first output", {
+      vllm_layout: layout.name,
+      series: layout.series,
+      output_fields: layout.output.length,
+    });
+    // Not a log record: scripts and tests read the layout in use from this line on stderr.
+    console.error(`ringserve: vLLM engine speaks layout ${layout.name} (vLLM ${layout.series})`);
+  }
+
+  /**
+   * An engine none of the layouts fits: its requests fail, nothing more is taken from it, /health
+   * answers 503 with `why` until an engine says HELLO again.
+   */
+  #refuse(why: string): void {
+    const reason = `the vLLM engine was refused: ${why}; layouts: ${describeLayouts()}`;
+    this.#options.log('error', 'vLLM engine refused: no message layout fits it', { reason });
+    this.#phase = 'refused';
+    this.#reader = null;
+    this.#stopPing();
+    this.#failCalls(new RS_ERR_VLLM_LAYOUT(why));
+    this.#bridge.detach(reason);
+    // Fresh data sockets: nothing more of the refused engine arrives.
+    this.#rebind();
+  }
+
+  /** Counted and logged; the requests concerned already failed. */
+  #undecodable(what: string, error: Error): void {
+    this.#options.log('warn', `vLLM engine message: ${what}`, { err: error });
+  }
+
   /** The engine is dead or silent: fail what it held and wait for the next HELLO. */
   #engineLost(why: string): void {
-    if (this.#phase === 'waiting-hello') return;
+    if (this.#phase === 'waiting-hello' || this.#phase === 'refused') return;
     const wasAttached = this.#phase === 'attached';
     this.#phase = 'waiting-hello';
+    this.#reader = null;
     this.#stopPing();
     this.#failCalls(new RS_ERR_ENGINE_DEAD(why));
-    if (wasAttached) this.#bridge.detach();
+    if (wasAttached)
+      this.#bridge.detach(`the vLLM engine was lost (${why}); waiting for a new one`);
     this.#options.log(
       'error',
       'vLLM engine lost: requests in flight failed; waiting for a new HELLO',
@@ -416,7 +489,9 @@ export class VllmBridgeLink implements VllmEngineLink {
     );
   }
 
-  #utilityReply(callId: number, failure: string | null, value: unknown): void {
+  #utilityReply(callId: number | bigint, failure: string | null, value: unknown): void {
+    // The bridge's own call ids are small numbers: a bigint one is not ours.
+    if (typeof callId !== 'number') return;
     const call = this.#calls.get(callId);
     if (call === undefined) return;
     this.#calls.delete(callId);

@@ -125,6 +125,21 @@ export function stageOutput(
   return true;
 }
 
+/** Buffer's copy takes any Uint8Array as its source and target (no view made per call). */
+const COPY = Buffer.prototype.copy;
+
+let byteSource: Uint8Array | Uint16Array = new Uint8Array(0);
+let byteView: Uint8Array = new Uint8Array(0);
+
+/** A byte view of the routing table, remade only when the table is another array. */
+function bytesOf(a: Uint8Array | Uint16Array): Uint8Array {
+  if (a !== byteSource) {
+    byteSource = a;
+    byteView = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  }
+  return byteView;
+}
+
 /** Floor of a logprob, as the simulator's (model-runner.ts) and the contract's "missing value". */
 const LOGPROB_FLOOR = -9999;
 
@@ -149,21 +164,34 @@ function stageRouting(
   const width = rows.routingRowWidth;
   const srcWidth = o.routedLayers * o.routedTopk;
   const srcSkip = skipLayers * o.routedTopk;
-  let at = rows.reserveRoutingRows(count);
+  const at = rows.reserveRoutingRows(count);
   const dst = rows.routing;
-  // Ids are read byte by byte: an inline ndarray sits at any offset of the msgpack body.
-  if (o.routedWidth === 1) {
-    for (let r = from + skip; r < from + n; r++) {
-      const base = o.routedOffset + r * srcWidth + srcSkip;
-      for (let e = 0; e < width; e++) dst[at + e] = src[base + e]!;
-      at += width;
+  const idBytes = o.routedWidth;
+  if (idBytes === dst.BYTES_PER_ELEMENT) {
+    // Same id width: bytes move with Buffer's native copy (no view made), all rows at once when
+    // no dense layer is cut out of them (a Qwen3 row is 384 bytes; the byte loop was ~13% of the
+    // bridge process under bench:bridge).
+    const into = bytesOf(dst);
+    const first = o.routedOffset + ((from + skip) * srcWidth + srcSkip) * idBytes;
+    const rowBytes = width * idBytes;
+    if (srcSkip === 0) {
+      COPY.call(src, into, at * idBytes, first, first + count * rowBytes);
+    } else {
+      for (let r = 0; r < count; r++) {
+        const base = first + r * srcWidth * idBytes;
+        COPY.call(src, into, (at + r * width) * idBytes, base, base + rowBytes);
+      }
     }
   } else {
+    // uint8 ids into a uint16 table (or the other way): id by id.
+    let to = at;
     for (let r = from + skip; r < from + n; r++) {
-      const base = o.routedOffset + (r * srcWidth + srcSkip) * 2;
-      for (let e = 0; e < width; e++)
-        dst[at + e] = src[base + 2 * e]! | (src[base + 2 * e + 1]! << 8);
-      at += width;
+      const base = o.routedOffset + (r * srcWidth + srcSkip) * idBytes;
+      for (let e = 0; e < width; e++) {
+        dst[to + e] =
+          idBytes === 1 ? src[base + e]! : src[base + 2 * e]! | (src[base + 2 * e + 1]! << 8);
+      }
+      to += width;
     }
   }
   rows.routingRows[row] = count;

@@ -1,7 +1,7 @@
 /**
  * From a ring request to what a vLLM engine is sent: the EngineCoreRequest fields and the
- * SamplingParams map, with the duties vLLM leaves to its frontend done here (VLLM-ENGINE.md section
- * 4): max_tokens always set, the EOS ids of the model card as `_eos_token_id`, `stop_token_ids` and
+ * SamplingParams map, with the duties vLLM leaves to its frontend done here (docs/vllm-protocol.md,
+ * "Requests"): max_tokens always set, the EOS ids of the model card as `_eos_token_id`, `stop_token_ids` and
  * `_all_stop_token_ids` (vLLM's SamplingParams.update_from_generation_config), the prompt checked
  * against the engine's max_model_len, and `routed_experts_prompt_start` kept below the prompt length
  * (vLLM dies otherwise; rows before the client's start are dropped on the way back). Every value
@@ -10,50 +10,37 @@
  */
 import type { ModelCard } from '../../wire/model-card.js';
 import { RejectReason } from '../../wire/reject.js';
-import { samplingParamsWellFormed } from '../../wire/sampling-check.js';
+import { maskableSampling, samplingParamsWellFormed } from '../../wire/sampling-check.js';
 import type { EngineRequest, SamplingParams } from '../../wire/types.js';
+import type { VllmAddRequest } from './requests.js';
+import type { ResolvedSamplingParams } from './sampling-params.js';
 
-/** The SamplingParams the codec encodes (sampling-params.ts; vLLM's defaults left out on the wire). */
-export interface VllmSamplingParams {
-  maxTokens: number;
-  temperature: number;
-  topP: number;
-  topK: number;
-  minP: number;
-  presencePenalty: number;
-  frequencyPenalty: number;
-  repetitionPenalty: number;
-  seed: number | null;
-  minTokens: number;
-  ignoreEos: boolean;
-  eosTokenId: number | null;
-  stopTokenIds: number[];
-  allStopTokenIds: number[];
-  logprobs: number | null;
-  routedExpertsPromptStart: number;
-  returnSamplingMask: boolean;
-}
-
-/** The EngineCoreRequest the codec encodes (requests.ts). */
-export interface VllmAddRequest {
-  requestId: string;
+/** The ADD the codec encodes (requests.ts), for a checked ring request. */
+export interface BridgeAdd extends VllmAddRequest {
   promptTokenIds: Int32Array;
-  params: VllmSamplingParams;
-  /** Epoch seconds. */
-  arrivalTime: number;
-  cacheSalt: string | null;
-  priority: number;
-  clientIndex: number;
+  params: ResolvedSamplingParams;
 }
 
 const INT32_MAX = 0x7fffffff;
 
-/** RejectReason.None when the request may be sent to an engine of `maxModelLen` and this card. */
-export function checkForEngine(req: EngineRequest, card: ModelCard, maxModelLen: number): number {
+/**
+ * RejectReason.None when the request may be sent to an engine of `maxModelLen` and this card.
+ * `masks`: the engine runs with `--enable-return-sampling-mask`, under which vLLM refuses greedy
+ * sampling and a request without top_k (its API server checks that; ours does too, and answers
+ * 400 naming the field, so this is the last guard before an ADD that would kill the input thread).
+ */
+export function checkForEngine(
+  req: EngineRequest,
+  card: ModelCard,
+  maxModelLen: number,
+  masks: boolean,
+): number {
   const prompt = req.promptTokenIds;
   if (!(prompt instanceof Int32Array) || prompt.length === 0) return RejectReason.PromptEmpty;
   const p = req.params;
   if (!paramsInRange(p, card.vocabSize)) return RejectReason.BadParams;
+  if (masks && !maskableSampling(p)) return RejectReason.BadParams;
+  if (!masks && p.returnSamplingMask) return RejectReason.BadParams;
   if (!Number.isInteger(req.priority) || !Number.isFinite(req.arrivalTimeMs))
     return RejectReason.BadParams;
   if (prompt.length + p.maxTokens > maxModelLen) return RejectReason.PromptTooLong;
@@ -65,16 +52,11 @@ export function checkForEngine(req: EngineRequest, card: ModelCard, maxModelLen:
 }
 
 /** The ADD for a checked ring request (requests.ts encodes it, checking every field again). */
-export function toVllmAdd(
-  req: EngineRequest,
-  requestId: string,
-  card: ModelCard,
-  masks: boolean,
-): VllmAddRequest {
+export function toVllmAdd(req: EngineRequest, requestId: string, card: ModelCard): BridgeAdd {
   return {
     requestId,
     promptTokenIds: req.promptTokenIds,
-    params: vllmSamplingParams(req.params, req.promptTokenIds.length, card, masks),
+    params: vllmSamplingParams(req.params, req.promptTokenIds.length, card),
     arrivalTime: req.arrivalTimeMs / 1000,
     cacheSalt: req.cacheSalt,
     priority: req.priority,
@@ -82,13 +64,11 @@ export function toVllmAdd(
   };
 }
 
-/** @param masks the engine announced ringserve's sampling-mask extension */
 export function vllmSamplingParams(
   p: SamplingParams,
   promptLength: number,
   card: ModelCard,
-  masks: boolean,
-): VllmSamplingParams {
+): ResolvedSamplingParams {
   const [eos, ...otherEos] = card.eosTokenIds;
   const stops = Array.from(p.stopTokenIds);
   const all = new Set<number>(stops);
@@ -113,11 +93,9 @@ export function vllmSamplingParams(
     // 0: only the sampled token's logprob (column 0 of LogprobsLists).
     logprobs: p.logprobs ? 0 : null,
     routedExpertsPromptStart: Math.min(p.routedExpertsPromptStart, promptLength - 1),
-    returnSamplingMask: masks && p.returnSamplingMask,
   };
 }
 
-/** vLLM's own SamplingParams checks (SP:428-584), so nothing the engine refuses is ever sent. */
 /** Well formed, and inside the ranges vLLM's SamplingParams accepts (it kills its input thread otherwise). */
 function paramsInRange(p: SamplingParams, vocabSize: number): boolean {
   if (!samplingParamsWellFormed(p)) return false;

@@ -1,6 +1,6 @@
 /**
  * The engine core of `ringserve serve --engine vllm`: an EngineCore whose engine is a headless vLLM
- * EngineCore in another process (VLLM-ENGINE.md). The core loop drives it exactly as it drives the
+ * EngineCore in another process (docs/vllm-protocol.md). The core loop drives it exactly as it drives the
  * simulator: ring ADDs become EngineCoreRequest ADDs with unique request ids, ring ABORTs become
  * ABORT frames, and the engine's outputs become the simulator's step rows (bridge-output.ts),
  * staged until the API servers' rings have room (bridge-backlog.ts). The sockets, the handshake and
@@ -12,6 +12,8 @@
  * request alone ends with an error) and engine-dead (ENGINE_CORE_DEAD, or no answer to the ping):
  * every request in flight ends with RejectReason.EngineDead (a 503 above the rings), the bridge is
  * not ready (the API servers answer 503 and take nothing), and the link waits for a new HELLO.
+ * Between the two, what the engine sent that does not decode costs only the requests it names
+ * (outputFailed, messageFailed): the link and every other request go on.
  */
 import { randomBytes } from 'node:crypto';
 import { RS_ERR_CONTROL_BAD_ARGUMENT, RS_ERR_ENGINE_DEAD } from '../../errors.js';
@@ -28,24 +30,27 @@ import type { OutputRoom } from '../output-room.js';
 import { StepOutputs } from '../step-outputs.js';
 import { BridgeBacklog } from './bridge-backlog.js';
 import { type BridgeRequest, type RoutingShape, stageOutput } from './bridge-output.js';
-import { checkForEngine, toVllmAdd, type VllmAddRequest } from './bridge-request.js';
+import { type BridgeAdd, checkForEngine, toVllmAdd } from './bridge-request.js';
+import type { VllmLayout } from './layouts.js';
 import type { OutputView, SchedulerStatsView } from './outputs-reader.js';
 
 /** What the bridge needs of the link to an attached engine. */
 export interface VllmEngineLink {
   /** Sends an ADD; throws (nothing sent) when a field is out of vLLM's range. */
-  add(request: VllmAddRequest): void;
+  add(request: BridgeAdd): void;
   abort(ids: readonly string[]): void;
   /** One utility call; rejects on a failure reply, past `timeoutMs`, or when the engine dies. */
   call(method: string, args: unknown[], timeoutMs: number): Promise<unknown>;
 }
 
-/** What the engine said about itself when it registered. */
+/** What the engine said about itself when it registered, and the layout it speaks. */
 export interface EngineRegistration {
   maxModelLen: number;
   numGpuBlocks: number;
-  /** The engine returns sampling masks (ringserve's extension). */
-  samplingMasks: boolean;
+  /** vllm_version as registered (null: the engine did not say). */
+  vllmVersion: string | null;
+  /** The layout in use: the registration's guess until the first output confirms it. */
+  layout: VllmLayout;
 }
 
 /** Figures from the engine's scheduler_stats: gauges of its last step, prefix-cache totals. */
@@ -67,6 +72,11 @@ export interface BridgeOptions {
   controlTimeoutMs?: number;
   /** Bound of update_weights (loading weights takes a while). */
   weightsTimeoutMs?: number;
+  /**
+   * The engine runs with vLLM's `--enable-return-sampling-mask`: requests may ask for masks, and
+   * every request must sample with temperature > 0 and top_k > 0 (vLLM refuses others then).
+   */
+  returnSamplingMask?: boolean;
   onEvent?: (message: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -110,6 +120,9 @@ export class VllmBridge implements EngineCore {
   #registration: EngineRegistration | null = null;
   #paused = false;
   #weightVersion = 0;
+  /** Why no engine can take requests (refused, lost, not registered yet); null once attached. */
+  #reason: string | null = 'no vLLM engine has registered yet';
+  #note = '';
   #wake: (() => void) | null = null;
   /** The link's reader, parked by backlogRoom() until the backlog drains. */
   #roomWaiter: (() => void) | null = null;
@@ -122,7 +135,14 @@ export class VllmBridge implements EngineCore {
     prefixQueries: 0,
     prefixHits: 0,
   };
-  readonly #counters = { promptTokens: 0, generationTokens: 0, steps: 0, lateOutputs: 0 };
+  readonly #counters = {
+    promptTokens: 0,
+    generationTokens: 0,
+    steps: 0,
+    lateOutputs: 0,
+    /** Outputs or messages of the engine that did not decode (each failed only its requests). */
+    undecodable: 0,
+  };
   readonly #timing: StepTiming = {
     ms: 0,
     sampledSeqs: 0,
@@ -150,10 +170,19 @@ export class VllmBridge implements EngineCore {
   attach(link: VllmEngineLink, registration: EngineRegistration): void {
     this.#link = link;
     this.#registration = registration;
+    this.#reason = null;
     this.#paused = false;
     this.#engineStats.known = false;
+    this.#updateNote();
     this.notify();
     this.#releaseReader(true);
+  }
+
+  /** The first output confirmed (or corrected) the layout the registration suggested. */
+  layoutConfirmed(layout: VllmLayout): void {
+    if (this.#registration === null) return;
+    this.#registration.layout = layout;
+    this.#updateNote();
   }
 
   /**
@@ -180,37 +209,75 @@ export class VllmBridge implements EngineCore {
     waiter();
   }
 
-  /** The engine died or went silent: every request in flight ends with EngineDead. */
-  detach(): void {
+  /**
+   * The engine died, went silent or was refused (`reason`: /health's 503 says it until the next
+   * engine attaches): every request in flight ends with EngineDead.
+   */
+  detach(reason: string): void {
     for (const req of this.#bySlot.values())
       this.#endRow(req.server, req.slot, RejectReason.EngineDead);
     this.#bySlot.clear();
     this.#link = null;
     this.#registration = null;
+    this.#reason = reason;
     this.#paused = false;
     this.#engineStats.known = false;
+    this.#updateNote();
     this.notify();
     this.#releaseReader(true);
   }
 
+  /** An output that did not decode: its request alone fails (and is aborted in the engine). */
+  outputFailed(o: OutputView): void {
+    this.#counters.undecodable++;
+    const req = this.#find(o.body, o.idOffset, o.idLength);
+    if (req !== undefined) this.#fail(req);
+  }
+
+  /**
+   * A message whose structure broke at `at`: the outputs before it were read, and every live
+   * request the rest of it names (its id's bytes, found by the bridge's nonce) fails.
+   */
+  messageFailed(body: Uint8Array, at: number): void {
+    this.#counters.undecodable++;
+    const nonce = this.#nonceBytes;
+    for (let i = body.indexOf(nonce[0]!, at); i >= 0; i = body.indexOf(nonce[0]!, i + 1)) {
+      const length = idLengthBefore(body, i);
+      if (length <= 0) continue;
+      const req = this.#find(body, i, length);
+      if (req !== undefined) this.#fail(req);
+    }
+  }
+
+  /** A part of a message other than an output (scheduler_stats, a utility reply) was skipped. */
+  partFailed(): void {
+    this.#counters.undecodable++;
+  }
+
   /** One EngineCoreOutput. An output of a request that has ended (aborted here) is dropped. */
   output(o: OutputView): void {
-    const req = this.#find(o);
+    const req = this.#find(o.body, o.idOffset, o.idLength);
     if (req === undefined) {
       this.#counters.lateOutputs++;
+      return;
+    }
+    if (req.masks && !o.hasMask && o.tokenCount > 0) {
+      this.#options.onEvent?.(
+        'the vLLM engine sent no sampling mask for a request that asked for one: is it running with --enable-return-sampling-mask?',
+        { request_id: req.id },
+      );
+      this.#fail(req);
       return;
     }
     const first = req.tokens === 0;
     const rows = this.#backlog.rows;
     if (!stageOutput(o, req, this.#shape, this.#weightVersion, rows)) {
-      this.#options.onEvent?.('routed_experts of the wrong shape: the request is failed', {
-        request_id: req.id,
-        layers: o.routedLayers,
-        topk: o.routedTopk,
-      });
-      this.#link?.abort([req.id]);
-      this.#forget(req);
-      this.#endRow(req.server, req.slot, RejectReason.EngineFailed);
+      const s = this.#shape;
+      this.#options.onEvent?.(
+        `routed_experts of shape [rows, ${o.routedLayers}, ${o.routedTopk}] where the model gives [rows, ${s.layers} or ${s.hiddenLayers}, ${s.topk}]: the request is failed`,
+        { request_id: req.id },
+      );
+      this.#fail(req, RejectReason.RoutingShape);
       return;
     }
     if (first && o.tokenCount > 0) this.#counters.promptTokens += req.promptLength;
@@ -245,8 +312,24 @@ export class VllmBridge implements EngineCore {
     return this.#link !== null;
   }
 
+  /** Masks can be asked for: the engine was started with them and speaks a layout that has them. */
   get samplingMasks(): boolean {
-    return this.#registration?.samplingMasks === true;
+    const layout = this.#registration?.layout;
+    return (
+      this.#options.returnSamplingMask === true &&
+      layout !== undefined &&
+      layout.output.includes('new_sampling_mask')
+    );
+  }
+
+  /** The engine note (engine-core.ts): why requests cannot run, and which vLLM is behind. */
+  get note(): string {
+    return this.#note;
+  }
+
+  /** Outputs and messages of the engine that did not decode. */
+  get undecodable(): number {
+    return this.#counters.undecodable;
   }
 
   /** The engine's max_model_len when attached and smaller than ringserve's. */
@@ -287,7 +370,12 @@ export class VllmBridge implements EngineCore {
       this.#endRow(server, slot, RejectReason.EngineDead);
       return;
     }
-    const reason = checkForEngine(request, this.model, this.maxModelLen);
+    const reason = checkForEngine(
+      request,
+      this.model,
+      this.maxModelLen,
+      this.#options.returnSamplingMask === true,
+    );
     if (reason !== RejectReason.None) {
       this.#endRow(server, slot, reason);
       return;
@@ -308,12 +396,12 @@ export class VllmBridge implements EngineCore {
       routing: p.returnRoutedExperts,
       routingStart: p.routedExpertsPromptStart,
       sentRoutingStart: Math.min(p.routedExpertsPromptStart, request.promptTokenIds.length - 1),
-      masks: p.returnSamplingMask && this.samplingMasks,
+      masks: p.returnSamplingMask,
       tokens: 0,
       numCachedTokens: -1,
     };
     try {
-      link.add(toVllmAdd(request, id, this.model, this.samplingMasks));
+      link.add(toVllmAdd(request, id, this.model));
     } catch (error) {
       this.#options.onEvent?.('an ADD was not sent: a field is out of vLLM range', {
         err: error,
@@ -371,7 +459,7 @@ export class VllmBridge implements EngineCore {
   }
 
   /**
-   * prime-rl's weight update (VLLM-ENGINE.md section 4): its worker extension's
+   * prime-rl's weight update (docs/vllm-protocol.md, "Utility calls"): its worker extension's
    * update_weights_from_path through collective_rpc, then reset_prefix_cache.
    */
   async updateWeights(version?: number, weightDir?: string): Promise<number> {
@@ -446,6 +534,7 @@ export class VllmBridge implements EngineCore {
     s.numGpuBlocks = this.#registration?.numGpuBlocks ?? 0;
     s.blockSize = this.#options.blockSize;
     s.steps = c.steps;
+    s.vllmUndecodable = c.undecodable;
     return s;
   }
 
@@ -471,13 +560,12 @@ export class VllmBridge implements EngineCore {
     }
   }
 
-  /** The live request an output's id names, read from its bytes; undefined for any other id. */
-  #find(o: OutputView): BridgeRequest | undefined {
-    const b = o.body;
+  /** The live request whose id is b[at .. at + length); undefined for any other id. */
+  #find(b: Uint8Array, at: number, length: number): BridgeRequest | undefined {
     const nonce = this.#nonceBytes;
-    let i = o.idOffset;
-    const end = i + o.idLength;
-    if (o.idLength <= nonce.length) return undefined;
+    let i = at;
+    const end = i + length;
+    if (length <= nonce.length) return undefined;
     for (let k = 0; k < nonce.length; k++) if (b[i + k] !== nonce[k]) return undefined;
     i += nonce.length;
     // Three decimal fields, each after a '-': server, slot, serial.
@@ -505,6 +593,22 @@ export class VllmBridge implements EngineCore {
     return req !== undefined && req.serial === value ? req : undefined;
   }
 
+  /** Ends a live request with an error row and tells the engine to drop it. */
+  #fail(req: BridgeRequest, reason: RejectReason = RejectReason.EngineFailed): void {
+    this.#link?.abort([req.id]);
+    this.#forget(req);
+    this.#endRow(req.server, req.slot, reason);
+  }
+
+  #updateNote(): void {
+    const reg = this.#registration;
+    const info: Record<string, string> =
+      reg === null
+        ? {}
+        : { vllm_layout: reg.layout.name, vllm_version: reg.vllmVersion ?? 'unknown' };
+    this.#note = JSON.stringify({ reason: this.#reason, info });
+  }
+
   #forget(req: BridgeRequest): void {
     this.#bySlot.delete(slotKey(req.server, req.slot));
   }
@@ -517,6 +621,14 @@ export class VllmBridge implements EngineCore {
     rows.rejectReason[row] = reason;
     this.notify();
   }
+}
+
+/** The length of the msgpack string whose bytes start at `at` (its header just before), or -1. */
+function idLengthBefore(b: Uint8Array, at: number): number {
+  const h = at >= 1 ? b[at - 1]! : 0;
+  if ((h & 0xe0) === 0xa0) return h & 0x1f;
+  if (at >= 2 && b[at - 2] === 0xd9) return h;
+  return -1;
 }
 
 function isIndex(v: number): boolean {

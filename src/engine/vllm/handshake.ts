@@ -1,10 +1,11 @@
 import { RS_ERR_VLLM_DECODE } from '../../errors.js';
-import { SAMPLING_MASKS_KEY, type VllmLayout } from './layouts.js';
+import type { VllmLayout } from './layouts.js';
 import { MsgReader } from './msgpack-reader.js';
 import { MsgWriter } from './msgpack-writer.js';
+import { writeAny } from './values.js';
 
 /**
- * The cold messages of vLLM's startup handshake (VLLM-ENGINE.md section 3): the engine's HELLO and
+ * The cold messages of vLLM's startup handshake (docs/vllm-protocol.md, "Handshake"): the engine's HELLO and
  * READY on the handshake socket, the frontend's init message with the socket addresses, and the
  * engine's registration (EngineCoreReadyResponse) on the input socket. All are msgpack maps.
  */
@@ -26,17 +27,35 @@ export interface InitMessage {
   outputs: string[];
 }
 
-/** EngineCoreReadyResponse, plus ringserve's extension key. */
+/**
+ * EngineCoreReadyResponse as ringserve reads and writes it (docs/vllm-protocol.md,
+ * "Registration"): the keys both sides act on, each null when the engine did not send it, and
+ * every key seen, in wire order, so a layout can be told from them (detect.ts).
+ */
 export interface Registration {
   maxModelLen: number;
   numGpuBlocks: number;
+  blockSize: number | null;
   dpStatsAddress: string | null;
+  /** float16, bfloat16 or float32 (the only values vLLM's Rust frontend accepts). */
   dtype: string | null;
-  /** The engine appends CSR sampling masks to its outputs (ringserve's extension). */
-  samplingMasks: boolean;
-  /** Keys this layout does not know (a newer vLLM's): ignored, as vLLM's frontend ignores them. */
-  unknownKeys: string[];
+  /** vllm.version.__version__: "0.26.0" for a release, "0.1.devN+g..." for a source build. */
+  vllmVersion: string | null;
+  worldSize: number | null;
+  dataParallelSize: number | null;
+  dataParallelRank: number | null;
+  maxNumSeqs: number | null;
+  maxNumBatchedTokens: number | null;
+  supportsLora: boolean | null;
+  maxLoras: number | null;
+  kvCacheSizeTokens: number | null;
+  instanceId: string | null;
+  /** Every key of the message, in wire order. */
+  keys: string[];
 }
+
+/** What an engine registers with, key by key (encodeRegistration writes its layout's keys). */
+export type RegistrationValues = Omit<Registration, 'keys'>;
 
 /** The 2-byte little-endian identity of DP rank `rank` on both engine DEALERs. */
 export function engineIdentity(rank: number): Buffer {
@@ -129,55 +148,169 @@ export function decodeInit(frame: Uint8Array): InitMessage {
   return m;
 }
 
-export function encodeRegistration(layout: VllmLayout, m: Registration): Buffer {
-  const w = new MsgWriter(128);
-  w.mapHeader(layout.registration.length + (m.samplingMasks ? 1 : 0));
+/**
+ * The registration an engine of `layout` sends: every key of that series' EngineCoreReadyResponse,
+ * its required ones with a value of the right type, the others nil or their default.
+ */
+export function encodeRegistration(layout: VllmLayout, m: RegistrationValues): Buffer {
+  const w = new MsgWriter(1024);
+  w.mapHeader(layout.registration.length);
   for (const key of layout.registration) {
     w.str(key);
-    if (key === 'max_model_len') w.int(m.maxModelLen, key);
-    else if (key === 'num_gpu_blocks') w.int(m.numGpuBlocks, key);
-    else if (key === 'dp_stats_address') optionalStr(w, m.dpStatsAddress);
-    else if (key === 'dtype') optionalStr(w, m.dtype);
-    else w.nil();
-  }
-  if (m.samplingMasks) {
-    w.str(SAMPLING_MASKS_KEY);
-    w.bool(true);
+    writeAny(w, registrationValue(key, m), `registration.${key}`);
   }
   return w.toBuffer();
 }
 
-export function decodeRegistration(layout: VllmLayout, frame: Uint8Array): Registration {
+/**
+ * The value of one EngineCoreReadyResponse key (writeAny writes it: an integer as an int, any
+ * other number as a float, which is what msgspec reads for an int or float field).
+ */
+function registrationValue(key: string, m: RegistrationValues): unknown {
+  switch (key) {
+    case 'max_model_len':
+      return m.maxModelLen;
+    case 'num_gpu_blocks':
+      return m.numGpuBlocks;
+    case 'block_size':
+      return m.blockSize ?? 16;
+    case 'dp_stats_address':
+      return m.dpStatsAddress;
+    case 'dtype':
+      return m.dtype ?? 'bfloat16';
+    case 'vllm_version':
+      return m.vllmVersion ?? '0.0.0';
+    case 'world_size':
+      return m.worldSize ?? 1;
+    case 'tensor_parallel_size':
+    case 'pipeline_parallel_size':
+    case 'decode_context_parallel_size':
+      return 1;
+    case 'data_parallel_size':
+      return m.dataParallelSize ?? 1;
+    case 'data_parallel_rank':
+      return m.dataParallelRank ?? 0;
+    case 'max_num_seqs':
+      return m.maxNumSeqs ?? 256;
+    case 'max_num_batched_tokens':
+      return m.maxNumBatchedTokens ?? 8192;
+    case 'instance_id':
+      return m.instanceId ?? '';
+    case 'supports_lora':
+      return m.supportsLora === true;
+    case 'enable_sleep_mode':
+    case 'supports_draft_weight_updates':
+      return false;
+    case 'max_loras':
+      return m.maxLoras ?? 0;
+    case 'kv_cache_size_tokens':
+      return m.kvCacheSizeTokens;
+    case 'kv_cache_max_concurrency':
+      return m.kvCacheSizeTokens === null ? null : m.kvCacheSizeTokens / m.maxModelLen;
+    default:
+      return null;
+  }
+}
+
+/**
+ * Reads a registration as vLLM's frontends do: a map (an empty frame is vLLM 0.19 or older, which
+ * no layout here speaks), keys it does not act on skipped whatever their type, the ones it does
+ * type-checked; max_model_len and num_gpu_blocks are required.
+ */
+export function decodeRegistration(frame: Uint8Array): Registration {
+  if (frame.length === 0) {
+    throw new RS_ERR_VLLM_DECODE('registration', 'an empty frame (vLLM 0.19 or older)');
+  }
   const r = new MsgReader().reset(frame);
   const m: Registration = {
     maxModelLen: -1,
     numGpuBlocks: -1,
+    blockSize: null,
     dpStatsAddress: null,
     dtype: null,
-    samplingMasks: false,
-    unknownKeys: [],
+    vllmVersion: null,
+    worldSize: null,
+    dataParallelSize: null,
+    dataParallelRank: null,
+    maxNumSeqs: null,
+    maxNumBatchedTokens: null,
+    supportsLora: null,
+    maxLoras: null,
+    kvCacheSizeTokens: null,
+    instanceId: null,
+    keys: [],
   };
   for (let n = r.mapHeader('registration'); n > 0; n--) {
     const key = r.str('registration key');
-    const field = `registration.${key}`;
-    if (key === 'max_model_len') m.maxModelLen = r.int(field);
-    else if (key === 'num_gpu_blocks') m.numGpuBlocks = r.int(field);
-    else if (key === 'dp_stats_address') m.dpStatsAddress = r.nil(field) ? null : r.str(field);
-    else if (key === 'dtype') m.dtype = r.nil(field) ? null : r.str(field);
-    else if (key === SAMPLING_MASKS_KEY) m.samplingMasks = r.bool(field);
-    else {
-      if (!layout.registration.includes(key)) m.unknownKeys.push(key);
-      r.skip(field);
-    }
+    m.keys.push(key);
+    readRegistrationValue(r, key, m);
   }
   r.done('registration');
   if (m.maxModelLen < 1) {
-    throw new RS_ERR_VLLM_DECODE('registration.max_model_len', 'missing or not positive');
+    throw new RS_ERR_VLLM_DECODE(
+      'registration.max_model_len',
+      `missing or not positive (keys: ${m.keys.join(', ') || 'none'})`,
+    );
   }
   if (m.numGpuBlocks < 0) {
     throw new RS_ERR_VLLM_DECODE('registration.num_gpu_blocks', 'missing or negative');
   }
   return m;
+}
+
+function readRegistrationValue(r: MsgReader, key: string, m: Registration): void {
+  const field = `registration.${key}`;
+  const optInt = (): number | null => (r.nil(field) ? null : r.int(field));
+  const optStr = (): string | null => (r.nil(field) ? null : r.str(field));
+  switch (key) {
+    case 'max_model_len':
+      m.maxModelLen = r.int(field);
+      break;
+    case 'num_gpu_blocks':
+      m.numGpuBlocks = r.int(field);
+      break;
+    case 'block_size':
+      m.blockSize = optInt();
+      break;
+    case 'dp_stats_address':
+      m.dpStatsAddress = optStr();
+      break;
+    case 'dtype':
+      m.dtype = optStr();
+      break;
+    case 'vllm_version':
+      m.vllmVersion = optStr();
+      break;
+    case 'world_size':
+      m.worldSize = optInt();
+      break;
+    case 'data_parallel_size':
+      m.dataParallelSize = optInt();
+      break;
+    case 'data_parallel_rank':
+      m.dataParallelRank = optInt();
+      break;
+    case 'max_num_seqs':
+      m.maxNumSeqs = optInt();
+      break;
+    case 'max_num_batched_tokens':
+      m.maxNumBatchedTokens = optInt();
+      break;
+    case 'supports_lora':
+      m.supportsLora = r.nil(field) ? null : r.bool(field);
+      break;
+    case 'max_loras':
+      m.maxLoras = optInt();
+      break;
+    case 'kv_cache_size_tokens':
+      m.kvCacheSizeTokens = optInt();
+      break;
+    case 'instance_id':
+      m.instanceId = optStr();
+      break;
+    default:
+      r.skip(field);
+  }
 }
 
 function strings(w: MsgWriter, list: readonly string[]): void {
@@ -189,9 +322,4 @@ function readStrings(r: MsgReader, field: string): string[] {
   const out: string[] = [];
   for (let n = r.arrayHeader(field); n > 0; n--) out.push(r.str(field));
   return out;
-}
-
-function optionalStr(w: MsgWriter, s: string | null): void {
-  if (s === null) w.nil();
-  else w.str(s);
 }

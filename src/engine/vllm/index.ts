@@ -1,7 +1,9 @@
 /**
- * The vLLM v1 engine protocol codec (VLLM-ENGINE.md): what the bridge (the frontend) and the
- * headless simulator (the engine) both import. Transport (ZMQ sockets) lives with each of them.
+ * The vLLM v1 engine protocol codec (docs/vllm-protocol.md): what the bridge (the frontend) and
+ * the headless simulator (the engine, headless/) both import. Transport (ZMQ sockets) lives with
+ * each of them.
  */
+export { guessLayout, type LayoutGuess, parseRelease } from './detect.js';
 export {
   decodeHandshake,
   decodeInit,
@@ -14,12 +16,14 @@ export {
   type HandshakeStatus,
   type InitMessage,
   type Registration,
+  type RegistrationValues,
 } from './handshake.js';
 export {
-  DEFAULT_VLLM_LAYOUT,
+  AUTO_VLLM_VERSION,
+  describeLayouts,
   getVllmLayout,
-  SAMPLING_MASK_ARG,
-  SAMPLING_MASKS_KEY,
+  layoutForOutputFields,
+  NEWEST_VLLM_LAYOUT,
   VLLM_LAYOUTS,
   VLLM_VERSION_NAMES,
   type VllmLayout,
@@ -36,6 +40,7 @@ export {
   VllmFinishReason,
 } from './outputs.js';
 export {
+  type LayoutMode,
   OutputsReader,
   type OutputsSink,
   OutputView,

@@ -210,10 +210,25 @@ export class MsgReader {
     this.pos = p + 1 + n;
   }
 
-  /** Skips one value of any type. */
+  /**
+   * An integer of any msgpack width: a number when it fits a JS safe integer, else a bigint (vLLM's
+   * Python frontend draws utility call ids from a uuid: often >= 2^63, echoed as uint64).
+   */
+  intOrBig(field: string): number | bigint {
+    const b = this.peek(field);
+    if (b !== 0xcf && b !== 0xd3) return this.int(field);
+    const p = this.pos + 1;
+    this.#need(field, p, 8);
+    this.pos = p + 8;
+    const big = b === 0xcf ? this.view.getBigUint64(p) : this.view.getBigInt64(p);
+    return big <= MAX_SAFE && big >= MIN_SAFE ? Number(big) : big;
+  }
+
+  /** Skips one value of any type (an integer of any width, safe or not). */
   skip(field: string): void {
     const b = this.peek(field);
-    if (b < 0x80 || b >= 0xe0 || (b >= 0xcc && b <= 0xd3)) this.int(field);
+    if (b === 0xcf || b === 0xd3) this.intOrBig(field);
+    else if (b < 0x80 || b >= 0xe0 || (b >= 0xcc && b <= 0xd3)) this.int(field);
     else if (b === 0xc0 || b === 0xc2 || b === 0xc3) this.pos++;
     else if (b === 0xca || b === 0xcb) this.float(field);
     else if ((b & 0xe0) === 0xa0 || (b >= 0xd9 && b <= 0xdb)) this.strRange(field);
@@ -227,12 +242,12 @@ export class MsgReader {
   }
 
   /**
-   * Any value as plain JS (maps become objects, bin a Uint8Array, ext an error): for the cold
-   * free-form parts (scheduler_stats, utility results, trace headers).
+   * Any value as plain JS (maps become objects, bin a Uint8Array, an integer beyond 2^53 a bigint,
+   * ext an error): for the cold free-form parts (utility arguments and results, kv_transfer_params).
    */
   any(field: string): unknown {
     const b = this.peek(field);
-    if (b < 0x80 || b >= 0xe0 || (b >= 0xcc && b <= 0xd3)) return this.int(field);
+    if (b < 0x80 || b >= 0xe0 || (b >= 0xcc && b <= 0xd3)) return this.intOrBig(field);
     if (b === 0xc0) {
       this.pos++;
       return null;
@@ -324,3 +339,5 @@ export function typeName(b: number): string {
 }
 
 const EMPTY = new Uint8Array(0);
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+const MIN_SAFE = BigInt(Number.MIN_SAFE_INTEGER);

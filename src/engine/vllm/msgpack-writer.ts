@@ -79,6 +79,30 @@ export class MsgWriter {
     this.length = p;
   }
 
+  /**
+   * An integer that may not fit a JS number (a uint64 utility call id): a bigint in [-2^63, 2^64)
+   * goes out as msgspec writes it (uint64 when non-negative, int64 otherwise), a number as int().
+   */
+  bigInt(value: number | bigint, field = 'int'): void {
+    if (typeof value === 'number') {
+      this.int(value, field);
+      return;
+    }
+    if (value >= -MAX_SAFE && value <= MAX_SAFE) {
+      this.int(Number(value), field);
+      return;
+    }
+    if (value < INT64_MIN || value > UINT64_MAX) {
+      throw new RS_ERR_VLLM_BAD_FIELD(field, `${value} does not fit 64 bits`);
+    }
+    this.#reserve(9);
+    const p = this.length;
+    this.#buf[p] = value >= 0n ? 0xcf : 0xd3;
+    if (value >= 0n) this.#view.setBigUint64(p + 1, value);
+    else this.#view.setBigInt64(p + 1, value);
+    this.length = p + 9;
+  }
+
   float(value: number): void {
     this.#reserve(9);
     this.#buf[this.length] = 0xcb;
@@ -164,7 +188,10 @@ export class MsgWriter {
       p += 4;
     }
     b[p++] = type;
-    for (let i = 0; i < n; i++) b[p + i] = src[start + i] as number;
+    // Short runs by hand; longer ones (an inline routing row is hundreds of bytes) with Buffer's
+    // native copy, which takes any Uint8Array as its source and makes no view of it.
+    if (n < NATIVE_COPY) for (let i = 0; i < n; i++) b[p + i] = src[start + i] as number;
+    else Buffer.prototype.copy.call(src, b, p, start, start + n);
     this.length = p + n;
   }
 
@@ -204,3 +231,9 @@ export class MsgWriter {
     this.#view = new DataView(grown.buffer, grown.byteOffset, grown.length);
   }
 }
+
+/** Ext payloads at least this long are copied natively (the call costs about as much as 32 bytes). */
+const NATIVE_COPY = 32;
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+const INT64_MIN = -(2n ** 63n);
+const UINT64_MAX = 2n ** 64n - 1n;

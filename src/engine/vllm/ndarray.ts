@@ -11,10 +11,21 @@ import type { MsgWriter } from './msgpack-writer.js';
 
 /** msgspec's ext type for raw ndarray bytes. */
 export const RAW_VIEW_EXT = 3;
-/** Arrays of at least this many bytes go in their own frame (vllm/envs.py default 256). */
-export const INLINE_LIMIT = 256;
+/**
+ * Arrays of at least this many bytes go in their own frame: vLLM's VLLM_MSGPACK_ZERO_COPY_THRESHOLD
+ * (vllm/envs.py, default 256), read from the environment as vLLM reads it, so the headless engine
+ * frames its outputs as a vLLM engine started with the same setting does. A routing row of
+ * Qwen3-30B-A3B is 384 bytes: at the default, each output's rows travel in a frame of their own.
+ */
+export const INLINE_LIMIT = zeroCopyThreshold(process.env.VLLM_MSGPACK_ZERO_COPY_THRESHOLD);
 
-/** The dtypes this codec reads and writes, by numpy `dtype.str`. */
+/** The threshold an environment value sets: a non-negative integer, else vLLM's default. */
+export function zeroCopyThreshold(value: string | undefined): number {
+  const n = value === undefined || value === '' ? Number.NaN : Number(value);
+  return Number.isSafeInteger(n) && n >= 0 ? n : 256;
+}
+
+/** The dtypes this codec reads and writes, by the numpy `dtype.str` it writes. */
 export const Dtype = {
   f4: '<f4',
   i4: '<i4',
@@ -92,7 +103,32 @@ export class NdarrayView {
   }
 }
 
-const DTYPES = Object.values(Dtype);
+/**
+ * The spellings of each dtype an engine may send, after an optional byte-order prefix: numpy's
+ * `dtype.str` codes (`<i4`, `|u1`, `=u2`: vLLM's ndarrays) and torch's names (`int64`,
+ * `float32`: vLLM's tensors, e.g. prompt logprobs), as vLLM's Rust client accepts them
+ * (protocol/dtype.rs). Data is little-endian on every platform vLLM runs on, so `<`, `=`, `|`
+ * and no prefix read alike; `>` (big-endian) is refused for multi-byte types.
+ */
+const SPELLINGS: readonly (readonly [string, Dtype])[] = [
+  ['u1', Dtype.u1],
+  ['uint8', Dtype.u1],
+  ['u2', Dtype.u2],
+  ['uint16', Dtype.u2],
+  ['i4', Dtype.i4],
+  ['int32', Dtype.i4],
+  ['i8', Dtype.i8],
+  ['int64', Dtype.i8],
+  ['f4', Dtype.f4],
+  ['float32', Dtype.f4],
+];
+const SPELLING_BYTES = SPELLINGS.map(
+  ([text, dtype]) => [Buffer.from(text, 'latin1'), dtype] as const,
+);
+const LITTLE = 0x3c; // '<'
+const NATIVE = 0x3d; // '='
+const NOT_APPLICABLE = 0x7c; // '|'
+const BIG = 0x3e; // '>'
 
 /**
  * Reads an ndarray into `out`; `frames` are the message's frames (frame 0 the body). `field` is
@@ -144,19 +180,19 @@ function nonNegative(r: MsgReader, field: string): number {
   return n;
 }
 
-/** The Dtype whose text equals the string just read (no string is made). */
+/** The Dtype whose spelling equals the string just read (no string is made). */
 function matchDtype(r: MsgReader, field: string): Dtype {
   const { buf, strStart, strLength } = r;
-  if (strLength === 3) {
-    for (const d of DTYPES) {
-      if (
-        buf[strStart] === d.charCodeAt(0) &&
-        buf[strStart + 1] === d.charCodeAt(1) &&
-        buf[strStart + 2] === d.charCodeAt(2)
-      ) {
-        return d;
-      }
-    }
+  let at = strStart;
+  const first = buf[at];
+  const big = first === BIG;
+  if (first === LITTLE || first === NATIVE || first === NOT_APPLICABLE || big) at++;
+  const n = strStart + strLength - at;
+  for (const [bytes, dtype] of SPELLING_BYTES) {
+    if (bytes.length !== n) continue;
+    let k = 0;
+    while (k < n && buf[at + k] === bytes[k]) k++;
+    if (k === n && !(big && DTYPE_WIDTH[dtype] > 1)) return dtype;
   }
   const text = Buffer.from(buf.buffer, buf.byteOffset + strStart, strLength).toString('latin1');
   return r.fail(`${field}.dtype`, `unsupported dtype "${text}"`);

@@ -18,6 +18,14 @@ export class OutputView {
   /** W of LogprobsLists: 1 + the widest top-k of the engine step. */
   logprobWidth = 0;
   logprobs = new Float32Array(64);
+  /**
+   * Columns 1 .. W-1 (the engine's top candidates) of token t: topIds / topLogprobs
+   * [t * (W - 1) .. (t + 1) * (W - 1)).
+   */
+  topIds = new Int32Array(64);
+  topLogprobs = new Float32Array(64);
+  /** sampled_token_ranks: the sampled token's 1-based rank, ranks[0 .. tokenCount). */
+  ranks = new Int32Array(64);
   /** -1 while running; else vLLM's FinishReason (0 stop, 1 length, 2 abort, 3 error, 4 repetition). */
   finishReason = -1;
   /** The stop token id, -1 for nil; a string stop_reason sets stopReasonIsText (and -1 here). */
@@ -39,7 +47,10 @@ export class OutputView {
   routedOffset = 0;
   routedLength = 0;
   numNansInLogits = 0;
-  /** ringserve extension: CSR sampling mask, maskCounts[0 .. tokenCount), maskIds[0 .. maskIdCount). */
+  /**
+   * new_sampling_mask present: token t's kept ids are maskIds[start .. start + maskCounts[t]), the
+   * rows in token order (start = the sum of the counts before t).
+   */
   hasMask = false;
   maskCounts = new Int32Array(64);
   maskIdCount = 0;
@@ -67,4 +78,6 @@ export class SchedulerStatsView {
   prefixRequests = 0;
   prefixQueries = 0;
   prefixHits = 0;
+  /** The engine's own step counter (vLLM >= 0.23; 0 when absent). */
+  stepCounter = 0;
 }

@@ -1,7 +1,14 @@
-import { RS_ERR_VLLM_DECODE } from '../../errors.js';
-import type { VllmLayout } from './layouts.js';
+import { RS_ERR_VLLM_DECODE, RS_ERR_VLLM_LAYOUT } from '../../errors.js';
+import { describeLayouts, layoutForOutputFields, type VllmLayout } from './layouts.js';
 import { MsgReader } from './msgpack-reader.js';
-import { NdarrayView, readNdarray } from './ndarray.js';
+import { NdarrayView } from './ndarray.js';
+import {
+  readLogprobs,
+  readPrefill,
+  readRouted,
+  readSamplingMask,
+  readSchedulerStats,
+} from './output-fields.js';
 import { OutputView, SchedulerStatsView } from './output-view.js';
 import { ENGINE_CORE_DEAD } from './outputs.js';
 
@@ -11,32 +18,64 @@ export { OutputView, SchedulerStatsView };
 /**
  * The frontend's hot path: EngineCoreOutputs frames walked in place and handed to a sink one
  * EngineCoreOutput at a time through one reused OutputView, so reading a step creates no object
- * per token (the token ids and column 0 of the logprobs go into scratch typed arrays; the request
- * id, the routing rows and the aux frames stay where they are, as byte ranges). A message that
- * does not match the layout throws RS_ERR_VLLM_DECODE naming the field.
+ * per token (the token ids and logprob columns go into scratch typed arrays; the request id, the
+ * routing rows and the aux frames stay where they are, as byte ranges).
+ *
+ * The layout is confirmed on the first EngineCoreOutput (msgspec writes every field of an
+ * array-like struct, so its element count names the release series): with `auto` the reader
+ * takes the table of that count, pinned it insists on its own; otherwise it throws
+ * RS_ERR_VLLM_LAYOUT, and the link refuses that engine (nothing of it can be read).
+ *
+ * Otherwise nothing one item holds can cost more than that item: an output that does not decode
+ * (an unknown finish reason, a dtype or shape vLLM does not send) is skipped whole and reported to
+ * `outputFailed` with its request id, an undecodable scheduler_stats or utility_output is skipped
+ * and reported, and a message broken in its structure (truncated, reserved bytes) is reported to
+ * `messageFailed` with the body and where the break is, so the sink can fail the requests the
+ * rest of it names.
  */
 
 export interface OutputsSink {
   output(o: OutputView): void;
+  /** An output that did not decode; o's idOffset/idLength hold its request id (0 length: none). */
+  outputFailed?(o: OutputView, error: Error): void;
   /** The message's scheduler_stats (after its outputs, in wire order). */
   schedulerStats?(s: SchedulerStatsView): void;
   /** utility_output: success has failure null and the method's return value. */
-  utility?(callId: number, failure: string | null, result: unknown): void;
+  utility?(callId: number | bigint, failure: string | null, result: unknown): void;
+  /** A part of the message other than an output did not decode (it was skipped). */
+  partFailed?(part: string, error: Error): void;
+  /** The message's structure broke at byte `at` of `body`; nothing after it was read. */
+  messageFailed?(body: Uint8Array, at: number, error: Error): void;
   /** The ENGINE_CORE_DEAD frame. */
   engineDead?(): void;
   /** After the message's outputs. */
   end?(engineIndex: number, timestamp: number): void;
 }
 
+export type LayoutMode = 'auto' | 'pinned';
+
 export class OutputsReader {
-  readonly #layout: VllmLayout;
+  #layout: VllmLayout;
+  #confirmed = false;
+  readonly #mode: LayoutMode;
   readonly #r = new MsgReader();
   readonly #o = new OutputView();
   readonly #stats = new SchedulerStatsView();
   readonly #nd = new NdarrayView();
 
-  constructor(layout: VllmLayout) {
+  /** `layout`: the table to read with (auto: the registration's guess, until outputs confirm it). */
+  constructor(layout: VllmLayout, mode: LayoutMode = 'pinned') {
     this.#layout = layout;
+    this.#mode = mode;
+  }
+
+  get layout(): VllmLayout {
+    return this.#layout;
+  }
+
+  /** Whether an EngineCoreOutput has confirmed the layout. */
+  get confirmed(): boolean {
+    return this.#confirmed;
   }
 
   /** Decodes one message (`frames` = [body, *aux]) into `sink`. */
@@ -49,6 +88,16 @@ export class OutputsReader {
     }
     const r = this.#r.reset(body);
     this.#o.body = body;
+    try {
+      this.#readMessage(r, frames, sink);
+    } catch (error) {
+      if (!(error instanceof RS_ERR_VLLM_DECODE)) throw error;
+      if (sink.messageFailed === undefined) throw error;
+      sink.messageFailed(body, r.pos, error);
+    }
+  }
+
+  #readMessage(r: MsgReader, frames: readonly Uint8Array[], sink: OutputsSink): void {
     const fields = this.#layout.outputs;
     const n = r.arrayHeader('EngineCoreOutputs');
     let engineIndex = 0;
@@ -65,22 +114,16 @@ export class OutputsReader {
           engineIndex = r.int(field);
           break;
         case 'outputs':
-          for (let k = r.arrayHeader(field); k > 0; k--) {
-            this.#readOutput(r, frames);
-            sink.output(this.#o);
-          }
+          for (let k = r.arrayHeader(field); k > 0; k--) this.#output(r, frames, sink);
           break;
         case 'scheduler_stats':
-          if (!r.nil(field)) {
-            this.#readStats(r);
-            sink.schedulerStats?.(this.#stats);
-          }
+          if (!r.nil(field)) this.#part(r, field, sink, () => this.#readStats(r, sink));
           break;
         case 'timestamp':
           timestamp = r.float(field);
           break;
         case 'utility_output':
-          if (!r.nil(field)) this.#readUtility(r, sink);
+          if (!r.nil(field)) this.#part(r, field, sink, () => this.#readUtility(r, sink));
           break;
         default:
           r.skip(field);
@@ -90,10 +133,72 @@ export class OutputsReader {
     sink.end?.(engineIndex, timestamp);
   }
 
-  #readOutput(r: MsgReader, frames: readonly Uint8Array[]): void {
+  /** One EngineCoreOutput; one that does not decode is skipped whole and reported. */
+  #output(r: MsgReader, frames: readonly Uint8Array[], sink: OutputsSink): void {
+    const start = r.pos;
+    const n = r.arrayHeader('EngineCoreOutput');
+    if (!this.#confirmed) this.#confirm(n);
+    try {
+      if (n !== this.#layout.output.length) {
+        const want = this.#layout.output.length;
+        r.fail('EngineCoreOutput', `${n} fields, the ${this.#layout.name} layout has ${want}`);
+      }
+      this.#readOutput(r, n, frames);
+    } catch (error) {
+      if (!(error instanceof RS_ERR_VLLM_DECODE) || sink.outputFailed === undefined) throw error;
+      // Back to the output's start: skipping it whole tells whether the message is still sound
+      // (a skip that fails is a structural break, which the caller reports).
+      r.pos = start;
+      this.#idOf(r);
+      r.pos = start;
+      try {
+        r.skip('EngineCoreOutput');
+      } catch (broken) {
+        // The break is in this output: what follows its start is what the sink must scan.
+        r.pos = start;
+        throw broken;
+      }
+      sink.outputFailed(this.#o, error);
+      return;
+    }
+    sink.output(this.#o);
+  }
+
+  /** The first output's element count confirms the layout, or picks it (auto). */
+  #confirm(n: number): void {
+    const named = layoutForOutputFields(n);
+    if (named === this.#layout || (this.#mode === 'auto' && named !== undefined)) {
+      this.#layout = named;
+      this.#confirmed = true;
+      return;
+    }
+    const pinned = `--vllm-version ${this.#layout.name} has ${this.#layout.output.length}`;
+    const hint = named === undefined ? '' : ` (${named.name} has ${n}: use it, or auto)`;
+    throw new RS_ERR_VLLM_LAYOUT(
+      this.#mode === 'auto'
+        ? `its EngineCoreOutput has ${n} fields; layouts: ${describeLayouts()}`
+        : `its EngineCoreOutput has ${n} fields, ${pinned}${hint}`,
+    );
+  }
+
+  /** Points the view's request id at the output's first element, if it is a string. */
+  #idOf(r: MsgReader): void {
+    const o = this.#o;
+    o.idOffset = 0;
+    o.idLength = 0;
+    try {
+      if (r.arrayHeader('EngineCoreOutput') === 0) return;
+      r.strRange('request_id');
+      o.idOffset = r.strStart;
+      o.idLength = r.strLength;
+    } catch {
+      // No readable id: the sink gets a zero-length one.
+    }
+  }
+
+  #readOutput(r: MsgReader, n: number, frames: readonly Uint8Array[]): void {
     const o = this.#o;
     const fields = this.#layout.output;
-    const n = r.arrayHeader('EngineCoreOutput');
     if (n < this.#layout.outputRequired) r.fail('EngineCoreOutput', `${n} fields`);
     o.tokenCount = 0;
     o.hasLogprobs = false;
@@ -109,8 +214,7 @@ export class OutputsReader {
     for (let i = 0; i < n; i++) {
       const field = fields[i];
       if (field === undefined) {
-        if (i === fields.length) this.#readMask(r, frames);
-        else r.skip('EngineCoreOutput extra field');
+        r.skip('EngineCoreOutput extra field');
         continue;
       }
       switch (field) {
@@ -123,7 +227,7 @@ export class OutputsReader {
           this.#readTokens(r);
           break;
         case 'new_logprobs':
-          if (!r.nil(field)) this.#readLogprobs(r, frames);
+          if (!r.nil(field)) readLogprobs(r, frames, this.#nd, o);
           break;
         case 'finish_reason':
           if (!r.nil(field)) {
@@ -140,13 +244,16 @@ export class OutputsReader {
           } else o.stopReason = r.int(field);
           break;
         case 'prefill_stats':
-          if (!r.nil(field)) this.#readPrefill(r);
+          if (!r.nil(field)) readPrefill(r, o);
           break;
         case 'routed_experts':
-          if (!r.nil(field)) this.#readRouted(r, frames);
+          if (!r.nil(field)) readRouted(r, frames, this.#nd, o);
+          break;
+        case 'new_sampling_mask':
+          if (!r.nil(field)) readSamplingMask(r, frames, this.#nd, o);
           break;
         case 'num_nans_in_logits':
-          o.numNansInLogits = r.int(field);
+          o.numNansInLogits = r.nil(field) ? 0 : r.int(field);
           break;
         default:
           r.skip(field);
@@ -157,125 +264,46 @@ export class OutputsReader {
   #readTokens(r: MsgReader): void {
     const o = this.#o;
     const k = r.arrayHeader('new_token_ids');
-    if (o.tokenIds.length < k) o.tokenIds = new Int32Array(grow(k));
+    if (o.tokenIds.length < k) o.tokenIds = new Int32Array(Math.max(64, k * 2));
     for (let i = 0; i < k; i++) o.tokenIds[i] = r.int('new_token_ids');
     o.tokenCount = k;
   }
 
-  #readLogprobs(r: MsgReader, frames: readonly Uint8Array[]): void {
-    const o = this.#o;
-    const n = r.arrayHeader('new_logprobs');
-    if (n < 3) r.fail('new_logprobs', `LogprobsLists has ${n} fields`);
-    const nd = this.#nd;
-    readNdarray(r, 'new_logprobs.logprob_token_ids', frames, nd);
-    const w = nd.shape1;
-    readNdarray(r, 'new_logprobs.logprobs', frames, nd);
-    if (nd.dtype !== '<f4' || nd.dims !== 2 || nd.shape0 !== o.tokenCount || nd.shape1 !== w) {
-      r.fail('new_logprobs.logprobs', `expected <f4 [${o.tokenCount}, ${w}]`);
-    }
-    if (o.logprobs.length < o.tokenCount) o.logprobs = new Float32Array(grow(o.tokenCount));
-    const view = nd.data === r.buf ? r.view : new DataView(nd.data.buffer, nd.data.byteOffset);
-    for (let i = 0; i < o.tokenCount; i++) {
-      o.logprobs[i] = view.getFloat32(nd.offset + i * w * 4, true);
-    }
-    o.logprobWidth = w;
-    o.hasLogprobs = true;
-    for (let i = 2; i < n; i++) r.skip('new_logprobs');
-  }
-
-  #readRouted(r: MsgReader, frames: readonly Uint8Array[]): void {
-    const o = this.#o;
-    const nd = readNdarray(r, 'routed_experts', frames, this.#nd);
-    if ((nd.dtype !== '|u1' && nd.dtype !== '<u2') || nd.dims !== 3) {
-      r.fail('routed_experts', `expected |u1 or <u2 [rows, layers, topk], got ${nd.dtype}`);
-    }
-    o.hasRoutedExperts = true;
-    o.routedRows = nd.shape0;
-    o.routedLayers = nd.shape1;
-    o.routedTopk = nd.shape2;
-    o.routedWidth = nd.width;
-    o.routedData = nd.data;
-    o.routedOffset = nd.offset;
-    o.routedLength = nd.length;
-  }
-
-  #readMask(r: MsgReader, frames: readonly Uint8Array[]): void {
-    const o = this.#o;
-    if (r.nil('sampling_mask')) return;
-    if (r.arrayHeader('sampling_mask') !== 2) r.fail('sampling_mask', 'expected [counts, ids]');
-    const nd = this.#nd;
-    readNdarray(r, 'sampling_mask.counts', frames, nd);
-    if (nd.dtype !== '<i4' || nd.elements !== o.tokenCount)
-      r.fail('sampling_mask.counts', `expected <i4 [${o.tokenCount}]`);
-    if (o.maskCounts.length < o.tokenCount) o.maskCounts = new Int32Array(grow(o.tokenCount));
-    copyInt32(nd, r, o.maskCounts);
-    readNdarray(r, 'sampling_mask.ids', frames, nd);
-    if (nd.dtype !== '<i4') r.fail('sampling_mask.ids', 'expected <i4');
-    const total = nd.elements;
-    let sum = 0;
-    for (let i = 0; i < o.tokenCount; i++) sum += o.maskCounts[i] as number;
-    if (sum !== total) r.fail('sampling_mask.ids', `${total} ids for counts summing to ${sum}`);
-    if (o.maskIds.length < total) o.maskIds = new Int32Array(grow(total));
-    copyInt32(nd, r, o.maskIds);
-    o.maskIdCount = total;
-    o.hasMask = true;
-  }
-
-  #readPrefill(r: MsgReader): void {
-    const o = this.#o;
-    o.numPromptTokens = 0;
-    o.numComputedTokens = 0;
-    o.numCachedTokens = 0;
-    o.numLocalCachedTokens = 0;
-    o.numExternalCachedTokens = 0;
-    for (let n = r.mapHeader('prefill_stats'); n > 0; n--) {
-      const key = r.str('prefill_stats key');
-      const f = `prefill_stats.${key}`;
-      if (key === 'num_prompt_tokens') o.numPromptTokens = r.int(f);
-      else if (key === 'num_computed_tokens') o.numComputedTokens = r.int(f);
-      else if (key === 'num_cached_tokens') o.numCachedTokens = r.int(f);
-      else if (key === 'num_local_cached_tokens') o.numLocalCachedTokens = r.int(f);
-      else if (key === 'num_external_cached_tokens') o.numExternalCachedTokens = r.int(f);
-      else r.skip(f);
-    }
-    o.hasPrefillStats = true;
-  }
-
-  #readStats(r: MsgReader): void {
-    const s = this.#stats;
-    for (let n = r.mapHeader('scheduler_stats'); n > 0; n--) {
-      const key = r.str('scheduler_stats key');
-      const f = `scheduler_stats.${key}`;
-      if (key === 'num_running_reqs') s.numRunningReqs = r.int(f);
-      else if (key === 'num_waiting_reqs') s.numWaitingReqs = r.int(f);
-      else if (key === 'kv_cache_usage') s.kvCacheUsage = r.float(f);
-      else if (key === 'prefix_cache_stats' && !r.nil(f)) {
-        for (let k = r.mapHeader(f); k > 0; k--) {
-          const name = r.str(`${f} key`);
-          const g = `${f}.${name}`;
-          if (name === 'requests') s.prefixRequests = r.int(g);
-          else if (name === 'queries') s.prefixQueries = r.int(g);
-          else if (name === 'hits') s.prefixHits = r.int(g);
-          else r.skip(g);
-        }
-      } else r.skip(f);
+  /** A part that does not decode is skipped (from where it began) and reported. */
+  #part(r: MsgReader, part: string, sink: OutputsSink, read: () => void): void {
+    const start = r.pos;
+    try {
+      read();
+    } catch (error) {
+      if (!(error instanceof RS_ERR_VLLM_DECODE) || sink.partFailed === undefined) throw error;
+      r.pos = start;
+      r.skip(part);
+      sink.partFailed(part, error);
     }
   }
 
+  #readStats(r: MsgReader, sink: OutputsSink): void {
+    readSchedulerStats(r, this.#stats);
+    sink.schedulerStats?.(this.#stats);
+  }
+
+  /** UtilityOutput: [call_id, failure_message, UtilityResult [type info, value] | nil, ...]. */
   #readUtility(r: MsgReader, sink: OutputsSink): void {
-    if (r.arrayHeader('utility_output') !== 3) r.fail('utility_output', 'expected 3 fields');
-    const callId = r.int('utility_output.call_id');
+    const n = r.arrayHeader('utility_output');
+    if (n < 3) r.fail('utility_output', `${n} fields, expected 3`);
+    const callId = r.intOrBig('utility_output.call_id');
     const failure = r.nil('utility_output.failure_message')
       ? null
       : r.str('utility_output.failure_message');
     let result: unknown = null;
     if (!r.nil('utility_output.result')) {
-      // UtilityResult: [type info (nil for plain msgpack values), value].
-      if (r.arrayHeader('utility_output.result') !== 2)
-        r.fail('utility_output.result', 'expected 2 fields');
+      const m = r.arrayHeader('utility_output.result');
+      if (m < 2) r.fail('utility_output.result', `${m} fields, expected [type info, value]`);
       r.skip('utility_output.result.type');
       result = r.any('utility_output.result');
+      for (let i = 2; i < m; i++) r.skip('utility_output.result');
     }
+    for (let i = 3; i < n; i++) r.skip('utility_output');
     sink.utility?.(callId, failure, result);
   }
 }
@@ -291,21 +319,12 @@ function isStr(b: number): boolean {
   return (b & 0xe0) === 0xa0 || (b >= 0xd9 && b <= 0xdb);
 }
 
-function grow(n: number): number {
-  return Math.max(64, 2 ** Math.ceil(Math.log2(n)));
-}
-
-function copyInt32(nd: NdarrayView, r: MsgReader, into: Int32Array): void {
-  const view = nd.data === r.buf ? r.view : new DataView(nd.data.buffer, nd.data.byteOffset);
-  const n = nd.elements;
-  for (let i = 0; i < n; i++) into[i] = view.getInt32(nd.offset + i * 4, true);
-}
-
 /** Reads one message with a one-off reader: tests and cold callers. */
 export function readOutputs(
   layout: VllmLayout,
   frames: readonly Uint8Array[],
   sink: OutputsSink,
+  mode: LayoutMode = 'pinned',
 ): void {
-  new OutputsReader(layout).read(frames, sink);
+  new OutputsReader(layout, mode).read(frames, sink);
 }

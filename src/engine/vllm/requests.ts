@@ -13,7 +13,7 @@ import {
 import { readAnyArgs, writeAny } from './values.js';
 
 /**
- * What the frontend sends on the input socket (VLLM-ENGINE.md section 4): frames
+ * What the frontend sends on the input socket (docs/vllm-protocol.md, "Requests"): frames
  * `[type byte, payload]` (a ROUTER prepends the engine identity). ADD carries an EngineCoreRequest
  * (positional, in the layout's order), ABORT a list of request ids, UTILITY a method call.
  */
@@ -44,8 +44,8 @@ export interface DecodedAddRequest extends VllmAddRequest {
 
 export interface UtilityCall {
   clientIndex: number;
-  /** Echoed in the reply; keep below 2^53. */
-  callId: number;
+  /** Echoed in the reply; vLLM's Python frontend draws it from a uuid (a uint64, often >= 2^63). */
+  callId: number | bigint;
   method: string;
   args: unknown[];
 }
@@ -97,6 +97,7 @@ export function encodeAdd(layout: VllmLayout, req: VllmAddRequest, w = new MsgWr
       case 'abort_immediately':
         w.bool(false);
         break;
+      // Every other field (session_id, kv_hints, the multimodal and LoRA ones) at its default.
       default:
         w.nil();
     }
@@ -225,14 +226,14 @@ export function decodeAbort(payload: Uint8Array): string[] {
 export function encodeUtility(call: UtilityCall): Buffer {
   if (!Number.isSafeInteger(call.clientIndex) || call.clientIndex < 0)
     bad('utility.client_index', 'must be an integer >= 0', call.clientIndex);
-  if (!Number.isSafeInteger(call.callId))
-    bad('utility.call_id', 'must be a safe integer', call.callId);
+  if (typeof call.callId !== 'bigint' && !Number.isSafeInteger(call.callId))
+    bad('utility.call_id', 'must be a safe integer or a bigint', call.callId);
   if (typeof call.method !== 'string' || call.method.length === 0)
     bad('utility.method_name', 'must be a non-empty string', call.method);
   const w = new MsgWriter(128);
   w.arrayHeader(4);
   w.int(call.clientIndex, 'utility.client_index');
-  w.int(call.callId, 'utility.call_id');
+  w.bigInt(call.callId, 'utility.call_id');
   w.str(call.method);
   writeAny(w, call.args, 'utility.args');
   return w.toBuffer();
@@ -243,7 +244,7 @@ export function decodeUtility(payload: Uint8Array): UtilityCall {
   if (r.arrayHeader('utility') !== 4)
     r.fail('utility', 'expected [client_index, call_id, method, args]');
   const clientIndex = r.int('utility.client_index');
-  const callId = r.int('utility.call_id');
+  const callId = r.intOrBig('utility.call_id');
   const method = r.str('utility.method_name');
   const args = readAnyArgs(r, 'utility.args');
   r.done('utility');

@@ -1,10 +1,9 @@
 import { RS_ERR_VLLM_BAD_FIELD } from '../../errors.js';
-import { SAMPLING_MASK_ARG } from './layouts.js';
 import type { MsgReader } from './msgpack-reader.js';
 import type { MsgWriter } from './msgpack-writer.js';
 
 /**
- * vLLM's SamplingParams as the frontend sends it inside an ADD (VLLM-ENGINE.md section 4): a
+ * vLLM's SamplingParams as the frontend sends it inside an ADD (docs/vllm-protocol.md): a
  * msgpack map holding only the keys that differ from vLLM's defaults (max_tokens always), checked
  * against vLLM's own ranges (vllm/sampling_params.py `_verify_args`) before a byte is written,
  * because a SamplingParams that fails there kills the engine's input thread without a word.
@@ -31,8 +30,6 @@ export interface VllmSamplingParams {
   /** Top-k logprob width; 0 = the sampled token's only; null = none. */
   logprobs?: number | null;
   routedExpertsPromptStart?: number;
-  /** ringserve's extension, sent in `extra_args`: ask a ringserve engine for sampling masks. */
-  returnSamplingMask?: boolean;
 }
 
 /** Every field present: what the engine side decodes (vLLM's defaults filled in). */
@@ -54,7 +51,6 @@ export const SAMPLING_DEFAULTS: Omit<ResolvedSamplingParams, 'maxTokens'> = {
   allStopTokenIds: [],
   logprobs: null,
   routedExpertsPromptStart: 0,
-  returnSamplingMask: false,
 };
 
 function bad(field: string, what: string, value: unknown): never {
@@ -109,8 +105,6 @@ export function checkSamplingParams(p: ResolvedSamplingParams, promptLength: num
   const start = p.routedExpertsPromptStart;
   if (!isInt(start) || start < 0 || start >= promptLength)
     bad('routed_experts_prompt_start', `must be an integer in [0, ${promptLength - 1}]`, start);
-  if (typeof p.returnSamplingMask !== 'boolean')
-    bad(`extra_args.${SAMPLING_MASK_ARG}`, 'must be a bool', p.returnSamplingMask);
 }
 
 export function resolveSamplingParams(p: VllmSamplingParams): ResolvedSamplingParams {
@@ -140,7 +134,6 @@ export function writeSamplingParams(w: MsgWriter, p: ResolvedSamplingParams): vo
   if (p.minTokens !== 0) n++;
   if (p.logprobs !== null) n++;
   if (p.routedExpertsPromptStart !== 0) n++;
-  if (p.returnSamplingMask) n++;
   if (p.eosTokenId !== null) n++;
   if (p.allStopTokenIds.length > 0) n++;
   w.mapHeader(n);
@@ -165,12 +158,6 @@ export function writeSamplingParams(w: MsgWriter, p: ResolvedSamplingParams): vo
   if (p.logprobs !== null) intKey(w, 'logprobs', p.logprobs);
   if (p.routedExpertsPromptStart !== 0)
     intKey(w, 'routed_experts_prompt_start', p.routedExpertsPromptStart);
-  if (p.returnSamplingMask) {
-    w.str('extra_args');
-    w.mapHeader(1);
-    w.str(SAMPLING_MASK_ARG);
-    w.bool(true);
-  }
   if (p.eosTokenId !== null) intKey(w, '_eos_token_id', p.eosTokenId);
   if (p.allStopTokenIds.length > 0) idsKey(w, '_all_stop_token_ids', p.allStopTokenIds);
 }
@@ -243,9 +230,6 @@ export function readSamplingParams(r: MsgReader): ResolvedSamplingParams {
       case 'routed_experts_prompt_start':
         p.routedExpertsPromptStart = r.int(f);
         break;
-      case 'extra_args':
-        if (!r.nil(f)) readExtraArgs(r, p);
-        break;
       default:
         r.skip(f);
     }
@@ -259,13 +243,4 @@ function readIds(r: MsgReader, field: string): number[] {
   const out: number[] = [];
   for (let n = r.arrayHeader(field); n > 0; n--) out.push(r.int(field));
   return out;
-}
-
-function readExtraArgs(r: MsgReader, p: ResolvedSamplingParams): void {
-  for (let n = r.mapHeader('sampling_params.extra_args'); n > 0; n--) {
-    const key = r.str('sampling_params.extra_args key');
-    if (key === SAMPLING_MASK_ARG)
-      p.returnSamplingMask = r.bool(`sampling_params.extra_args.${key}`);
-    else r.skip(`sampling_params.extra_args.${key}`);
-  }
 }

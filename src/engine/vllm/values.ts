@@ -3,8 +3,8 @@ import type { MsgReader } from './msgpack-reader.js';
 import type { MsgWriter } from './msgpack-writer.js';
 
 /**
- * Free-form values (utility call arguments and results, trace headers) as msgpack: JSON-like
- * data, an integral number going out as an int. Cold path only.
+ * Free-form values (utility call arguments and results, kv_transfer_params) as msgpack: JSON-like
+ * data, an integral number going out as an int, a bigint as a 64-bit int. Cold path only.
  */
 export function writeAny(w: MsgWriter, value: unknown, field: string): void {
   if (value === null || value === undefined) w.nil();
@@ -12,7 +12,8 @@ export function writeAny(w: MsgWriter, value: unknown, field: string): void {
   else if (typeof value === 'number') {
     if (Number.isSafeInteger(value)) w.int(value, field);
     else w.float(value);
-  } else if (typeof value === 'string') w.str(value);
+  } else if (typeof value === 'bigint') w.bigInt(value, field);
+  else if (typeof value === 'string') w.str(value);
   else if (Array.isArray(value)) {
     w.arrayHeader(value.length);
     for (let i = 0; i < value.length; i++) writeAny(w, value[i], `${field}[${i}]`);

@@ -102,7 +102,12 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   const { engine, config } = deps;
   registerMetricsRoute(
     app,
-    new ClusterMetrics({ region: engine.region, config, engineStats: () => engine.stats() }),
+    new ClusterMetrics({
+      region: engine.region,
+      config,
+      engineStats: () => engine.stats(),
+      engineNote: () => engine.note(),
+    }),
     engine.server,
   );
   return app;

@@ -6,21 +6,23 @@
 import { describe, expect, it } from 'vitest';
 import { OutputRoom } from '../../../src/engine/output-room.js';
 import { VllmBridge, type VllmEngineLink } from '../../../src/engine/vllm/bridge.js';
-import type { VllmAddRequest } from '../../../src/engine/vllm/bridge-request.js';
+import type { BridgeAdd } from '../../../src/engine/vllm/bridge-request.js';
+import { getVllmLayout } from '../../../src/engine/vllm/layouts.js';
 import { VllmFinishReason as VllmFinish } from '../../../src/engine/vllm/outputs.js';
 import { OutputView } from '../../../src/engine/vllm/outputs-reader.js';
 import { getModelCard } from '../../../src/wire/model-card.js';
 import { RejectReason } from '../../../src/wire/reject.js';
 import { type EngineRequest, FinishReason, type SamplingParams } from '../../../src/wire/types.js';
 
+const LAYOUT = getVllmLayout('0.29');
 const CARD = getModelCard('tiny'); // 4 hidden layers, 3 routed, top-4 of 16 experts, EOS 999, 998
 
 class FakeLink implements VllmEngineLink {
-  adds: VllmAddRequest[] = [];
+  adds: BridgeAdd[] = [];
   aborts: string[] = [];
   calls: { method: string; args: unknown[] }[] = [];
   answer: unknown = true;
-  add(request: VllmAddRequest): void {
+  add(request: BridgeAdd): void {
     this.adds.push(request);
   }
   abort(ids: readonly string[]): void {
@@ -74,7 +76,7 @@ function request(
 function attached(maxModelLen = 4096) {
   const bridge = new VllmBridge({ card: CARD, maxModelLen: 4096, blockSize: 16 });
   const link = new FakeLink();
-  bridge.attach(link, { maxModelLen, numGpuBlocks: 100, samplingMasks: false });
+  bridge.attach(link, { maxModelLen, numGpuBlocks: 100, vllmVersion: '0.29.0', layout: LAYOUT });
   return { bridge, link };
 }
 
@@ -128,9 +130,8 @@ describe('VllmBridge', () => {
       stopTokenIds: [5, 998],
       logprobs: 0,
       routedExpertsPromptStart: 2,
-      returnSamplingMask: false,
     });
-    expect([...a!.params.allStopTokenIds].sort()).toEqual([5, 998, 999]);
+    expect(Array.from(a!.params.allStopTokenIds).sort()).toEqual([5, 998, 999]);
     expect(b!.params).toMatchObject({ eosTokenId: null, stopTokenIds: [5], logprobs: null });
     expect(a!.requestId).not.toBe(b!.requestId);
     expect(a!.requestId).toMatch(/^[0-9a-f]{8}-0-3-\d+$/);
@@ -175,6 +176,53 @@ describe('VllmBridge', () => {
     expect(out.finish[2]).toBe(FinishReason.Length);
   });
 
+  it('fails a request whose routing rows the card does not describe (503), aborting it in the engine', () => {
+    const { bridge, link } = attached();
+    bridge.add(request(1, [10, 11, 12]));
+    bridge.add(request(2, [10, 11, 12]));
+    const [a, b] = link.adds.map((x) => x.requestId);
+    bridge.output(facts(a!, [1], 3, 5)); // 5 layers: tiny has 4 (3 routed)
+    bridge.output(facts(b!, [1], 3, 4));
+    const out = bridge.newStepOutputs();
+    bridge.step(out);
+    expect(out.finish[0]).toBe(FinishReason.Error);
+    expect(out.rejectReason[0]).toBe(RejectReason.RoutingShape);
+    expect(out.token[1]).toBe(1);
+    expect(link.aborts).toEqual([a]);
+  });
+
+  it('with --enable-return-sampling-mask: greedy or top_k-less requests are refused; a mask asked and not sent fails the request', () => {
+    const bridge = new VllmBridge({
+      card: CARD,
+      maxModelLen: 4096,
+      blockSize: 16,
+      returnSamplingMask: true,
+    });
+    const link = new FakeLink();
+    bridge.attach(link, {
+      maxModelLen: 4096,
+      numGpuBlocks: 100,
+      vllmVersion: null,
+      layout: LAYOUT,
+    });
+    expect(bridge.samplingMasks).toBe(true);
+    bridge.add(request(1, [1, 2], { temperature: 0, topK: 5 }));
+    bridge.add(request(2, [1, 2], { topK: 0 }));
+    bridge.add(request(3, [1, 2], { topK: 5, returnSamplingMask: true }));
+    expect(link.adds).toHaveLength(1);
+    const out = bridge.newStepOutputs();
+    bridge.step(out);
+    expect(Array.from(out.rejectReason.subarray(0, 2))).toEqual([
+      RejectReason.BadParams,
+      RejectReason.BadParams,
+    ]);
+    bridge.output(facts(link.adds[0]!.requestId, [4], 2, 4)); // no new_sampling_mask
+    out.clear();
+    bridge.step(out);
+    expect(out.finish[0]).toBe(FinishReason.Error);
+    expect(link.aborts).toEqual([link.adds[0]!.requestId]);
+  });
+
   it('ends an aborted request itself, sends ABORT, and drops the outputs still on the way', () => {
     const { bridge, link } = attached();
     bridge.add(request(1, [1, 2]));
@@ -194,7 +242,7 @@ describe('VllmBridge', () => {
     const { bridge, link } = attached();
     bridge.add(request(1, [1, 2]));
     bridge.add(request(2, [1, 2]));
-    bridge.detach();
+    bridge.detach('the engine went away');
     expect(bridge.ready).toBe(false);
     bridge.add(request(3, [1, 2]));
     const out = bridge.newStepOutputs();
@@ -204,7 +252,7 @@ describe('VllmBridge', () => {
       expect(out.finish[i]).toBe(FinishReason.Error);
       expect(out.rejectReason[i]).toBe(RejectReason.EngineDead);
     }
-    bridge.attach(link, { maxModelLen: 64, numGpuBlocks: 1, samplingMasks: false });
+    bridge.attach(link, { maxModelLen: 64, numGpuBlocks: 1, vllmVersion: null, layout: LAYOUT });
     bridge.add(request(4, new Array(60).fill(1)));
     out.clear();
     bridge.step(out);
@@ -331,7 +379,7 @@ describe('VllmBridge', () => {
     const id = link.adds[0]!.requestId;
     for (let t = 0; t < 1024; t++) bridge.output(facts(id, [7], 1, 3));
     const room = bridge.backlogRoom();
-    bridge.detach();
+    bridge.detach('the engine went away');
     await expect(room).resolves.toBeUndefined();
   });
 });

@@ -5,13 +5,15 @@ import {
   decodeUtility,
   encodeAdd,
   getVllmLayout,
-  DEFAULT_VLLM_LAYOUT as L,
+  type OutputView,
   readOutputs,
   type VllmAddRequest,
 } from '../../../src/engine/vllm/index.js';
 import { f64, hex, s } from './hex.js';
 
 /** Decoders refuse what msgspec refuses, with a coded error naming the field; encoders validate. */
+
+const L = getVllmLayout('0.22');
 
 function codeAndParam(fn: () => unknown): [string, string | null] {
   try {
@@ -170,38 +172,52 @@ describe('ADD encoding validates every field before a byte is written', () => {
   }
 });
 
-describe('other decoders', () => {
+/** The param of the error an output failed with (outputs-reader.ts isolates it), and its id. */
+function outputFailure(body: Buffer, frames: Buffer[] = []): [string | null, string] {
+  let seen: [string | null, string] | null = null;
+  readOutputs(L, [body, ...frames], {
+    output() {},
+    outputFailed(o: OutputView, error: Error) {
+      seen = [(error as unknown as { param: string | null }).param, o.requestId()];
+    },
+  });
+  if (seen === null) throw new Error('no output failed');
+  return seen;
+}
+
+/** A 0.22 EngineCoreOutput (13 fields) of request `r`, `routed` as its routed_experts. */
+function output13(fields: Record<number, string>): Buffer {
+  const d = [s('r'), '90', 'c0', 'c0', 'c0', 'c0', 'c0', 'c0', 'c0', 'c0', 'c0', 'c0', '00'];
+  return hex('92 00 91 9d', ...d.map((v, i) => fields[i] ?? v));
+}
+
+describe('output decoding: a field vLLM would not send fails its request alone', () => {
   it('refuses an ndarray with an ext type other than 3 (vLLM refuses pickle)', () => {
-    const body = hex('92 00 91 92', s('r'), '90');
-    expect(() => readOutputs(L, [body], { output() {} })).not.toThrow();
+    const ok = output13({});
+    expect(() => readOutputs(L, [ok], { output() {} })).not.toThrow();
     const routed = `93 ${s('|u1')} 93 01 01 01 d401 07`;
-    const bad = hex('92 00 91 9c', s('r'), '90 c0 c0 c0 c0 c0 c0 c0 c0 c0', routed);
-    expect(codeAndParam(() => readOutputs(L, [bad], { output() {} }))).toEqual([
-      'RS_ERR_VLLM_DECODE',
-      'routed_experts.data',
-    ]);
+    expect(outputFailure(output13({ 11: routed }))).toEqual(['routed_experts.data', 'r']);
   });
 
   it('refuses an aux frame index that is not in the message', () => {
-    const bad = hex(
-      '92 00 91 9c',
-      s('r'),
-      '90 c0 c0 c0 c0 c0 c0 c0 c0 c0',
-      `93 ${s('|u1')} 93 01 01 01 01`,
-    );
-    expect(codeAndParam(() => readOutputs(L, [bad], { output() {} }))[1]).toBe(
-      'routed_experts.data',
-    );
+    const routed = `93 ${s('|u1')} 93 01 01 01 01`;
+    expect(outputFailure(output13({ 11: routed }))).toEqual(['routed_experts.data', 'r']);
   });
 
   it('refuses a float finish reason and an unknown one', () => {
-    const f = (v: string) => hex('92 00 91 96', s('r'), '90 c0 c0 c0', v);
-    expect(codeAndParam(() => readOutputs(L, [f(f64(1))], { output() {} }))[1]).toBe(
-      'finish_reason',
-    );
-    expect(codeAndParam(() => readOutputs(L, [f('09')], { output() {} }))[1]).toBe('finish_reason');
+    expect(outputFailure(output13({ 5: f64(1) }))[0]).toBe('finish_reason');
+    expect(outputFailure(output13({ 5: '09' }))[0]).toBe('finish_reason');
   });
 
+  it('a pinned layout refuses outputs of another element count', () => {
+    const short = hex('92 00 91 92', s('r'), '90');
+    expect(codeAndParam(() => readOutputs(L, [short], { output() {} }))[0]).toBe(
+      'RS_ERR_VLLM_LAYOUT',
+    );
+  });
+});
+
+describe('other decoders', () => {
   it('handshake status must be HELLO or READY; utility args must be an array', () => {
     const hs = hex('81', s('status'), s('HI'));
     expect(codeAndParam(() => decodeHandshake(hs))[1]).toBe('handshake.status');
@@ -210,8 +226,8 @@ describe('other decoders', () => {
   });
 
   it('--vllm-version selects a layout; an unknown one is a config error naming the flag', () => {
-    expect(getVllmLayout().name).toBe('0.11-main-52a31cc');
-    expect(getVllmLayout('0.11-main-52a31cc')).toBe(L);
+    expect(getVllmLayout('0.22')).toBe(L);
+    expect(getVllmLayout('0.33').output).toHaveLength(18);
     expect(codeAndParam(() => getVllmLayout('0.1'))).toEqual([
       'RS_ERR_CONFIG_INVALID',
       '--vllm-version',

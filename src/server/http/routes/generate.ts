@@ -5,13 +5,13 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { RingserveConfig } from '../../../config.js';
-import { RS_ERR_MODEL_NOT_FOUND, RS_ERR_REQ_INVALID_FIELD } from '../../../errors.js';
+import { RS_ERR_MODEL_NOT_FOUND } from '../../../errors.js';
 import {
   type GenerateRequestOptions,
   parseGenerateRequest,
 } from '../../../protocol/generate-request.js';
-import type { EngineClient } from '../../engine-client.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
+import { checkVllmSampling, type MaskCapability } from '../../vllm-sampling.js';
 import { DEADLINE_HEADER, requestDeadline } from '../deadline.js';
 import { AbortingReply, type FailureInjector } from '../failure-injection.js';
 import { HttpReply } from '../http-reply.js';
@@ -23,8 +23,8 @@ export interface GenerateDeps {
   requestOptions: GenerateRequestOptions;
   /** Injected failures for clients' tests (failure-injection.ts); absent: none. */
   failures?: FailureInjector;
-  /** With --engine vllm: whether the engine returns sampling masks (it announces it). */
-  engine?: Pick<EngineClient, 'samplingMasks'>;
+  /** With --engine vllm: whether the engine returns sampling masks (vllm-sampling.ts). */
+  engine?: MaskCapability;
 }
 
 export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps): void {
@@ -43,17 +43,7 @@ export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps):
     ) {
       throw new RS_ERR_MODEL_NOT_FOUND(parsed.model);
     }
-    // Stock vLLM has no sampling masks: only an engine that announced ringserve's extension does.
-    if (
-      config.engine === 'vllm' &&
-      parsed.params.returnSamplingMask &&
-      deps.engine?.samplingMasks() !== true
-    ) {
-      throw new RS_ERR_REQ_INVALID_FIELD(
-        'sampling_params.return_sampling_mask',
-        'the vLLM engine behind this server does not return sampling masks',
-      );
-    }
+    checkVllmSampling(config, parsed.params, 'sampling_params.', deps.engine);
     const injected = deps.failures?.active ? deps.failures.check(request, reply) : null;
     const form = responseForm(request.headers.accept, parsed.packed, config.generateFormat);
     const header = request.headers['x-request-id'];

@@ -4,6 +4,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { RingserveConfig } from '../../../config.js';
+import { RS_ERR_ENGINE_UNAVAILABLE, toErrorBody } from '../../../errors.js';
 import type { EngineClient } from '../../engine-client.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
 
@@ -18,8 +19,12 @@ export interface HealthDeps {
 export function registerHealthRoutes(app: FastifyInstance, deps: HealthDeps): void {
   const { engine, coordinator, config } = deps;
   app.get('/health', async (_request, reply) => {
-    const ok = engine.alive() && !coordinator.draining;
-    return reply.code(ok ? 200 : 503).send();
+    if (engine.alive() && !coordinator.draining) return reply.code(200).send();
+    // Why, when the engine said (a bridge refusing an engine no vLLM layout fits, say): the
+    // contract's error body; a bare 503 otherwise, as vLLM's /health answers.
+    const reason = coordinator.draining ? null : engine.note().reason;
+    if (reason === null) return reply.code(503).send();
+    return reply.code(503).send(toErrorBody(new RS_ERR_ENGINE_UNAVAILABLE(reason)));
   });
   app.get('/liveness', async (_request, reply) => {
     if (engine.alive()) return reply.send({ status: 'ok' });

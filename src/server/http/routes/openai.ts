@@ -13,6 +13,7 @@ import { type OpenAiRequestOptions, toGenerateRequest } from '../../../protocol/
 import type { PromptTokenizer } from '../../openai/prompt-tokenizer.js';
 import type { ReplySink } from '../../reply-sink.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
+import { checkVllmSampling, type MaskCapability } from '../../vllm-sampling.js';
 import { DEADLINE_HEADER, requestDeadline } from '../deadline.js';
 import { AbortingReply, type FailureInjector } from '../failure-injection.js';
 import { HttpReply } from '../http-reply.js';
@@ -24,6 +25,8 @@ export interface OpenAiDeps {
   tokenizer: PromptTokenizer;
   /** Injected failures for clients' tests (failure-injection.ts); absent: none. */
   failures?: FailureInjector;
+  /** With --engine vllm: whether the engine returns sampling masks (vllm-sampling.ts). */
+  engine?: MaskCapability;
 }
 
 export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): void {
@@ -71,6 +74,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
       'prompt',
       opts,
     );
+    checkVllmSampling(config, parsed.params, '', deps.engine);
     coordinator.submit(parsed, sink, 'completion', headerRequestId(request), deadline);
     return reply;
   });
@@ -94,6 +98,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
       'messages',
       opts,
     );
+    checkVllmSampling(config, parsed.params, '', deps.engine);
     coordinator.submit(parsed, sink, 'chat', headerRequestId(request), deadline);
     return reply;
   });

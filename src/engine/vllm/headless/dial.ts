@@ -1,19 +1,20 @@
 import { Dealer, Push } from 'zeromq';
+import { RS_ERR_VLLM_HANDSHAKE } from '../../../errors.js';
 import {
   decodeInit,
   encodeHandshake,
   encodeRegistration,
-  type Registration,
-  type VllmLayout,
-} from '../engine/vllm/index.js';
-import { RS_ERR_VLLM_HANDSHAKE } from '../errors.js';
+  type RegistrationValues,
+} from '../handshake.js';
+import type { VllmLayout } from '../layouts.js';
 
 /**
- * The engine's half of vLLM's startup handshake (VLLM-ENGINE.md sections 2-3), as a headless
- * `vllm serve --headless` runs it: dial the frontend's handshake ROUTER with a DEALER whose
- * identity is the DP rank (2 bytes little-endian), say HELLO, take the socket addresses from the
- * init message, connect a DEALER to inputs[0] and a PUSH to outputs[0], register on the input
- * socket, then say READY. vLLM closes its handshake socket after that, so this one is closed too.
+ * The engine's half of vLLM's startup handshake (docs/vllm-protocol.md, "Handshake"), as a
+ * headless `vllm serve --headless` runs it: dial the frontend's handshake ROUTER with a DEALER
+ * whose identity is the DP rank (2 bytes little-endian), say HELLO, take the socket addresses from
+ * the init message, connect a DEALER to inputs[0] and a PUSH to outputs[0], register on the input
+ * socket with every key of the layout's EngineCoreReadyResponse, then say READY. vLLM closes its
+ * handshake socket after that, so this one is closed too.
  */
 
 /** vLLM's engine waits this long for the init message (HANDSHAKE_TIMEOUT_MINS = 5, core.py). */
@@ -35,7 +36,7 @@ export function tcpAddress(host: string, port: number): string {
   return host.includes(':') ? `tcp://[${host}]:${port}` : `tcp://${host}:${port}`;
 }
 
-/** DP rank `rank` as the routing id string zeromq.js takes (two bytes, rank < 128). */
+/** DP rank `rank` as the routing id string zeromq.js takes (two bytes, little-endian). */
 function routingId(rank: number): string {
   return String.fromCharCode(rank & 0xff, rank >> 8);
 }
@@ -44,12 +45,13 @@ export async function dialFrontend(
   host: string,
   port: number,
   layout: VllmLayout,
-  registration: Registration,
+  registration: RegistrationValues,
   initTimeoutMs = INIT_TIMEOUT_MS,
 ): Promise<HeadlessSockets> {
   const ipv6 = host.includes(':');
+  const rank = registration.dataParallelRank ?? 0;
   // Linger so that READY leaves before close() (vLLM's frontend waits for it).
-  const handshake = new Dealer({ routingId: routingId(0), linger: 2_000, ipv6 });
+  const handshake = new Dealer({ routingId: routingId(rank), linger: 2_000, ipv6 });
   let input: Dealer | null = null;
   let output: Push | null = null;
   try {
@@ -67,7 +69,7 @@ export async function dialFrontend(
     const inputAddress = init.inputs[0] as string;
     const outputAddress = init.outputs[0] as string;
     input = new Dealer({
-      routingId: routingId(0),
+      routingId: routingId(rank),
       linger: 0,
       ipv6,
       sendHighWaterMark: 0,

@@ -1,4 +1,4 @@
-import { RS_ERR_VLLM_BAD_FIELD } from '../../errors.js';
+import { RS_ERR_VLLM_BAD_FIELD } from '../../../errors.js';
 
 /**
  * The headless engine's live requests: vLLM request ids (strings the frontend picks) mapped to the

@@ -1,25 +1,25 @@
-import { FinishReason } from '../../wire/types.js';
-import { copyIds, wordsOf } from '../copy-ids.js';
-import type { StepOutputs } from '../step-outputs.js';
-import type { VllmLayout } from './layouts.js';
-import type { LiveRequest, LiveRequests } from './live-requests.js';
+import { FinishReason } from '../../../wire/types.js';
+import { bytesOfBuffer, copyIds } from '../../copy-ids.js';
+import type { StepOutputs } from '../../step-outputs.js';
+import type { VllmLayout } from '../layouts.js';
 import {
   OutputRecord,
   OutputsEncoder,
   type PrefillStats,
   type SchedulerStatsFields,
   VllmFinishReason,
-} from './outputs.js';
+} from '../outputs.js';
+import type { LiveRequest, LiveRequests } from './live-requests.js';
 
 /**
  * Turns one step of an EngineCore (StepOutputs columns, all of server 0) into vLLM's
- * EngineCoreOutputs, with vLLM's rules (VLLM-ENGINE.md section 5): an output only for a request
- * with new tokens or a finish; nothing after the frontend's ABORT; the prompt's routing rows (from
- * routed_experts_prompt_start, held while the prompt is chunked) and prefill_stats in the first
- * output with tokens, then one row per forwarded position. Routing rows go out as
+ * EngineCoreOutputs, with vLLM's rules (docs/vllm-protocol.md, "Outputs"): an output only for a
+ * request with new tokens or a finish; nothing after the frontend's ABORT; the prompt's routing
+ * rows (from routed_experts_prompt_start, held while the prompt is chunked) and prefill_stats in
+ * the first output with tokens, then one row per forwarded position. Routing rows go out as
  * [rows, num_hidden_layers, topk] like vLLM's capturer: a model whose first layers are dense (GLM)
- * gets zero ids there. Column 0 of LogprobsLists is the sampled token; W is 1 because the
- * simulator draws no top candidates.
+ * gets zero ids there. LogprobsLists: column 0 the sampled token, then the request's k best
+ * candidates (StepOutputs' top area), ranks from the simulator's candidate order.
  */
 
 const FINISH_TO_VLLM: Readonly<Record<FinishReason, number>> = {
@@ -55,13 +55,13 @@ export class StepEncoder {
   readonly #rowBytes: number;
   readonly #denseBytes: number;
   #routed = new Uint8Array(4096);
-  #routedWords = wordsOf(this.#routed);
+  #routedBytes = bytesOfBuffer(this.#routed);
   #views = new Map<ArrayBufferLike, Uint8Array>();
   /** Requests whose first output went out in the last encode (scheduler_stats' prefix requests). */
   startedLastStep = 0;
 
-  constructor(layout: VllmLayout, masks: boolean, shape: RoutingShape) {
-    this.#encoder = new OutputsEncoder(layout, masks);
+  constructor(layout: VllmLayout, shape: RoutingShape) {
+    this.#encoder = new OutputsEncoder(layout);
     this.#shape = shape;
     const width = shape.wide ? 2 : 1;
     this.#rowBytes = shape.hiddenLayers * shape.topk * width;
@@ -121,9 +121,15 @@ export class StepEncoder {
     o.tokenIds = out.token;
     o.tokenStart = i;
     o.tokenCount = hasToken ? 1 : 0;
-    o.tokenBytes = this.#bytes(out.token);
-    o.logprobBytes = r.logprobs && hasToken ? this.#bytes(out.logprob) : null;
+    o.logprobs = r.logprobs && hasToken ? out.logprob : null;
     o.logprobStart = i;
+    o.ranks = out.rank;
+    o.rankStart = i;
+    // Every output of a request has W = 1 + its k (the top area holds exactly k, or none).
+    o.topWidth = o.logprobs === null ? 0 : (out.topCount[i] as number);
+    o.topIds = out.topIds;
+    o.topLogprobs = out.topLogprobs;
+    o.topStart = out.topStart[i] as number;
     const finish = out.finish[i] as FinishReason;
     o.finishReason = FINISH_TO_VLLM[finish];
     o.stopReason = out.stopTokenId[i] as number;
@@ -142,11 +148,11 @@ export class StepEncoder {
     }
     if (hasToken && (r.pendingRows > 0 || (out.routingRows[i] as number) > 0))
       this.#routing(out, i, r);
-    o.maskCountBytes = null;
+    o.maskCounts = null;
     if (r.mask && hasToken) {
-      o.maskCountBytes = this.#bytes(out.maskCount);
+      o.maskCounts = out.maskCount;
       o.maskCountStart = i;
-      o.maskIdBytes = this.#bytes(out.maskIds);
+      o.maskIds = out.maskIds;
       o.maskIdStart = out.maskStart[i] as number;
       o.maskIdCount = out.maskCount[i] as number;
     }
@@ -159,10 +165,10 @@ export class StepEncoder {
     const need = r.pendingBytes + rows * this.#rowBytes;
     if (this.#routed.length < need) {
       this.#routed = new Uint8Array(Math.max(need, this.#routed.length * 2));
-      this.#routedWords = wordsOf(this.#routed);
+      this.#routedBytes = bytesOfBuffer(this.#routed);
     }
     if (r.pendingBytes > 0) this.#routed.set(r.pendingRouting.subarray(0, r.pendingBytes));
-    this.#expand(out, i, this.#routed, this.#routedWords, r.pendingBytes);
+    this.#expand(out, i, this.#routed, this.#routedBytes, r.pendingBytes);
     const o = this.#rec;
     o.routedBytes = this.#routed;
     o.routedByteStart = 0;
@@ -185,14 +191,14 @@ export class StepEncoder {
       grown.set(r.pendingRouting.subarray(0, r.pendingBytes));
       r.pendingRouting = grown;
     }
-    // Once per prompt chunk: copied id by id (NO_WORDS is no view of this buffer).
-    this.#expand(out, i, r.pendingRouting, NO_WORDS, r.pendingBytes);
+    // Once per prompt chunk: a view of the request's own buffer, made once per chunk.
+    this.#expand(out, i, r.pendingRouting, bytesOfBuffer(r.pendingRouting), r.pendingBytes);
     r.pendingBytes = need;
     r.pendingRows += rows;
   }
 
   /** Writes row i's routing rows at `at` in `into`, each prefixed with the dense layers' zeros. */
-  #expand(out: StepOutputs, i: number, into: Uint8Array, intoWords: Int32Array, at: number): void {
+  #expand(out: StepOutputs, i: number, into: Uint8Array, intoBytes: Uint8Array, at: number): void {
     const rows = out.routingRows[i] as number;
     const width = this.#shape.wide ? 2 : 1;
     const src = this.#bytes(out.routing);
@@ -202,7 +208,7 @@ export class StepEncoder {
     for (let k = 0; k < rows; k++) {
       if (this.#denseBytes > 0) into.fill(0, to, to + this.#denseBytes);
       to += this.#denseBytes;
-      copyIds(src, out.routingWords, from, into, intoWords, to, ownBytes);
+      copyIds(src, out.routingBytes, from, into, intoBytes, to, ownBytes);
       from += ownBytes;
       to += ownBytes;
     }
@@ -221,4 +227,3 @@ export class StepEncoder {
 }
 
 const EMPTY = new Uint8Array(0);
-const NO_WORDS = new Int32Array(0);

@@ -1,45 +1,61 @@
 import { setTimeout as sleep, setImmediate as turn } from 'node:timers/promises';
-import type { StepOutputs } from '../engine/step-outputs.js';
-import { toEngineRequest } from '../engine/vllm/engine-request.js';
+import { RS_ERR_VLLM_BAD_FIELD } from '../../../errors.js';
+import { MAX_SLOTS_PER_SERVER } from '../../../wire/engine-defaults.js';
+import { expertIdBytes } from '../../../wire/model-card.js';
+import { RejectReason } from '../../../wire/reject.js';
+import { maskableSampling } from '../../../wire/sampling-check.js';
+import type { EngineStats } from '../../../wire/types.js';
+import type { EngineCore } from '../../engine-core.js';
+import type { StepOutputs } from '../../step-outputs.js';
+import type { VllmLayout } from '../layouts.js';
+import { ENGINE_CORE_DEAD, encodeUtilityReply, type SchedulerStatsFields } from '../outputs.js';
 import {
   type DecodedAddRequest,
   decodeAbort,
   decodeAdd,
   decodeUtility,
-  ENGINE_CORE_DEAD,
-  encodeUtilityReply,
   RequestType,
-  type SchedulerStatsFields,
   type UtilityCall,
-  type VllmLayout,
-} from '../engine/vllm/index.js';
-import { LiveRequests } from '../engine/vllm/live-requests.js';
-import { StepEncoder } from '../engine/vllm/step-encoder.js';
-import { RS_ERR_VLLM_BAD_FIELD } from '../errors.js';
-import type { Logger } from '../obs/log.js';
-import type { SimEngine } from '../sim/sim-engine.js';
-import { MAX_SLOTS_PER_SERVER } from '../wire/engine-defaults.js';
-import { expertIdBytes } from '../wire/model-card.js';
-import type { EngineStats } from '../wire/types.js';
-import type { HeadlessSockets } from './vllm-headless-handshake.js';
-import { collectiveRpc } from './vllm-weight-rpc.js';
+} from '../requests.js';
+import type { HeadlessSockets } from './dial.js';
+import { type EngineWide, toEngineRequest } from './engine-request.js';
+import { LiveRequests } from './live-requests.js';
+import { StepEncoder } from './step-encoder.js';
+import { collectiveRpc } from './weight-rpc.js';
 
 /**
  * The simulator behind vLLM's engine protocol, once the handshake is done: ADD, ABORT and UTILITY
- * messages from the input DEALER drive a SimEngine, and every step goes out on the output PUSH as
- * an EngineCoreOutputs (step-encoder.ts has the output rules). What vLLM's EngineCoreProc does is
- * the reference (VLLM-ENGINE.md sections 4-6): an ABORTed request gets no output; an ADD that
- * decodes but cannot run ends with finish_reason ERROR; a duplicate live request id or a
- * routed_experts_prompt_start past the prompt (routing on) is fatal, announced by
- * ENGINE_CORE_DEAD. Unlike vLLM, an ADD that fails to decode is logged and dropped instead of
- * silently ending the input thread.
+ * messages from the input DEALER drive an engine core (the simulator), and every step goes out on
+ * the output PUSH as an EngineCoreOutputs (step-encoder.ts has the output rules). What vLLM's
+ * EngineCoreProc does is the reference (docs/vllm-protocol.md, "Requests", "Failures"): an
+ * ABORTed request gets no output; an ADD that decodes but cannot run ends with finish_reason
+ * ERROR (so does one that samples greedily or without top_k while sampling masks are on, which
+ * vLLM refuses then); a duplicate live request id or a routed_experts_prompt_start past the prompt
+ * (routing on) is fatal, announced by ENGINE_CORE_DEAD. Unlike vLLM, an ADD that fails to decode
+ * is logged and dropped instead of silently ending the input thread.
  */
+
+/** What the headless engine drives: a synchronous engine core (the simulator is one). */
+export interface HeadlessCore extends EngineCore {
+  pause(): void;
+  resume(): void;
+  resetPrefixCache(): boolean;
+  updateWeights(version?: number): number;
+}
+
+/** The log calls the engine makes (pino's Logger has them). */
+export interface HeadlessLog {
+  info(fields: object, message: string): void;
+  warn(fields: object, message: string): void;
+  error(fields: object, message: string): void;
+  fatal(fields: object, message: string): void;
+}
 
 type PauseMode = 'abort' | 'wait' | 'keep';
 
 /** A utility reply that waits for the scheduler (pause "wait"/"abort" reply once it holds). */
 interface PendingReply {
-  callId: number;
+  callId: number | bigint;
   ready: () => boolean;
   value: () => unknown;
 }
@@ -50,20 +66,26 @@ class FatalEngineError extends Error {}
 export type HeadlessOutcome = 'stopped' | 'frontend-gone' | 'fatal';
 
 export interface HeadlessEngineOptions {
-  engine: SimEngine;
+  engine: HeadlessCore;
   layout: VllmLayout;
   sockets: HeadlessSockets;
-  /** vLLM's --enable-return-routed-experts: every request's outputs carry routing rows. */
-  returnRoutedExperts: boolean;
-  log: Logger;
+  /**
+   * vLLM's engine-wide flags: --enable-return-routed-experts (every request's outputs carry
+   * routing rows), --enable-return-sampling-mask (and sampling masks, as new_sampling_mask).
+   */
+  wide: EngineWide;
+  /** The DP rank: EngineCoreOutputs.engine_index. */
+  rank: number;
+  log: HeadlessLog;
 }
 
 export class VllmHeadlessEngine {
-  readonly #sim: SimEngine;
+  readonly #sim: HeadlessCore;
   readonly #layout: VllmLayout;
   readonly #sockets: HeadlessSockets;
-  readonly #routed: boolean;
-  readonly #log: Logger;
+  readonly #wide: EngineWide;
+  readonly #rank: number;
+  readonly #log: HeadlessLog;
   readonly #table = new LiveRequests(MAX_SLOTS_PER_SERVER);
   readonly #out: StepOutputs;
   readonly #encoder: StepEncoder;
@@ -81,6 +103,7 @@ export class VllmHeadlessEngine {
     prefixRequests: 0,
     prefixQueries: 0,
     prefixHits: 0,
+    stepCounter: 0,
   };
   readonly #engineStats = {} as EngineStats;
   #lastQueries = 0;
@@ -90,11 +113,12 @@ export class VllmHeadlessEngine {
     this.#sim = o.engine;
     this.#layout = o.layout;
     this.#sockets = o.sockets;
-    this.#routed = o.returnRoutedExperts;
+    this.#wide = o.wide;
+    this.#rank = o.rank;
     this.#log = o.log;
     this.#out = o.engine.newStepOutputs();
     const card = o.engine.model;
-    this.#encoder = new StepEncoder(o.layout, true, {
+    this.#encoder = new StepEncoder(o.layout, {
       hiddenLayers: card.numHiddenLayers,
       routingLayers: card.routingLayers,
       topk: card.expertsPerToken,
@@ -151,7 +175,7 @@ export class VllmHeadlessEngine {
       const frames = this.#encoder.encode(
         out,
         this.#table,
-        0,
+        this.#rank,
         this.#schedulerStats(),
         monotonicSeconds(),
       );
@@ -218,7 +242,10 @@ export class VllmHeadlessEngine {
     ) {
       throw new FatalEngineError(`request id ${req.requestId} is already live`);
     }
-    if (this.#routed && req.params.routedExpertsPromptStart >= req.promptTokenIds.length) {
+    if (
+      this.#wide.routedExperts &&
+      req.params.routedExpertsPromptStart >= req.promptTokenIds.length
+    ) {
       throw new FatalEngineError(
         `routed_experts_prompt_start ${req.params.routedExpertsPromptStart} >= prompt length ${req.promptTokenIds.length}`,
       );
@@ -229,13 +256,21 @@ export class VllmHeadlessEngine {
 
   #admit(req: DecodedAddRequest): void {
     const p = req.params;
+    const wide = this.#wide;
     const live = this.#table.add(
       req.requestId,
       req.promptTokenIds.length,
       p.logprobs !== null,
-      p.returnSamplingMask,
+      wide.samplingMasks,
     );
-    this.#sim.add(toEngineRequest(req, live.slot, this.#routed));
+    const request = toEngineRequest(req, live.slot, wide);
+    // vLLM refuses greedy sampling and sampling without top_k while its mask capture is on: the
+    // request ends with finish_reason ERROR, the engine carries on.
+    if (wide.samplingMasks && !maskableSampling(request.params)) {
+      this.#sim.reject(0, live.slot, RejectReason.BadParams);
+      return;
+    }
+    this.#sim.add(request);
   }
 
   #abort(ids: string[]): void {
@@ -334,10 +369,10 @@ export class VllmHeadlessEngine {
     this.#pending = left;
   }
 
-  #reply(callId: number, failure: string | null, result: unknown): void {
+  #reply(callId: number | bigint, failure: string | null, result: unknown): void {
     const frames = encodeUtilityReply(
       this.#layout,
-      0,
+      this.#rank,
       { callId, failure, result },
       monotonicSeconds(),
     );
@@ -363,6 +398,7 @@ export class VllmHeadlessEngine {
     s.kvCacheUsage = e.kvUsage;
     s.prefixQueries = e.prefixQueries - this.#lastQueries;
     s.prefixHits = e.prefixHits - this.#lastHits;
+    s.stepCounter = e.steps;
     this.#lastQueries = e.prefixQueries;
     this.#lastHits = e.prefixHits;
     return s;

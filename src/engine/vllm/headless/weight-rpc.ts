@@ -1,10 +1,10 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { RS_ERR_VLLM_BAD_FIELD } from '../errors.js';
+import { RS_ERR_VLLM_BAD_FIELD } from '../../../errors.js';
 
 /**
  * The headless engine's `collective_rpc(method, timeout, args, kwargs)`: the worker methods RL
- * weight updates call (VLLM-ENGINE.md section 4), mapped to the simulator's weight version. vLLM
+ * weight updates call (docs/vllm-protocol.md, "Utility calls"), mapped to the simulator's weight version. vLLM
  * answers one result per worker; the simulator is one worker, and answers the weight version now
  * in force for the methods that load weights (null for the others).
  *   update_weights_from_path(weight_dir)  prime-rl's: the version in the directory's

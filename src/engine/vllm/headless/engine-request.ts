@@ -1,0 +1,53 @@
+import { MAX_TOP_LOGPROBS } from '../../../wire/sampling-check.js';
+import type { EngineRequest } from '../../../wire/types.js';
+import type { DecodedAddRequest } from '../requests.js';
+
+/** What vLLM's engine flags switch on for every request (they are engine-wide in vLLM). */
+export interface EngineWide {
+  /** --enable-return-routed-experts */
+  routedExperts: boolean;
+  /** --enable-return-sampling-mask */
+  samplingMasks: boolean;
+}
+
+/**
+ * A decoded ADD as the EngineRequest an EngineCore runs, on (server 0, `slot`). vLLM's top_k -1
+ * and 0 both mean off (0 in ringserve); `logprobs: k` asks for the sampled token's logprob and k
+ * top candidates (-1, the whole vocabulary in vLLM, is capped at MAX_TOP_LOGPROBS); routing rows
+ * and sampling masks are engine-wide in vLLM, so they come from the engine's flags.
+ */
+export function toEngineRequest(
+  req: DecodedAddRequest,
+  slot: number,
+  wide: EngineWide,
+): EngineRequest {
+  const p = req.params;
+  const k = p.logprobs === null ? 0 : p.logprobs < 0 ? MAX_TOP_LOGPROBS : p.logprobs;
+  return {
+    server: 0,
+    slot,
+    promptTokenIds: req.promptTokenIds,
+    params: {
+      temperature: p.temperature,
+      topP: p.topP,
+      topK: Math.max(0, p.topK),
+      minP: p.minP,
+      seed: p.seed,
+      maxTokens: p.maxTokens,
+      minTokens: p.minTokens,
+      stopTokenIds: Int32Array.from(p.stopTokenIds),
+      ignoreEos: p.ignoreEos,
+      presencePenalty: p.presencePenalty,
+      frequencyPenalty: p.frequencyPenalty,
+      repetitionPenalty: p.repetitionPenalty,
+      logprobs: p.logprobs !== null,
+      topLogprobs: Math.min(k, MAX_TOP_LOGPROBS),
+      returnSamplingMask: wide.samplingMasks,
+      returnRoutedExperts: wide.routedExperts,
+      routedExpertsPromptStart: p.routedExpertsPromptStart,
+    },
+    priority: req.priority,
+    cacheSalt: req.cacheSalt,
+    arrivalTimeMs: req.arrivalTime * 1000,
+  };
+}
