@@ -188,6 +188,50 @@ export class StepOutputs {
   }
 
   /**
+   * Appends rows [from, to) of `src` (same routing shape) with their masks, top areas and routing
+   * rows: each column and each area is copied as one run (a view per column per call, none per
+   * row) and the rows' area offsets are rebased. A row's areas are where its start and count say,
+   * so a row whose routing window was advanced (rows sent in pieces) keeps its own window.
+   */
+  appendRange(src: StepOutputs, from: number, to: number): void {
+    const n = to - from;
+    if (n <= 0) return;
+    const at = this.count;
+    if (at + n > this.server.length) this.#growRows(Math.max(this.server.length * 2, at + n));
+    for (const key of ROW_COLUMNS) {
+      const column = this[key] as Int32Array;
+      column.set((src[key] as Int32Array).subarray(from, to), at);
+    }
+    const last = to - 1;
+    const maskFrom = src.maskStart[from]!;
+    const maskTo = src.maskStart[last]! + src.maskCount[last]!;
+    const topFrom = src.topStart[from]!;
+    const topTo = src.topStart[last]! + src.topCount[last]!;
+    const routingFrom = src.routingStart[from]!;
+    const routingTo = src.routingStart[last]! + src.routingRows[last]!;
+    const maskAt = this.reserveMask(maskTo - maskFrom);
+    this.maskIds.set(src.maskIds.subarray(maskFrom, maskTo), maskAt);
+    const topAt = this.reserveTop(topTo - topFrom);
+    this.topIds.set(src.topIds.subarray(topFrom, topTo), topAt);
+    this.topLogprobs.set(src.topLogprobs.subarray(topFrom, topTo), topAt);
+    const width = this.routingRowWidth;
+    const routingAt = this.reserveRoutingRows(routingTo - routingFrom) / width;
+    this.routing.set(
+      src.routing.subarray(routingFrom * width, routingTo * width),
+      routingAt * width,
+    );
+    for (let i = 0; i < n; i++) {
+      this.maskStart[at + i] = src.maskStart[from + i]! - maskFrom + maskAt;
+      this.topStart[at + i] = src.topStart[from + i]! - topFrom + topAt;
+      this.routingStart[at + i] = src.routingStart[from + i]! - routingFrom + routingAt;
+    }
+    this.count = at + n;
+    this.maskLength = maskAt + maskTo - maskFrom;
+    this.topLength = topAt + topTo - topFrom;
+    this.routingRowCount = routingAt + routingTo - routingFrom;
+  }
+
+  /**
    * Exchanges every column and count with `other` (same routing shape): O(1) where copying would
    * touch every row. The vLLM bridge stages rows in a StepOutputs of its own and hands a whole
    * staged step to the core loop's this way when every row goes out.
@@ -264,4 +308,22 @@ const SWAPPED = [
   'routingTopk',
   'routingRowWidth',
   'routingWide',
+] as const;
+
+/** The per-row columns appendRange copies as they are (the area offsets are rebased). */
+const ROW_COLUMNS = [
+  'server',
+  'slot',
+  'token',
+  'logprob',
+  'rank',
+  'finish',
+  'stopTokenId',
+  'numCachedTokens',
+  'weightVersion',
+  'rejectReason',
+  'maskCount',
+  'topCount',
+  'routingRows',
+  'routingFirstPos',
 ] as const;

@@ -59,3 +59,79 @@ describe('StepOutputs rank and top area', () => {
     expect(out.topCount[2]).toBe(0);
   });
 });
+
+/** Every row of `out` as plain values, its areas read through its own offsets. */
+function rowsOf(out: StepOutputs, from = 0, to = out.count) {
+  const rows = [];
+  const w = out.routingRowWidth;
+  for (let i = from; i < to; i++) {
+    const m = out.maskStart[i]!;
+    const r = out.routingStart[i]!;
+    rows.push({
+      slot: out.slot[i],
+      token: out.token[i],
+      rank: out.rank[i],
+      finish: out.finish[i],
+      mask: Array.from(out.maskIds.subarray(m, m + out.maskCount[i]!)),
+      top: topOf(out, i),
+      firstPos: out.routingFirstPos[i],
+      routing: Array.from(out.routing.subarray(r * w, (r + out.routingRows[i]!) * w)),
+    });
+  }
+  return rows;
+}
+
+describe('StepOutputs.appendRange and swapWith', () => {
+  function filled(): StepOutputs {
+    const src = new StepOutputs(2);
+    src.shapeRouting(2, 2, 300); // uint16 ids
+    for (let slot = 0; slot < 30; slot++) {
+      addTopRow(src, slot, 1 + (slot % 3), slot % 4);
+      const row = slot;
+      const n = slot % 3;
+      const at = src.reserveMask(n);
+      for (let k = 0; k < n; k++) src.maskIds[at + k] = slot * 7 + k;
+      src.maskStart[row] = at;
+      src.maskCount[row] = n;
+      src.maskLength = at + n;
+      const rows = slot % 5;
+      const r = src.reserveRoutingRows(rows);
+      for (let k = 0; k < rows * 4; k++) src.routing[r + k] = 256 + slot + k;
+      src.routingRows[row] = rows;
+      src.routingFirstPos[row] = slot * 2;
+      src.routingRowCount += rows;
+    }
+    // A row whose routing window was advanced (its first rows went out in pieces).
+    src.routingStart[12]! += 1;
+    src.routingRows[12]! -= 1;
+    return src;
+  }
+
+  it('appends a range with its masks, top areas and routing rows, behind rows already there', () => {
+    const src = filled();
+    const dst = new StepOutputs(1);
+    dst.shapeRouting(2, 2, 300);
+    addTopRow(dst, 99, 1, 2);
+    dst.appendRange(src, 5, 25);
+    expect(dst.count).toBe(21);
+    expect(rowsOf(dst, 1)).toEqual(rowsOf(src, 5, 25));
+    expect(topOf(dst, 0).ids).toEqual([9900, 9901]);
+  });
+
+  it('swaps every column, so a swapped pair reads as the other did', () => {
+    const a = filled();
+    const before = rowsOf(a);
+    // Every own field of a StepOutputs is swapped (a new field must join swapWith's list).
+    const fields = { ...(a as unknown as Record<string, unknown>) };
+    const b = new StepOutputs(4);
+    b.shapeRouting(2, 2, 300);
+    b.swapWith(a);
+    for (const [key, value] of Object.entries(fields)) {
+      expect((b as unknown as Record<string, unknown>)[key], key).toBe(value);
+    }
+    expect(rowsOf(b)).toEqual(before);
+    expect(a.count).toBe(0);
+    a.swapWith(b);
+    expect(rowsOf(a)).toEqual(before);
+  });
+});

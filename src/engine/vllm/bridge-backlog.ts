@@ -54,9 +54,9 @@ export class BridgeBacklog {
    * Moves into `out` every staged row the room takes, oldest first (a held server keeps the rest of
    * its rows, in order). Without a room, everything goes.
    *
-   * The pending rows are a queue: those that go out whole from its front are copied to `out` (or,
-   * when they are all the rows and `out` is empty, handed over: StepOutputs.swapWith) and the front
-   * moves past them, so the rows that stay are not touched. Only when a held server's rows stand
+   * The pending rows are a queue: those that go out whole from its front are copied to `out` as one
+   * range (StepOutputs.appendRange; or, when they are all the rows and `out` is empty, handed over:
+   * StepOutputs.swapWith) and the front moves past them, so the rows that stay are not touched. Only when a held server's rows stand
    * before rows that can go (two or more API servers), or a row must go out in pieces, are the kept
    * rows copied into a fresh queue. Under bench:bridge the ring holds the core loop back most steps:
    * copying every kept row each step made it O(backlog) per step (copyRow was ~36% of the bridge).
@@ -72,7 +72,7 @@ export class BridgeBacklog {
       this.#serverWithRoom = true;
       return;
     }
-    for (let i = head; i < head + whole; i++) copyRow(src, i, out, src.routingRows[i]!);
+    out.appendRange(src, head, head + whole);
     this.#head = head + whole;
     if (this.#head === src.count) {
       this.#reset();
@@ -110,7 +110,7 @@ export class BridgeBacklog {
     if (this.#head < COMPACT_MIN || this.#head * 2 < src.count) return;
     const kept = this.#spare;
     kept.clear();
-    for (let i = this.#head; i < src.count; i++) copyRow(src, i, kept, src.routingRows[i]!);
+    kept.appendRange(src, this.#head, src.count);
     src.clear();
     this.#rows = kept;
     this.#spare = src;
