@@ -70,6 +70,7 @@ function params(full: boolean, seed: number): SamplingParams {
     repetitionPenalty: 1,
     logprobs: full,
     topLogprobs: 0,
+    promptLogprobs: -1,
     returnSamplingMask: full,
     returnRoutedExperts: full,
     routedExpertsPromptStart: 0,

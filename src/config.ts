@@ -72,6 +72,7 @@ export interface RingserveConfig {
   readonly tokenizer: string | null;
   readonly maxUnreadBytes: number;
   readonly requestTimeout: number;
+  readonly updateWeightsTimeoutS: number;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -162,6 +163,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'enableReturnSamplingMask', flag: '--enable-return-sampling-mask', kind: 'bool', default: false, help: 'with --engine vllm: the engine runs with vLLM\'s --enable-return-sampling-mask (vLLM >= 0.28): requests may ask for masks, and each must sample with temperature > 0 and top_k > 0' },
   { key: 'tokenizer', flag: '--tokenizer', kind: 'string', default: null, help: "a local Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json, generation_config.json) instead of the preset's" },
   { key: 'maxUnreadBytes', flag: '--max-unread-bytes', kind: 'int', default: 64 * 1024 * 1024, min: 65_536, max: 4_294_967_296, help: 'a stream whose client leaves this many bytes unread is aborted and its memory freed (a client that reads, however slowly, leaves a few events unread)' },
+  { key: 'updateWeightsTimeoutS', flag: '--update-weights-timeout-s', kind: 'number', default: 10_800, min: 1, max: 604_800, help: 'seconds /update_weights may take before it is answered 503 (a vLLM engine loads or receives the weights meanwhile); longer than any client waits, since a 503 makes the client retry the update (prime-rl waits 720 s; large MoE runs set 7,200 s)' },
   { key: 'requestTimeout', flag: '--request-timeout', kind: 'number', default: 3600, min: 0, max: 604_800, help: 'seconds a generate request may take from arrival before it is answered 504 and aborted in the engine (0 = none; the default is many times a 16k-token rollout under 300 clients); the header x-request-deadline-ms can shorten it' },
 ];
 

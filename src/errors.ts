@@ -207,8 +207,14 @@ export const RS_ERR_CONTROL_REFUSED = createError(
 );
 export const RS_ERR_CONTROL_FAILED = createError(
   'RS_ERR_CONTROL_FAILED',
-  'the engine failed to carry out the %s command (result %s)',
+  'the engine failed to carry out the %s command (result %s): %s',
   500,
+);
+// What a control command names is not there: a LoRA adapter's files, an adapter not loaded.
+export const RS_ERR_CONTROL_NOT_FOUND = createError(
+  'RS_ERR_CONTROL_NOT_FOUND',
+  'the %s command: %s',
+  404,
 );
 export const RS_ERR_CONTROL_BAD_ARGUMENT = createError(
   'RS_ERR_CONTROL_BAD_ARGUMENT',

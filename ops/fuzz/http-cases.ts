@@ -24,12 +24,17 @@ export const CONTROL_PATHS = [
   '/update_weights',
   '/reset_prefix_cache',
   '/abort_requests',
+  '/init_broadcaster',
+  '/load_lora_adapter',
+  '/v1/load_lora_adapter',
+  '/v1/unload_lora_adapter',
 ] as const;
 
 /** A valid generate body for the tiny preset (vocabulary 1000) that finishes in a few tokens. */
 export function validGenerateBody(): Record<string, unknown> {
   return {
     token_ids: [1, 2, 3, 4],
+    kv_transfer_params: { do_remote_decode: false },
     sampling_params: {
       max_tokens: 4,
       temperature: 1,
@@ -70,6 +75,8 @@ const FIELD_PATHS: readonly (readonly string[])[] = [
   ['cache_salt'],
   ['priority'],
   ['kv_transfer_params'],
+  ['kv_transfer_params', 'do_remote_decode'],
+  ['features'],
   ['__proto__'],
   ['constructor'],
 ];
@@ -116,8 +123,14 @@ const hostileValue: fc.Arbitrary<unknown> = fc.oneof(
   fc.double(),
   fc.string({ maxLength: 40 }),
   fc.array(fc.integer({ min: -5, max: 2000 }), { maxLength: 40 }),
-  fc.integer({ min: 50, max: 3000 }).map((d) => deep(d, 1)),
+  // Past a few thousand levels JSON.stringify and a recursive writer run out of stack.
+  fc.integer({ min: 50, max: 8000 }).map((d) => deep(d, 1)),
+  fc.integer({ min: 1000, max: 8000 }).map((d) => deep(d % 2 === 0 ? d : d + 1, { x: 1 })),
   fc.jsonValue({ maxDepth: 3 }),
+  // Integers past 2^53: msgpack carries them as int64/uint64 and msgpackr decodes them as bigints
+  // (a JSON body carries none: JSON.stringify refuses them, so they reach the server as msgpack).
+  fc.bigInt({ min: 2n ** 53n, max: 2n ** 64n - 1n }),
+  fc.bigInt({ min: -(2n ** 63n), max: -(2n ** 53n) - 1n }).map((b) => ({ a: [b] })),
 );
 
 function setPath(target: Record<string, unknown>, path: readonly string[], value: unknown): void {
@@ -214,12 +227,41 @@ const hostileMsgpack: fc.Arbitrary<Uint8Array> = fc.oneof(
   fc.uint8Array({ maxLength: 256 }),
 );
 
+/**
+ * A valid body whose free-form `kv_transfer_params` nests `depth` objects deep, written as text
+ * (JSON.stringify and msgpackr's pack recurse, so past a few thousand levels they could not make
+ * it): a client's hand-built or hostile body, the case that once answered 500 after generating.
+ */
+const deepFreeFormBody: fc.Arbitrary<{ type: string; bytes: Uint8Array }> = fc
+  .tuple(fc.integer({ min: 33, max: 200_000 }), fc.boolean())
+  .map(([depth, asMsgpack]) => {
+    const body = { ...validGenerateBody(), kv_transfer_params: PLACEHOLDER };
+    if (!asMsgpack) {
+      const text = JSON.stringify(body).replace(
+        JSON.stringify(PLACEHOLDER),
+        `${'{"a":'.repeat(depth)}1${'}'.repeat(depth)}`,
+      );
+      return json(Buffer.from(text, 'utf8'));
+    }
+    const bytes = Buffer.from(pack(body));
+    const mark = Buffer.from(pack(PLACEHOLDER));
+    const at = bytes.indexOf(mark);
+    // fixmap of one entry, key "a", `depth` times, around the integer 1.
+    const nested = Buffer.concat([Buffer.alloc(depth * 3), Buffer.from([0x01])]);
+    for (let i = 0; i < depth; i++) nested.set([0x81, 0xa1, 0x61], i * 3);
+    return msgpack(
+      Buffer.concat([bytes.subarray(0, at), nested, bytes.subarray(at + mark.length)]),
+    );
+  });
+const PLACEHOLDER = '__deep_free_form__';
+
 const body: fc.Arbitrary<{ type: string; bytes: Uint8Array }> = fc.oneof(
   { weight: 4, arbitrary: mutatedBody.chain((b) => damage(jsonBytes(b))).map(json) },
   { weight: 3, arbitrary: mutatedBody.chain((b) => damage(msgpackBytes(b))).map(msgpack) },
   { weight: 2, arbitrary: anyValue.map((v) => json(jsonBytes(v))) },
   { weight: 1, arbitrary: anyValue.map((v) => msgpack(msgpackBytes(v))) },
   { weight: 1, arbitrary: hostileMsgpack.map(msgpack) },
+  { weight: 1, arbitrary: deepFreeFormBody },
   { weight: 1, arbitrary: fc.uint8Array({ maxLength: 512 }).map(json) },
 );
 
@@ -322,6 +364,25 @@ export const controlCase: fc.Arbitrary<HttpCase> = fc
       fc.record({ weight_dir: hostileValue }, { requiredKeys: [] }),
       fc.record(
         { request_ids: fc.oneof(hostileValue, fc.array(headerText)) },
+        { requiredKeys: [] },
+      ),
+      fc.record(
+        {
+          host: fc.oneof(hostileValue, headerText),
+          port: fc.oneof(hostileValue, fc.integer({ min: -1, max: 70000 })),
+          timeout: hostileValue,
+          rank_offset: hostileValue,
+          inference_world_size: hostileValue,
+          session_id: hostileValue,
+        },
+        { requiredKeys: [] },
+      ),
+      fc.record(
+        {
+          lora_name: fc.oneof(hostileValue, headerText),
+          lora_path: fc.oneof(hostileValue, headerText),
+          load_inplace: hostileValue,
+        },
         { requiredKeys: [] },
       ),
     ),

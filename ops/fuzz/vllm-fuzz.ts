@@ -96,6 +96,7 @@ function request(slot: number): EngineRequest {
       repetitionPenalty: 1,
       logprobs: true,
       topLogprobs: 0,
+      promptLogprobs: -1,
       returnSamplingMask: false,
       returnRoutedExperts: true,
       routedExpertsPromptStart: 0,

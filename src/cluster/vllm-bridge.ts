@@ -27,6 +27,8 @@ export async function startVllmBridge(
     maxModelLen: config.maxModelLen,
     blockSize: config.blockSize,
     returnSamplingMask: config.enableReturnSamplingMask,
+    // The API server bounds the call by the same flag (routes/control.ts).
+    weightsTimeoutMs: config.updateWeightsTimeoutS * 1000,
     onEvent: (message, fields) => log.warn(fields ?? {}, message),
   });
   const link = new VllmBridgeLink(engine, {

@@ -56,7 +56,7 @@ import {
 import type { Region } from '../shm/region.js';
 import { engineDoorbell, outputRingProducer, requestRingConsumer } from '../shm/region.js';
 import type { RingConsumer, RingProducer } from '../shm/ring.js';
-import { ControlCommand, ControlResult, ControlServer } from '../wire/control-channel.js';
+import { ControlServer } from '../wire/control-channel.js';
 import { MAX_SLOTS_PER_SERVER } from '../wire/engine-defaults.js';
 import {
   RecordType,
@@ -67,6 +67,7 @@ import {
 } from '../wire/messages.js';
 import { expertIdBytes } from '../wire/model-card.js';
 import type { EngineStats } from '../wire/types.js';
+import { ControlRunner } from './control-runner.js';
 import type { EngineCore } from './engine-core.js';
 import { HeldServers } from './held-servers.js';
 import { StepBatchWriter } from './step-batch-writer.js';
@@ -84,9 +85,6 @@ const IDLE_WAIT_MS = 50;
  * within a fraction of a step; the cost is 500 short wake-ups a second, only while all is held.
  */
 const HELD_POLL_MS = 2;
-/** #execute's answers that are not a weight version. */
-const REFUSED = -1;
-const UNKNOWN = -2;
 
 export interface CoreLoopEvents {
   /** The consumer of an API server's output ring is gone; its requests have been dropped. */
@@ -99,7 +97,7 @@ export interface CoreLoopEvents {
 
 export class CoreLoop {
   readonly #region: Region;
-  /** The engine note last written into the region (the engine's own string, compared by value). */
+  /** The engine note last written into the region (compared by value on every publish). */
   #note = '';
   readonly #engine: EngineCore;
   readonly #consumers: RingConsumer[];
@@ -109,14 +107,12 @@ export class CoreLoop {
   readonly #writer: StepBatchWriter;
   readonly #held: HeldServers;
   readonly #bell: Doorbell;
-  readonly #control: ControlServer;
+  readonly #control: ControlRunner;
   readonly #events: CoreLoopEvents;
   #stopping = false;
   #stats: EngineStats | undefined;
   /** The modelled duration of the last step, republished with a control command's stats. */
   #lastStepMs = 0;
-  /** A control command the engine answers later (a bridge's utility call) is being carried out. */
-  #controlInFlight = false;
 
   constructor(region: Region, engine: EngineCore, events: CoreLoopEvents = {}) {
     this.#region = region;
@@ -144,7 +140,10 @@ export class CoreLoop {
     );
     this.#held = new HeldServers(servers, model, region.params.outputRingBytes);
     this.#bell = engineDoorbell(region);
-    this.#control = new ControlServer(region);
+    this.#control = new ControlRunner(new ControlServer(region), engine, {
+      answered: () => this.#publish(this.#lastStepMs),
+      failed: (code, error) => this.#events.controlFailed?.(code, error),
+    });
     Atomics.store(region.i32, ENG_PID >> 2, process.pid);
     this.#publish(0);
   }
@@ -155,7 +154,7 @@ export class CoreLoop {
     while (!this.#stopping) {
       const started = performance.now();
       this.#drainRequests();
-      this.#runControl();
+      this.#control.run();
       // hasWork() is false while paused, except for pending abort and reject outputs, which a
       // paused engine still confirms.
       if (this.#engine.hasWork()) {
@@ -183,7 +182,7 @@ export class CoreLoop {
           continue;
         }
         const seq = bell.prepareSleep();
-        if (!this.#anyRequestPending() && !this.#controlWaiting()) bell.sleep(seq, IDLE_WAIT_MS);
+        if (!this.#anyRequestPending() && !this.#control.waiting()) bell.sleep(seq, IDLE_WAIT_MS);
         bell.endSleep();
         await yieldToEventLoop();
       }
@@ -204,7 +203,7 @@ export class CoreLoop {
       const left = until - performance.now();
       if (left < 1) return;
       const seq = bell.rings();
-      if (this.#controlWaiting()) this.#runControl();
+      if (this.#control.waiting()) this.#control.run();
       // A step modelled longer than the heartbeat bound (a slow --speedup) must not look stalled.
       else bell.sleep(seq, Math.min(left, IDLE_WAIT_MS));
       this.#beat();
@@ -250,7 +249,7 @@ export class CoreLoop {
   #waitForRoom(): void {
     const bell = this.#bell;
     const seq = bell.prepareSleep();
-    if (!this.#anyRequestPending() && !this.#controlWaiting()) bell.sleep(seq, HELD_POLL_MS);
+    if (!this.#anyRequestPending() && !this.#control.waiting()) bell.sleep(seq, HELD_POLL_MS);
     bell.endSleep();
     this.#beat();
   }
@@ -295,79 +294,6 @@ export class CoreLoop {
     return false;
   }
 
-  /** A control command waits and none is being carried out. */
-  #controlWaiting(): boolean {
-    return !this.#controlInFlight && this.#control.hasPending();
-  }
-
-  /**
-   * Runs the pending control command, if any, and acknowledges it; nothing it does throws out. A
-   * command the engine answers later is acknowledged when its promise settles; the loop goes on
-   * stepping meanwhile and takes no other command.
-   */
-  #runControl(): void {
-    if (this.#controlInFlight) return;
-    const command = this.#control.pending();
-    if (command === null) return;
-    const code = command.code;
-    let answer: number | Promise<number>;
-    try {
-      answer = this.#execute(code, command.args, command.text);
-    } catch (error) {
-      this.#complete(code, error as Error, 0);
-      return;
-    }
-    if (typeof answer === 'number') {
-      this.#complete(code, null, answer);
-      return;
-    }
-    this.#controlInFlight = true;
-    answer.then(
-      (value) => this.#complete(code, null, value),
-      (error: unknown) => this.#complete(code, error as Error, 0),
-    );
-  }
-
-  #complete(code: number, error: Error | null, value: number): void {
-    this.#controlInFlight = false;
-    let result: number = ControlResult.Ok;
-    if (error !== null) {
-      result = ControlResult.Failed;
-      this.#events.controlFailed?.(code, error);
-    } else if (value < 0) {
-      result = value === REFUSED ? ControlResult.Refused : ControlResult.UnknownCommand;
-    }
-    // Stats first: a caller that reads the stats block once answered sees the command's effect.
-    this.#publish(this.#lastStepMs);
-    this.#control.complete(result, Math.max(value, 0));
-  }
-
-  /**
-   * Carries out one command; returns (or resolves to) the weight version now live, or REFUSED /
-   * UNKNOWN.
-   */
-  #execute(code: number, args: Float64Array, text: string): number | Promise<number> {
-    const engine = this.#engine;
-    const live = (): number => engine.weightVersion;
-    switch (code) {
-      case ControlCommand.Pause:
-        return after(engine.pause(), live);
-      case ControlCommand.Resume:
-        return after(engine.resume(), live);
-      case ControlCommand.UpdateWeights:
-        // args[0]: the version to load, or -1 for "the live one + 1" (no manifest); the text: the
-        // weight directory, for an engine that reads it itself.
-        return engine.updateWeights(
-          args[0]! >= 0 ? args[0]! : undefined,
-          text === '' ? undefined : text,
-        );
-      case ControlCommand.ResetPrefixCache:
-        return after(engine.resetPrefixCache(), (done) => (done ? live() : REFUSED));
-      default:
-        return UNKNOWN;
-    }
-  }
-
   #publish(lastStepMs: number): void {
     const { i32, f64 } = this.#region;
     const s = this.#engine.stats(this.#stats);
@@ -395,7 +321,7 @@ export class CoreLoop {
     f64[base + STAT_VLLM_UNDECODABLE] = s.vllmUndecodable ?? 0;
     f64[base + STAT_SAMPLING_MASKS] = this.#engine.samplingMasks === false ? 0 : 1;
     Atomics.add(i32, ENG_STATS_SEQ >> 2, 1);
-    const note = this.#engine.note ?? '';
+    const note = this.#control.noteText();
     if (note !== this.#note) {
       this.#note = note;
       writeEngineNote(this.#region, note);
@@ -415,11 +341,6 @@ export class CoreLoop {
     this.#region.f64[ENG_LAST_BEAT_MS >> 3] = Date.now();
     Atomics.add(this.#region.i32, ENG_HEARTBEAT >> 2, 1);
   }
-}
-
-/** `then(value)` now for a plain value, once settled for a promise. */
-function after<T>(value: T | Promise<T>, then: (v: T) => number): number | Promise<number> {
-  return value instanceof Promise ? value.then(then) : then(value);
 }
 
 const yieldToEventLoop = (): Promise<void> => new Promise((r) => setImmediate(r));

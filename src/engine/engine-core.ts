@@ -1,3 +1,4 @@
+import type { BroadcasterArgs, LoraAdapter } from '../wire/admin-args.js';
 import type { ModelCard } from '../wire/model-card.js';
 import type { RejectReason } from '../wire/reject.js';
 import type { EngineRequest, EngineStats, StepTiming } from '../wire/types.js';
@@ -57,6 +58,17 @@ export interface EngineCore {
   updateWeights(version?: number, weightDir?: string): number | Promise<number>;
   /** Empties the prefix cache; false (nothing done) while requests hold cached blocks. */
   resetPrefixCache(): boolean | Promise<boolean>;
+  /**
+   * prime-rl's in-memory weight transfer: join the trainer's broadcaster (its workers'
+   * init_broadcaster); later updates without a weight directory come from it. Absent: refused.
+   */
+  initBroadcaster?(args: BroadcasterArgs): void | Promise<void>;
+  /**
+   * Loads (or reloads in place) a LoRA adapter's files; requests whose `loraId` is its id then run
+   * with it. A path with no adapter is a ControlRefusal(NotFound). Absent: LoRA is refused.
+   */
+  loadLora?(adapter: LoraAdapter, inplace: boolean): void | Promise<void>;
+  unloadLora?(adapter: LoraAdapter): void | Promise<void>;
 
   /** Whether step() has anything to do: running or waiting requests, or pending rows. */
   hasWork(): boolean;

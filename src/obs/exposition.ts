@@ -57,6 +57,7 @@ import {
   requestHistograms,
   THREAD_FAMILIES,
   VLLM_ENGINE_INFO,
+  WEIGHT_BROADCASTER_INFO,
 } from './families.js';
 import { GC_KIND_NAMES } from './process-health.js';
 import {
@@ -156,6 +157,7 @@ export class ClusterMetrics {
     text += familyHeader(CACHE_CONFIG_INFO.name, CACHE_CONFIG_INFO.help, 'gauge');
     text += sampleLine(CACHE_CONFIG_INFO.name, info, 1);
     text += this.#vllmInfoText();
+    text += this.#broadcasterInfoText();
     for (const c of ENGINE_COUNTERS) {
       text += familyHeader(c.name, c.help, 'counter');
       text += sampleLine(c.name, labels, stats[c.carry]! + stats[c.stat]!);
@@ -176,6 +178,23 @@ export class ClusterMetrics {
     return (
       familyHeader(VLLM_ENGINE_INFO.name, VLLM_ENGINE_INFO.help, 'gauge') +
       sampleLine(VLLM_ENGINE_INFO.name, labels, 1)
+    );
+  }
+
+  /** The broadcaster the engine joined, while its note names one. */
+  #broadcasterInfoText(): string {
+    const info = this.#engineNote?.().info;
+    if (info === undefined || info.weight_broadcaster === undefined) return '';
+    const labels = labelText([
+      ['model_name', this.#config.servedModelName],
+      ['engine', '0'],
+      ['address', info.weight_broadcaster],
+      ['ranks', info.weight_broadcaster_ranks ?? ''],
+      ['session', info.weight_broadcaster_session ?? ''],
+    ]);
+    return (
+      familyHeader(WEIGHT_BROADCASTER_INFO.name, WEIGHT_BROADCASTER_INFO.help, 'gauge') +
+      sampleLine(WEIGHT_BROADCASTER_INFO.name, labels, 1)
     );
   }
 

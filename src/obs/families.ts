@@ -167,6 +167,12 @@ export const VLLM_ENGINE_INFO = {
   help: 'With --engine vllm: the vLLM release the engine registered with and the message layout in use (vllm_layout).',
 };
 
+/** ringserve's: the trainer's weight broadcaster the engine joined (/init_broadcaster). */
+export const WEIGHT_BROADCASTER_INFO = {
+  name: 'ringserve_weight_broadcaster_info',
+  help: "The trainer's weight broadcaster the engine joined through /init_broadcaster (address, its workers' ranks as offset+world size, NIXL session); absent before.",
+};
+
 export const CACHE_CONFIG_INFO = {
   name: 'vllm:cache_config_info',
   help: 'Information of the LLMEngine CacheConfig',

@@ -172,3 +172,69 @@ export function readStreamOptions(
     continuousUsageStats: optBool(so, 'stream_options', 'continuous_usage_stats', false),
   };
 }
+
+/** How deep a free-form value may nest (vLLM's own bodies nest a handful of levels). */
+export const FREE_FORM_MAX_DEPTH = 32;
+/** How many values (containers and leaves) a free-form value may hold. */
+export const FREE_FORM_MAX_NODES = 10_000;
+
+/**
+ * Checks a free-form value the server carries or hands on (`kv_transfer_params`, a chat template's
+ * kwargs, tool schemas) before any engine work: at most FREE_FORM_MAX_DEPTH deep and
+ * FREE_FORM_MAX_NODES values, made of JSON's types (msgpack binary is kept as a leaf). A msgpack
+ * integer within 2^53 arrives as a bigint and becomes a number in place; one beyond is refused, as
+ * are NaN, infinities and extension types, which no JSON answer could carry back. The walk is
+ * iterative, so no nesting can exhaust the stack; a failure names the path of the value. Returns
+ * the value as checked (a bigint root becomes its number).
+ */
+export function checkFreeForm(value: unknown, path: string): unknown {
+  // The value sits in a holder of its own, so the root is checked as any member is.
+  const root: Record<string, unknown> = { [path]: value };
+  const containers: unknown[] = [root];
+  const paths: string[] = [''];
+  const depths: number[] = [0];
+  let nodes = 0;
+  while (containers.length > 0) {
+    const at = containers.pop();
+    const atPath = paths.pop() as string;
+    const depth = depths.pop() as number;
+    if (depth > FREE_FORM_MAX_DEPTH) fail(path, `nests deeper than ${FREE_FORM_MAX_DEPTH} levels`);
+    const holder = at as Record<string, unknown>;
+    const keys: readonly string[] | null = Array.isArray(at) ? null : Object.keys(holder);
+    const count = keys === null ? (at as unknown[]).length : keys.length;
+    for (let i = 0; i < count; i++) {
+      if (++nodes > FREE_FORM_MAX_NODES)
+        fail(path, `holds more than ${FREE_FORM_MAX_NODES} values`);
+      const key = keys === null ? i : (keys[i] as string);
+      const v = holder[key as string];
+      if (v === null || typeof v === 'boolean' || typeof v === 'string') continue;
+      const memberPath = (): string =>
+        keys === null ? `${atPath}[${key}]` : fieldPath(atPath, key as string);
+      if (typeof v === 'number') {
+        if (!Number.isFinite(v)) fail(memberPath(), `must be a finite number, got ${v}`);
+      } else if (typeof v === 'bigint') {
+        const n = bigintToSafeNumber(v);
+        if (typeof n === 'bigint') {
+          fail(memberPath(), `integers must be within +-2^53 to be carried back in JSON, got ${v}`);
+        }
+        holder[key as string] = n;
+      } else if (ArrayBuffer.isView(v)) {
+        // msgpack binary: a leaf, carried as bytes.
+      } else if (Array.isArray(v) || isRecord(v)) {
+        containers.push(v);
+        paths.push(memberPath());
+        depths.push(depth + 1);
+      } else {
+        fail(memberPath(), `must be a JSON value, got ${describeValue(v)}`);
+      }
+    }
+  }
+  return root[path];
+}
+
+/** An object of JSON's kind: no class instance (a msgpack timestamp's Date, a Map). */
+function isRecord(v: unknown): boolean {
+  if (typeof v !== 'object' || v === null) return false;
+  const proto: unknown = Object.getPrototypeOf(v);
+  return proto === Object.prototype || proto === null;
+}

@@ -1,7 +1,9 @@
 import { RS_ERR_REQ_INVALID_BODY } from '../errors.js';
+import { MAX_TOP_LOGPROBS } from '../wire/sampling-check.js';
 import type { SamplingParams } from '../wire/types.js';
 import {
   type Body,
+  checkFreeForm,
   describeValue,
   fail,
   intElement,
@@ -56,6 +58,8 @@ export interface GenerateRequest {
   includeStopStrInOutput: boolean;
   /** Set by the OpenAI routes (openai-request.ts): the answer is text, shaped as OpenAI's. */
   openai?: OpenAiAnswer;
+  /** The LoRA adapter `model` names (set by the route, served-models.ts); absent or 0: none. */
+  loraId?: number;
 }
 
 const INT32_MIN = -2_147_483_648;
@@ -76,12 +80,14 @@ export function parseGenerateRequest(body: unknown, opts: GenerateRequestOptions
   const stream = optBool(body, '', 'stream', false);
   const streamOptions = readStreamOptions(body, stream);
   const kvTransferParams = body.kv_transfer_params;
-  if (
-    kvTransferParams !== undefined &&
-    kvTransferParams !== null &&
-    !isPlainObject(kvTransferParams)
-  ) {
-    fail('kv_transfer_params', `must be an object, got ${describeValue(kvTransferParams)}`);
+  if (kvTransferParams !== undefined && kvTransferParams !== null) {
+    if (!isPlainObject(kvTransferParams)) {
+      fail('kv_transfer_params', `must be an object, got ${describeValue(kvTransferParams)}`);
+    }
+    checkFreeForm(kvTransferParams, 'kv_transfer_params');
+  }
+  if (body.features !== undefined && body.features !== null) {
+    fail('features', 'multimodal inputs are not supported by this server; send token_ids only');
   }
   const request: GenerateRequest = {
     requestId: optString(body, '', 'request_id', 1, MAX_ID_LENGTH),
@@ -101,17 +107,16 @@ export function parseGenerateRequest(body: unknown, opts: GenerateRequestOptions
     skipSpecialTokens: optBool(sp, SP, 'skip_special_tokens', true),
     includeStopStrInOutput: optBool(sp, SP, 'include_stop_str_in_output', false),
   };
-  refuseUnsupported(sp, request, opts);
+  refuseUnsupported(request, opts);
   return request;
 }
 
 /** Fields that are well-formed but ask for what this server does not do: a 400 naming each. */
-function refuseUnsupported(sp: Body, request: GenerateRequest, opts: GenerateRequestOptions): void {
+function refuseUnsupported(request: GenerateRequest, opts: GenerateRequestOptions): void {
   if (request.n > 1 && request.stream) {
     fail(`${SP}.n`, 'n > 1 is supported without stream only');
   }
-  const promptLogprobs = sp.prompt_logprobs;
-  if (promptLogprobs !== undefined && promptLogprobs !== null) {
+  if (request.params.promptLogprobs >= 0) {
     fail(`${SP}.prompt_logprobs`, 'prompt logprobs are not produced by this server; send null');
   }
   if (request.priority !== 0 && opts.priorityScheduling !== true) {
@@ -151,7 +156,8 @@ function readSamplingParams(
   opts: GenerateRequestOptions,
 ): SamplingParams {
   const room = opts.maxModelLen - promptLen;
-  const maxTokens = readMaxTokens(sp, promptLen, opts.maxModelLen);
+  const maxTokens = readMaxTokens(sp, room);
+  const topLogprobs = readLogprobs(sp);
   const topK = optInt(sp, SP, 'top_k', 0, -1, INT32_MAX);
   const seed = optInt(sp, SP, 'seed', -1, -Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER);
   return {
@@ -176,9 +182,9 @@ function readSamplingParams(
       Number.POSITIVE_INFINITY,
       true,
     ),
-    logprobs: readLogprobs(sp),
-    // The answer carries the sampled token's logprob only (see readLogprobs).
-    topLogprobs: 0,
+    logprobs: topLogprobs >= 0,
+    topLogprobs: Math.max(0, topLogprobs),
+    promptLogprobs: optLogprobCount(sp, 'prompt_logprobs'),
     returnSamplingMask:
       optBoolOrNull(sp, SP, 'return_sampling_mask') ?? opts.defaultReturnSamplingMask,
     returnRoutedExperts:
@@ -187,28 +193,33 @@ function readSamplingParams(
   };
 }
 
-/** max_tokens >= 1 and prompt + max_tokens <= max_model_len; null when absent. */
-function readMaxTokens(sp: Body, promptLen: number, maxModelLen: number): number | null {
+/**
+ * max_tokens >= 1, null when absent. Past the context it is cut to the room left: the completion
+ * stops at max_model_len with finish_reason "length", as prime-rl's vLLM answers this route (its
+ * tokenize-params patch; vLLM's token-in/out route sizes its limit the same way). The OpenAI
+ * routes keep vLLM's 400 (openai-request.ts).
+ */
+function readMaxTokens(sp: Body, room: number): number | null {
   const v = sp.max_tokens;
   if (v === undefined || v === null) return null;
-  const room = maxModelLen - promptLen;
-  const maxTokens = optInt(sp, SP, 'max_tokens', 1, 1, INT32_MAX);
-  if (maxTokens > room) {
-    fail(
-      `${SP}.max_tokens`,
-      `prompt (${promptLen} tokens) + max_tokens (${maxTokens}) exceeds max_model_len ${maxModelLen}`,
-    );
-  }
-  return maxTokens;
+  return Math.min(optInt(sp, SP, 'max_tokens', 1, 1, INT32_MAX), room);
 }
 
-/** logprobs: null/false → off; true → 1; an integer >= 0 → on (only the sampled token is returned). */
-function readLogprobs(sp: Body): boolean {
+/**
+ * logprobs: null/false → -1 (off); true → 1 (as the contract and vLLM read it); k in
+ * [0, MAX_TOP_LOGPROBS] → the sampled token's and, in the legacy form, the k best beside it (vLLM's
+ * max_logprobs, 20 by default, bounds k the same way).
+ */
+function readLogprobs(sp: Body): number {
   const v = sp.logprobs;
-  if (v === undefined || v === null || v === false) return false;
-  if (v === true) return true;
-  optInt(sp, SP, 'logprobs', 0, 0, INT32_MAX);
-  return true;
+  if (v === false) return -1;
+  if (v === true) return 1;
+  return optLogprobCount(sp, 'logprobs');
+}
+
+/** A logprob count k in [0, MAX_TOP_LOGPROBS]; -1 when absent or null. */
+function optLogprobCount(sp: Body, key: string): number {
+  return optInt(sp, SP, key, -1, 0, MAX_TOP_LOGPROBS);
 }
 
 /** stop: a string or an array of strings, none empty, within the limits of stop-strings.ts. */

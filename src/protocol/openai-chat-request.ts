@@ -1,5 +1,13 @@
 import { RS_ERR_REQ_INVALID_BODY } from '../errors.js';
-import { type Body, describeValue, fail, isPlainObject, optBool, optInt } from './fields.js';
+import {
+  type Body,
+  checkFreeForm,
+  describeValue,
+  fail,
+  isPlainObject,
+  optBool,
+  optInt,
+} from './fields.js';
 import {
   type OpenAiCommon,
   type OpenAiRequestOptions,
@@ -68,8 +76,11 @@ export function parseChatBody(body: unknown, opts: OpenAiRequestOptions): ChatBo
       ? { value: readMaxTokens(body, 'max_tokens'), field: 'max_tokens' }
       : { value: readMaxTokens(body, 'max_completion_tokens'), field: 'max_completion_tokens' };
   const kwargs = body.chat_template_kwargs;
-  if (kwargs !== undefined && kwargs !== null && !isPlainObject(kwargs)) {
-    fail('chat_template_kwargs', `must be an object, got ${describeValue(kwargs)}`);
+  if (kwargs !== undefined && kwargs !== null) {
+    if (!isPlainObject(kwargs)) {
+      fail('chat_template_kwargs', `must be an object, got ${describeValue(kwargs)}`);
+    }
+    checkFreeForm(kwargs, 'chat_template_kwargs');
   }
   return {
     common: readCommon(body, opts, maxTokens, logprobs ? top : -1),
@@ -99,7 +110,11 @@ function readMessage(m: unknown, path: string): ChatMessage {
     fail(`${path}.role`, `must be one of ${[...ROLES].join(', ')}, got ${describeValue(role)}`);
   }
   const message: ChatMessage = { role, content: readContent(m.content, `${path}.content`) };
-  for (const key of PASSED_THROUGH) if (m[key] !== undefined) message[key] = m[key];
+  for (const key of PASSED_THROUGH) {
+    const v = m[key];
+    if (v === undefined) continue;
+    message[key] = checkFreeForm(v, `${path}.${key}`);
+  }
   return message;
 }
 
@@ -132,6 +147,7 @@ function readTools(body: Body): Body[] | null {
   const v = body.tools;
   if (v === undefined || v === null) return null;
   if (!Array.isArray(v)) fail('tools', `must be an array, got ${describeValue(v)}`);
+  checkFreeForm(v, 'tools');
   for (let i = 0; i < v.length; i++) {
     const t: unknown = v[i];
     if (!isPlainObject(t)) fail(`tools[${i}]`, `must be an object, got ${describeValue(t)}`);

@@ -1,6 +1,7 @@
 import type { SamplingParams } from '../wire/types.js';
 import {
   type Body,
+  checkFreeForm,
   describeValue,
   fail,
   intElement,
@@ -86,8 +87,10 @@ export function readCommon(
   const so = readStreamOptions(body, stream);
   const n = optInt(body, '', 'n', 1, 1, OPENAI_MAX_N);
   const kv = body.kv_transfer_params;
-  if (kv !== undefined && kv !== null && !isPlainObject(kv)) {
-    fail('kv_transfer_params', `must be an object, got ${describeValue(kv)}`);
+  if (kv !== undefined && kv !== null) {
+    if (!isPlainObject(kv))
+      fail('kv_transfer_params', `must be an object, got ${describeValue(kv)}`);
+    checkFreeForm(kv, 'kv_transfer_params');
   }
   const priority = optInt(body, '', 'priority', 0, INT32_MIN, INT32_MAX);
   if (priority !== 0 && opts.priorityScheduling !== true) {
@@ -134,6 +137,7 @@ export function readCommon(
       ),
       // The answers do not return alternatives from the engine yet: the sampled token only.
       topLogprobs: 0,
+      promptLogprobs: -1,
       returnSamplingMask: false,
       returnRoutedExperts: false,
       routedExpertsPromptStart: 0,

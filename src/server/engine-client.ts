@@ -5,7 +5,7 @@
  */
 
 import { RS_ERR_ENGINE_DEAD } from '../errors.js';
-import { readEngineNote } from '../shm/engine-note.js';
+import { engineNoteSeq, readEngineNote } from '../shm/engine-note.js';
 import {
   ENG_LAST_BEAT_MS,
   ENG_PID,
@@ -45,6 +45,7 @@ export class EngineClient implements EnginePort {
   #up = true;
   readonly #stats = new Float64Array(STATS_SLOT_COUNT);
   #noteText = '';
+  #noteSeq = -1;
   #note: EngineNote = parseEngineNote('');
 
   constructor(region: Region, server: number) {
@@ -117,9 +118,16 @@ export class EngineClient implements EnginePort {
     return this.region.f64[(ENGINE_STATS >> 3) + STAT_SAMPLING_MASKS] === 1;
   }
 
-  /** The engine's note (why it cannot take requests, which engine it is); parsed when it changed. */
+  /**
+   * The engine's note (why it cannot take requests, which engine it is, its LoRA adapters): one
+   * atomic load while it is unchanged; copied and parsed when its seqlock word has moved.
+   */
   note(): EngineNote {
+    const seq = engineNoteSeq(this.region);
+    if (seq === this.#noteSeq) return this.#note;
     const text = readEngineNote(this.region);
+    // A write under way (an odd word) is read again next time; the text read is consistent.
+    this.#noteSeq = (seq & 1) === 0 && engineNoteSeq(this.region) === seq ? seq : -1;
     if (text !== this.#noteText) {
       this.#noteText = text;
       this.#note = parseEngineNote(text);

@@ -229,6 +229,7 @@ export class RequestCoordinator implements OutputEvents {
         arrivalTimeMs: record.timings.arrivalMs,
         pinKv: kv.pinKv,
         importKvTokens: kv.importKvTokens,
+        loraId: request.loraId ?? 0,
       });
       this.table.slots.sent(slot, gen);
     }

@@ -3,8 +3,9 @@ import type { Region } from './region.js';
 
 /**
  * The region's engine note (layout.ts, ENGINE NOTE): a short UTF-8 text the engine's main thread
- * publishes whenever it changes, under a seqlock, and API servers read on their cold paths
- * (/health when the engine cannot take requests, /metrics). The core loop writes JSON there (what
+ * publishes whenever it changes, under a seqlock, and API servers read: on their cold paths
+ * (/health when the engine cannot take requests, /metrics) and, through the seqlock's word alone
+ * unless it moved, for each request's `model` (the LoRA adapters loaded). The core loop writes JSON there (what
  * the engine is and why it cannot take requests); this module only moves the bytes. A text longer
  * than the area is cut at a character boundary.
  */
@@ -20,6 +21,11 @@ export function writeEngineNote(region: Region, text: string): void {
   const { written } = encoder.encodeInto(text, bytes);
   Atomics.store(i32, NOTE_LENGTH >> 2, Math.min(written ?? 0, NOTE_TEXT_CAPACITY));
   Atomics.add(i32, NOTE_SEQ >> 2, 1);
+}
+
+/** The note's version: it moves on every write, so a reader copies the text only when it has. */
+export function engineNoteSeq(region: Region): number {
+  return Atomics.load(region.i32, NOTE_SEQ >> 2);
 }
 
 /** The note's text ('' when none was written), read consistently; a bounded number of retries. */

@@ -13,12 +13,13 @@
 //   192    +--------------------------------------------------------------+
 //          | ENGINE STATS   64 x f64                                      |  engine
 //   704    +--------------------------------------------------------------+
-//          | CONTROL        lock, command seq/code/args/text | ack, result  |  lock holder | engine
-//   4992   +--------------------------------------------------------------+
+//          | CONTROL        lock, command seq/code/args/text | ack, result,  |  lock holder | engine
+//          |                reply text                                    |
+//   6016   +--------------------------------------------------------------+
 //          | ENGINE HEALTH  64 x f64: the engine process's own figures      |  engine
-//   5504   +--------------------------------------------------------------+
-//          | ENGINE NOTE    seq, length, UTF-8 JSON (engine-note.ts)       |  engine
 //   6528   +--------------------------------------------------------------+
+//          | ENGINE NOTE    seq, length, UTF-8 JSON (engine-note.ts)       |  engine
+//   10624  +--------------------------------------------------------------+
 //          | SERVER 0 BLOCK   pid, heartbeat, last beat | 8192 x f64 metrics |  API server 0
 //          | SERVER 0 REQUEST RING  (ring header 192 B + requestRingBytes)  |  server 0 -> engine
 //          | SERVER 0 OUTPUT RING   (ring header 192 B + outputRingBytes)   |  engine -> server 0
@@ -124,11 +125,15 @@ export const CTL_TEXT_CAPACITY = 4096;
 export const CTL_ACK_SEQ = CTL_CMD_TEXT + CTL_TEXT_CAPACITY; // i32, engine: = CMD_SEQ once done
 export const CTL_RESULT_CODE = CTL_ACK_SEQ + 4; // i32, engine: 0 = ok, else a command-defined error
 export const CTL_RESULT_VALUE = CTL_ACK_SEQ + 8; // f64, engine
-export const CONTROL_BYTES = CTL_ACK_SEQ + CACHE_LINE_BYTES - CONTROL_BLOCK; // 4288
+export const CTL_REPLY_TEXT_BYTES = CTL_ACK_SEQ + 16; // i32, engine: UTF-8 length of CTL_REPLY_TEXT
+/** Engine: why a command failed (or what it answered beyond its number), for the caller's error. */
+export const CTL_REPLY_TEXT = CTL_ACK_SEQ + CACHE_LINE_BYTES;
+export const CTL_REPLY_CAPACITY = 1024;
+export const CONTROL_BYTES = CTL_REPLY_TEXT + CTL_REPLY_CAPACITY - CONTROL_BLOCK; // 5312
 
 // ---- Engine health: the engine process's own figures (gc, event-loop delay, memory), in the same
 // HEALTH_* layout as an API server's SRV_HEALTH area below; the engine's main thread writes it.
-export const ENGINE_HEALTH = CONTROL_BLOCK + CONTROL_BYTES; // 4992
+export const ENGINE_HEALTH = CONTROL_BLOCK + CONTROL_BYTES; // 6016
 
 // ---- Process health: HEALTH_SLOT_COUNT f64 slots, relative to ENGINE_HEALTH or a server's SRV_HEALTH.
 // Written by the process's main thread (src/obs/process-health.ts); gauges are the value at the
@@ -165,15 +170,19 @@ export const GC_KIND_COUNT = 4; // minor, major, incremental, weakcb
 // ---- Engine note: a short text the engine publishes when it changes (src/shm/engine-note.ts):
 // why the engine cannot take requests, and which engine it is (a bridge's vLLM release). Written by
 // the engine's main thread only, under a seqlock (odd while writing); read on cold paths.
-export const ENGINE_NOTE = ENGINE_HEALTH + HEALTH_SLOT_COUNT * 8; // 5504
+export const ENGINE_NOTE = ENGINE_HEALTH + HEALTH_SLOT_COUNT * 8; // 6528
 export const NOTE_SEQ = ENGINE_NOTE + 0; // i32 seqlock
 export const NOTE_LENGTH = ENGINE_NOTE + 4; // i32, UTF-8 bytes of NOTE_TEXT
 export const NOTE_TEXT = ENGINE_NOTE + CACHE_LINE_BYTES;
-export const NOTE_TEXT_CAPACITY = 960;
-export const ENGINE_NOTE_BYTES = CACHE_LINE_BYTES + NOTE_TEXT_CAPACITY; // 1024
+/**
+ * Room for the reason, the info labels and the loaded LoRA adapters with their paths (a load that
+ * would not fit is refused: control-runner.ts). Readers copy it only when NOTE_SEQ has moved.
+ */
+export const NOTE_TEXT_CAPACITY = 65_472;
+export const ENGINE_NOTE_BYTES = CACHE_LINE_BYTES + NOTE_TEXT_CAPACITY; // 65536
 
 /** Where the per-server area begins. */
-export const SERVERS_START = ENGINE_NOTE + ENGINE_NOTE_BYTES; // 6528
+export const SERVERS_START = ENGINE_NOTE + ENGINE_NOTE_BYTES; // 72064
 
 // ---- Server block, relative to serverBlockOffset(k); API server k writes every word.
 export const SRV_PID = 0; // i32

@@ -68,8 +68,12 @@ export class Sequence {
   readonly #saltHi: number;
   readonly #saltLo: number;
 
-  /** @param seed the request's seed, or the one the engine drew for it */
-  constructor(id: number, req: EngineRequest, seed: number) {
+  /**
+   * @param seed the request's seed, or the one the engine drew for it
+   * @param adapterKey the LoRA adapter's key (lora-adapters.ts), 0 for the base model: it starts
+   *   the context hash and salts the block hashes, so everything the sequence emits depends on it
+   */
+  constructor(id: number, req: EngineRequest, seed: number, adapterKey = 0) {
     const { promptTokenIds: prompt, params, cacheSalt } = req;
     this.id = id;
     this.server = req.server;
@@ -83,8 +87,11 @@ export class Sequence {
     // vLLM's nixl connector: the decode side recomputes the last prompt token to sample from it.
     this.importKvTokens = Math.max(0, Math.min(req.importKvTokens ?? 0, prompt.length - 1));
     this.tokens = new Int32Array(prompt.length + Math.min(params.maxTokens, 1024));
-    this.#saltHi = cacheSalt === null ? BLOCK_SEED_HI : hashString(cacheSalt, BLOCK_SEED_HI);
-    this.#saltLo = cacheSalt === null ? BLOCK_SEED_LO : hashString(cacheSalt, BLOCK_SEED_LO);
+    const saltHi = cacheSalt === null ? BLOCK_SEED_HI : hashString(cacheSalt, BLOCK_SEED_HI);
+    const saltLo = cacheSalt === null ? BLOCK_SEED_LO : hashString(cacheSalt, BLOCK_SEED_LO);
+    this.#saltHi = adapterKey === 0 ? saltHi : combine(saltHi, adapterKey);
+    this.#saltLo = adapterKey === 0 ? saltLo : combine(saltLo, adapterKey ^ 0x5bd1e995);
+    if (adapterKey !== 0) this.contextHash = combine(CONTEXT_SEED, adapterKey);
     const penalised =
       params.presencePenalty !== 0 ||
       params.frequencyPenalty !== 0 ||

@@ -2,6 +2,7 @@ import type { EngineCore } from '../engine/engine-core.js';
 import type { OutputRoom } from '../engine/output-room.js';
 import { StepOutputs } from '../engine/step-outputs.js';
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
+import type { BroadcasterArgs, LoraAdapter } from '../wire/admin-args.js';
 import { ENGINE_LIMITS } from '../wire/engine-defaults.js';
 import type { ModelCard } from '../wire/model-card.js';
 import { RejectReason } from '../wire/reject.js';
@@ -20,6 +21,7 @@ import { ExternalKv, type ExternalKvCounters } from './external-kv.js';
 import { combine, mix32 } from './hash.js';
 import { KvBlockPool } from './kv-block-pool.js';
 import { targetLength } from './length-profile.js';
+import { SimLoraAdapters } from './lora-adapters.js';
 import { SimModel } from './model.js';
 import { ModelRunner } from './model-runner.js';
 import type { ModelPreset } from './presets.js';
@@ -79,6 +81,9 @@ export class SimEngine implements EngineCore {
     totalContext: 0,
     generatedTokens: 0,
   };
+  readonly #lora = new SimLoraAdapters();
+  #broadcaster: BroadcasterArgs | null = null;
+  #note: string | undefined = undefined;
   #nextId = 0;
   #paused = false;
   #steps = 0;
@@ -162,8 +167,19 @@ export class SimEngine implements EngineCore {
       this.reject(req.server, req.slot, RejectReason.DuplicateSlot);
       return;
     }
+    const loraId = req.loraId ?? 0;
+    const adapterKey = loraId === 0 ? 0 : this.#lora.key(loraId);
+    if (adapterKey === undefined) {
+      this.#pending.push({
+        server: req.server,
+        slot: req.slot,
+        finish: FinishReason.Error,
+        reason: RejectReason.LoraNotLoaded,
+      });
+      return;
+    }
     const seed = req.params.seed ?? this.#drawSeed();
-    const seq = new Sequence(this.#nextId++, req, seed);
+    const seq = new Sequence(this.#nextId++, req, seed, adapterKey);
     // The target length depends on the seed and the prompt, not on the weights.
     seq.targetLength = targetLength(
       this.config.lengthProfile,
@@ -226,6 +242,51 @@ export class SimEngine implements EngineCore {
     this.#model.setWeightVersion(next);
     this.#router.setWeightKey(this.#model.weightKey);
     return next;
+  }
+
+  /**
+   * prime-rl's init_broadcaster: the rendezvous is recorded (the engine note names it) and each
+   * later update without a weight directory is one broadcast, advancing the weight version.
+   */
+  initBroadcaster(args: BroadcasterArgs): void {
+    this.#broadcaster = args;
+    const ranks = `${args.rankOffset}+${args.inferenceWorldSize}`;
+    this.#note = JSON.stringify({
+      reason: null,
+      info: {
+        weight_broadcaster: `${args.host}:${args.port}`,
+        weight_broadcaster_ranks: ranks,
+        weight_broadcaster_session: args.sessionId,
+      },
+    });
+  }
+
+  /** The trainer's broadcaster this engine joined, or null. */
+  get broadcaster(): BroadcasterArgs | null {
+    return this.#broadcaster;
+  }
+
+  /** What the engine says of itself (the broadcaster it joined); none until then. */
+  get note(): string | undefined {
+    return this.#note;
+  }
+
+  /** Loads (or reloads) a LoRA adapter's files (lora-adapters.ts); requests in flight keep theirs. */
+  loadLora(adapter: LoraAdapter): Promise<void> {
+    return this.#lora.load(adapter);
+  }
+
+  unloadLora(adapter: LoraAdapter): void {
+    this.#lora.unload(adapter);
+  }
+
+  loraLoaded(id: number): boolean {
+    return this.#lora.key(id) !== undefined;
+  }
+
+  /** The ids of the adapters loaded (vLLM's list_loras). */
+  loraIds(): number[] {
+    return this.#lora.ids();
   }
 
   /** Forgets all cached prefixes; false (nothing done) while requests hold blocks, as vLLM. */

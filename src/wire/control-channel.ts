@@ -25,6 +25,9 @@ import {
   CTL_CMD_TEXT,
   CTL_CMD_TEXT_BYTES,
   CTL_LOCK,
+  CTL_REPLY_CAPACITY,
+  CTL_REPLY_TEXT,
+  CTL_REPLY_TEXT_BYTES,
   CTL_RESULT_CODE,
   CTL_RESULT_VALUE,
   CTL_TEXT_CAPACITY,
@@ -39,6 +42,12 @@ export const ControlCommand = {
   Resume: 2,
   UpdateWeights: 3,
   ResetPrefixCache: 4,
+  /** The text: the JSON arguments of init_broadcaster (BroadcasterArgs). */
+  InitBroadcaster: 5,
+  /** The text: {"name", "path", "inplace"}; the value answered: the adapter's id. */
+  LoadLora: 6,
+  /** The text: the adapter's name. */
+  UnloadLora: 7,
 } as const;
 export type ControlCode = (typeof ControlCommand)[keyof typeof ControlCommand];
 
@@ -50,7 +59,22 @@ export const ControlResult = {
   Refused: 3,
   /** The caller's deadline had passed when the engine saw the command: it was not run. */
   Expired: 4,
+  /** What the command names does not exist (a LoRA adapter's files, an adapter not loaded). */
+  NotFound: 5,
 } as const;
+
+/**
+ * An engine's refusal of a command with a result other than Failed (NotFound, Refused) and the
+ * reason, which the caller's error carries (the reply text).
+ */
+export class ControlRefusal extends Error {
+  readonly result: number;
+
+  constructor(result: number, message: string) {
+    super(message);
+    this.result = result;
+  }
+}
 
 /** Arguments a command may carry; the last slot holds the caller's deadline. */
 export const CONTROL_ARG_COUNT = CTL_ARG_COUNT - 1;
@@ -62,6 +86,8 @@ const decoder = new TextDecoder();
 export interface ControlReply {
   code: number;
   value: number;
+  /** The engine's words about the result: why it failed (empty when it said nothing). */
+  text: string;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -113,7 +139,13 @@ export class ControlClient {
       Atomics.store(i32, CTL_CMD_SEQ >> 2, seq);
       engineDoorbell(this.#region).wake();
       await this.#waitForAck(seq, deadline, code, timeoutMs);
-      return { code: i32[CTL_RESULT_CODE >> 2]!, value: f64[CTL_RESULT_VALUE >> 3]! };
+      const length = Math.min(i32[CTL_REPLY_TEXT_BYTES >> 2]!, CTL_REPLY_CAPACITY);
+      const reply = new Uint8Array(this.#region.sab, CTL_REPLY_TEXT, length).slice();
+      return {
+        code: i32[CTL_RESULT_CODE >> 2]!,
+        value: f64[CTL_RESULT_VALUE >> 3]!,
+        text: decoder.decode(reply),
+      };
     } finally {
       Atomics.store(i32, CTL_LOCK >> 2, 0);
     }
@@ -202,15 +234,18 @@ export class ControlServer {
     return command;
   }
 
-  /** Acknowledges the command pending() returned last, with a result. */
-  complete(code: number, value: number): void {
-    this.#ack(this.#taken, code, value);
+  /** Acknowledges the command pending() returned last, with a result (and why, for a failure). */
+  complete(code: number, value: number, text = ''): void {
+    this.#ack(this.#taken, code, value, text);
   }
 
-  #ack(seq: number, code: number, value: number): void {
+  #ack(seq: number, code: number, value: number, text = ''): void {
     const { i32, f64 } = this.#region;
     i32[CTL_RESULT_CODE >> 2] = code;
     f64[CTL_RESULT_VALUE >> 3] = value;
+    const bytes = new Uint8Array(this.#region.sab, CTL_REPLY_TEXT, CTL_REPLY_CAPACITY);
+    // encodeInto stops before a character that does not fit: a long reason is cut, never torn.
+    i32[CTL_REPLY_TEXT_BYTES >> 2] = encoder.encodeInto(text, bytes).written ?? 0;
     Atomics.store(i32, CTL_ACK_SEQ >> 2, seq);
     shmAddon().futexWake(i32, CTL_ACK_SEQ >> 2, 0x7fffffff);
   }

@@ -10,8 +10,9 @@
  *
  *   ADD     f64[8]  seed (NaN = none), arrival ms, temperature, top_p, min_p,
  *                   presence, frequency, repetition penalties
- *           i32[12] slot, top_k, max_tokens, min_tokens, flags, routed_experts_prompt_start,
- *                   priority, prompt_len, stop_ids_len, salt_bytes, slot_gen, import_kv_tokens
+ *           i32[16] slot, top_k, max_tokens, min_tokens, flags, routed_experts_prompt_start,
+ *                   priority, prompt_len, stop_ids_len, salt_bytes, slot_gen, import_kv_tokens,
+ *                   top_logprobs, prompt_logprobs (-1: none), lora_id (0: none), (1 reserved)
  *           i32[prompt_len] prompt ids, i32[stop_ids_len] stop ids, u8[salt_bytes] cache salt (UTF-8)
  *   ABORT   i32 slot, i32 reserved
  *
@@ -75,7 +76,7 @@ export const AddFlag = {
 } as const;
 
 const ADD_F64 = 8;
-const ADD_I32 = 12;
+const ADD_I32 = 16;
 const ADD_FIXED_BYTES = ADD_F64 * 8 + ADD_I32 * 4;
 const A_SLOT = 0;
 const A_TOP_K = 1;
@@ -89,6 +90,9 @@ const A_STOP_LEN = 8;
 const A_SALT_BYTES = 9;
 const A_SLOT_GEN = 10;
 const A_IMPORT_KV_TOKENS = 11;
+const A_TOP_LOGPROBS = 12;
+const A_PROMPT_LOGPROBS = 13;
+const A_LORA_ID = 14;
 
 /** What the API server knows of a request when it writes its ADD record. */
 export interface AddFields {
@@ -103,6 +107,8 @@ export interface AddFields {
   /** P/D (see EngineRequest): pin the prompt's KV for a decode instance; import this prefix. */
   pinKv?: boolean;
   importKvTokens?: number;
+  /** The LoRA adapter (see EngineRequest); 0 or absent: none. */
+  loraId?: number;
 }
 
 export function addRecordBytes(fields: AddFields): number {
@@ -139,6 +145,10 @@ export function writeAdd(v: RegionViews, offset: number, f: AddFields): void {
   v.i32[i + A_SALT_BYTES] = f.cacheSalt?.length ?? 0;
   v.i32[i + A_SLOT_GEN] = f.slotGen;
   v.i32[i + A_IMPORT_KV_TOKENS] = f.importKvTokens ?? 0;
+  v.i32[i + A_TOP_LOGPROBS] = p.topLogprobs;
+  v.i32[i + A_PROMPT_LOGPROBS] = p.promptLogprobs;
+  v.i32[i + A_LORA_ID] = f.loraId ?? 0;
+  v.i32[i + A_LORA_ID + 1] = 0;
   const promptAt = i + ADD_I32;
   v.i32.set(f.promptTokenIds, promptAt);
   const stopAt = promptAt + f.promptTokenIds.length;
@@ -190,9 +200,8 @@ export function readAdd(
       frequencyPenalty: v.f64[d + 6]!,
       repetitionPenalty: v.f64[d + 7]!,
       logprobs: (flags & AddFlag.Logprobs) !== 0,
-      // The ADD record has no top-logprobs field (yet): a request from a ring asks for the
-      // sampled token's logprob only.
-      topLogprobs: 0,
+      topLogprobs: v.i32[i + A_TOP_LOGPROBS]!,
+      promptLogprobs: v.i32[i + A_PROMPT_LOGPROBS]!,
       returnSamplingMask: (flags & AddFlag.SamplingMask) !== 0,
       returnRoutedExperts: (flags & AddFlag.RoutedExperts) !== 0,
       routedExpertsPromptStart: v.i32[i + A_ROUTED_START]!,
@@ -202,6 +211,7 @@ export function readAdd(
     arrivalTimeMs: v.f64[d + 1]!,
     pinKv: (flags & AddFlag.PinKv) !== 0,
     importKvTokens: v.i32[i + A_IMPORT_KV_TOKENS]!,
+    loraId: v.i32[i + A_LORA_ID]!,
   };
 }
 

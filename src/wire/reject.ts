@@ -21,6 +21,8 @@ export enum RejectReason {
   EngineFailed = 10,
   /** The engine behind the core sent routing rows of another shape than the model's card gives. */
   RoutingShape = 11,
+  /** The request's LoRA adapter is not loaded (it was unloaded while the request was on its way). */
+  LoraNotLoaded = 12,
 }
 
 const MESSAGES: readonly string[] = [
@@ -36,6 +38,7 @@ const MESSAGES: readonly string[] = [
   'the engine died or stopped answering while the request ran',
   'the engine failed the request (vLLM finish reason ERROR; retryable)',
   "the engine's routing rows have another shape than --model's config gives (the engine-core log names both)",
+  "the request's LoRA adapter is not loaded (it was unloaded before the request ran)",
 ];
 
 /** The human-readable reason for a reject code (for the API server's error message). */

@@ -59,6 +59,11 @@ export interface SamplingParams {
   returnRoutedExperts: boolean;
   /** Absolute sequence position of the first routing row to return (skips leading prompt rows). */
   routedExpertsPromptStart: number;
+  /**
+   * vLLM's `prompt_logprobs`: -1 none; k >= 0 the logprob of every prompt token after the first
+   * (and, with k > 0, the k most likely tokens at each of those positions).
+   */
+  promptLogprobs: number;
 }
 
 /** One sequence. The API server fans `n > 1` out into n requests seeded with childSeed(seed, i). */
@@ -80,6 +85,8 @@ export interface EngineRequest {
    */
   pinKv?: boolean;
   importKvTokens?: number;
+  /** The LoRA adapter the request runs with (its lora_int_id, from the engine's table); 0: none. */
+  loraId?: number;
 }
 
 /** The figures the engine publishes in the shared stats block (names after vLLM's metrics). */

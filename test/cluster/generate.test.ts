@@ -139,10 +139,7 @@ describe('generate on a 2-API-server cluster', () => {
       [{ token_ids: [1, 2, 5000], sampling_params: {} }, 'token_ids[2]'],
       [{ token_ids: [1], sampling_params: { top_p: 0 } }, 'sampling_params.top_p'],
       [{ token_ids: [1], sampling_params: { temperature: 3 } }, 'sampling_params.temperature'],
-      [
-        { token_ids: [1], sampling_params: { max_tokens: 10_000_000 } },
-        'sampling_params.max_tokens',
-      ],
+      [{ token_ids: [1], sampling_params: { max_tokens: 0 } }, 'sampling_params.max_tokens'],
       [{ token_ids: 'abc', sampling_params: {} }, 'token_ids'],
       [{ token_ids: [1] }, 'sampling_params'],
       [{ token_ids: [1], sampling_params: { n: 2 }, stream: true }, 'sampling_params.n'],

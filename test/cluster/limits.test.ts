@@ -1,6 +1,6 @@
 /**
  * The limits a real cluster answers with (issue 15, item 3): --body-limit-mb (413),
- * --max-queue-len (429 with Retry-After), prompt + max_tokens over max_model_len (400 naming the
+ * --max-queue-len (429 with Retry-After), a prompt that fills max_model_len (400 naming the
  * field), --request-timeout and x-request-deadline-ms (504, and the request gone from the engine),
  * --max-unread-bytes (a stream nobody reads is cut and its slot freed), and requests Node's HTTP
  * parser refuses (the contract's body, not fastify's). Every refusal carries the contract's body.
@@ -81,8 +81,12 @@ describe('limits', () => {
     const tooLarge = await post(cluster.url, body(4, { pad: 'x'.repeat(20_000) }));
     expectContractError(tooLarge, 413);
 
-    const overLength = await post(cluster.url, body(4090));
-    expectContractError(overLength, 400, 'sampling_params.max_tokens');
+    // max_tokens past the context is cut to it (prime-rl's vLLM); a prompt that fills it is a 400.
+    const overLength = await post(cluster.url, {
+      token_ids: new Array(4096).fill(1),
+      sampling_params: { max_tokens: 4 },
+    });
+    expectContractError(overLength, 400, 'token_ids');
     expect(overLength.json.error.message).toMatch(/max_model_len 4096/);
 
     // Two long requests fill the queue; the third is refused with a hint when to come back.

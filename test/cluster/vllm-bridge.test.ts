@@ -311,11 +311,17 @@ describe('serve --engine vllm', () => {
     });
     expect(weights.statusCode).toBe(200);
     expect(((await weights.body.json()) as { weight_version: number }).weight_version).toBe(1);
+    // No directory (NCCL, NIXL): passed on as null, the frontend host never looks at a path.
     const noDir = await request(`${cluster.url}/update_weights`, { method: 'POST' });
-    expect(noDir.statusCode).toBe(400);
-    expect(((await noDir.body.json()) as { error: { param: string } }).error.param).toBe(
-      'weight_dir',
-    );
+    expect(noDir.statusCode).toBe(200);
+    await noDir.body.dump();
+    const elsewhere = await request(`${cluster.url}/update_weights`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ weight_dir: '/only/on/the/engine/host' }),
+    });
+    expect(elsewhere.statusCode).toBe(200);
+    await elsewhere.body.dump();
     const calls = engine.calls
       .filter((c) => c.method !== 'is_scheduler_paused')
       .map(({ method, args }) => ({ method, args }));
@@ -324,6 +330,13 @@ describe('serve --engine vllm', () => {
       { method: 'resume_scheduler', args: [] },
       { method: 'reset_prefix_cache', args: [] },
       { method: 'collective_rpc', args: ['update_weights_from_path', null, [process.cwd()], null] },
+      { method: 'reset_prefix_cache', args: [] },
+      { method: 'collective_rpc', args: ['update_weights_from_path', null, [null], null] },
+      { method: 'reset_prefix_cache', args: [] },
+      {
+        method: 'collective_rpc',
+        args: ['update_weights_from_path', null, ['/only/on/the/engine/host'], null],
+      },
       { method: 'reset_prefix_cache', args: [] },
     ]);
   });

@@ -69,6 +69,7 @@ function direct(
       repetitionPenalty: 1,
       logprobs: true,
       topLogprobs,
+      promptLogprobs: -1,
       returnSamplingMask: true,
       returnRoutedExperts: true,
       routedExpertsPromptStart: 0,

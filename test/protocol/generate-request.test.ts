@@ -72,6 +72,7 @@ describe('parseGenerateRequest: defaults', () => {
       repetitionPenalty: 1,
       logprobs: false,
       topLogprobs: 0,
+      promptLogprobs: -1,
       returnSamplingMask: false,
       returnRoutedExperts: false,
       routedExpertsPromptStart: 0,
@@ -213,6 +214,7 @@ describe('parseGenerateRequest: values', () => {
       repetitionPenalty: 1.1,
       logprobs: true,
       topLogprobs: 0,
+      promptLogprobs: -1,
       returnSamplingMask: true,
       returnRoutedExperts: true,
       routedExpertsPromptStart: 1,
@@ -227,9 +229,12 @@ describe('parseGenerateRequest: values', () => {
     expect(p({ seed: -1 }).params.seed).toBeNull();
     expect(p({ seed: 0 }).params.seed).toBe(0);
     expect(p({ seed: 2 ** 53 - 1 }).params.seed).toBe(2 ** 53 - 1);
-    expect(p({ logprobs: true }).params.logprobs).toBe(true);
-    expect(p({ logprobs: false }).params.logprobs).toBe(false);
-    expect(p({ logprobs: 20 }).params.logprobs).toBe(true);
+    expect(p({ logprobs: true }).params).toMatchObject({ logprobs: true, topLogprobs: 1 });
+    expect(p({ logprobs: false }).params).toMatchObject({ logprobs: false, topLogprobs: 0 });
+    expect(p({ logprobs: null }).params).toMatchObject({ logprobs: false, topLogprobs: 0 });
+    expect(p({ logprobs: 0 }).params).toMatchObject({ logprobs: true, topLogprobs: 0 });
+    expect(p({ logprobs: 20 }).params).toMatchObject({ logprobs: true, topLogprobs: 20 });
+    expect(p({}).params.promptLogprobs).toBe(-1);
     expect(p({ stop: 'END' }).stop).toEqual(['END']);
     expect(p({ max_tokens: 61 }).params.maxTokens).toBe(61);
     expect(p({ max_tokens: 5, min_tokens: 5 }).params.minTokens).toBe(5);
@@ -312,7 +317,6 @@ describe('parseGenerateRequest: 400s naming the field', () => {
     ['seed', 2 ** 53],
     ['seed', 'abc'],
     ['max_tokens', 0],
-    ['max_tokens', 62],
     ['max_tokens', -1],
     ['max_tokens', 3.5],
     ['min_tokens', -1],
@@ -325,9 +329,11 @@ describe('parseGenerateRequest: 400s naming the field', () => {
     ['ignore_eos', 1],
     ['ignore_eos', 'true'],
     ['logprobs', -1],
+    ['logprobs', 21],
     ['logprobs', 0.5],
     ['logprobs', 'yes'],
     ['prompt_logprobs', -1],
+    ['prompt_logprobs', 21],
     ['prompt_logprobs', true],
     ['detokenize', 0],
     ['skip_special_tokens', 'no'],
@@ -361,10 +367,14 @@ describe('parseGenerateRequest: 400s naming the field', () => {
     rejection(base({ stop_token_ids: [1, 'x'] }), 'sampling_params.stop_token_ids[1]');
   });
 
-  it('explains max_tokens beyond max_model_len with the arithmetic', () => {
-    expect(rejection(base({ max_tokens: 62 }), 'sampling_params.max_tokens').message).toBe(
-      'sampling_params.max_tokens: prompt (3 tokens) + max_tokens (62) exceeds max_model_len 64',
-    );
+  it('cuts max_tokens past max_model_len to the room left (the completion ends at the context)', () => {
+    const p = (sp: Record<string, unknown>) => parseGenerateRequest(base(sp), OPTS);
+    expect(p({ max_tokens: 62 }).params.maxTokens).toBe(61);
+    expect(p({ max_tokens: 2 ** 31 - 1 }).params.maxTokens).toBe(61);
+    expect(p({ max_tokens: 62, min_tokens: 61 }).params.minTokens).toBe(61);
+    rejection(base({ max_tokens: 62, min_tokens: 62 }), 'sampling_params.min_tokens');
+    // Only a prompt that leaves no room is refused.
+    rejection({ token_ids: new Array(64).fill(1), sampling_params: {} }, 'token_ids');
     expect(
       rejection(base({ max_tokens: 5, min_tokens: 6 }), 'sampling_params.min_tokens').message,
     ).toBe('sampling_params.min_tokens: must be in [0, 5], got 6');
@@ -383,6 +393,8 @@ describe('parseGenerateRequest: 400s naming the field', () => {
     ['priority', 2 ** 31],
     ['kv_transfer_params', 'x'],
     ['kv_transfer_params', [1]],
+    ['features', {}],
+    ['features', { mm_hashes: ['x'] }],
     ['packed', 'false'],
     ['stream_options', 'x'],
   ])('rejects top-level %s = %j', (key, value) => {
@@ -435,5 +447,52 @@ describe('parseGenerateRequest: 400s naming the field', () => {
   it('shows a long bad string shortened in the message', () => {
     const e = rejection(base({ temperature: 'x'.repeat(500) }), 'sampling_params.temperature');
     expect(e.message.length).toBeLessThan(120);
+  });
+});
+
+describe('parseGenerateRequest: free-form kv_transfer_params', () => {
+  const nested = (depth: number): Record<string, unknown> => {
+    let v: Record<string, unknown> = { leaf: 1 };
+    for (let i = 1; i < depth; i++) v = { a: v };
+    return v;
+  };
+
+  it('bounds the depth at parse time, with no recursion a deep value could exhaust', () => {
+    expect(parseGenerateRequest(base({}, { kv_transfer_params: nested(32) }), OPTS)).toBeTruthy();
+    for (const depth of [33, 5000, 200_000]) {
+      const e = rejection(base({}, { kv_transfer_params: nested(depth) }), 'kv_transfer_params');
+      expect(e.message).toContain('deeper than 32');
+    }
+    let arrays: unknown = 1;
+    for (let i = 0; i < 100_000; i++) arrays = [arrays];
+    rejection(base({}, { kv_transfer_params: { x: arrays } }), 'kv_transfer_params');
+  });
+
+  it('bounds the number of values', () => {
+    const wide = { list: new Array(10_001).fill(0) };
+    expect(
+      rejection(base({}, { kv_transfer_params: wide }), 'kv_transfer_params').message,
+    ).toContain('more than 10000 values');
+  });
+
+  it('carries msgpack integers within 2^53 as numbers and refuses those beyond, naming the path', () => {
+    const ok = unpack(pack(base({}, { kv_transfer_params: { n: [2n ** 40n] } }))) as unknown;
+    expect(parseGenerateRequest(ok, OPTS).kvTransferParams).toEqual({ n: [2 ** 40] });
+    const big = unpack(pack(base({}, { kv_transfer_params: { a: { b: 2n ** 60n } } }))) as unknown;
+    expect(rejection(big, 'kv_transfer_params.a.b').message).toContain('2^53');
+    const list = unpack(
+      pack(base({}, { kv_transfer_params: { a: [1, -(2n ** 63n)] } })),
+    ) as unknown;
+    rejection(list, 'kv_transfer_params.a[1]');
+  });
+
+  it('refuses values no JSON answer could carry back', () => {
+    rejection(base({}, { kv_transfer_params: { x: Number.NaN } }), 'kv_transfer_params.x');
+    rejection(base({}, { kv_transfer_params: { x: new Date(0) } }), 'kv_transfer_params.x');
+    rejection(base({}, { kv_transfer_params: { x: new Map() } }), 'kv_transfer_params.x');
+    const bytes = { x: new Uint8Array([1, 2]) };
+    expect(
+      parseGenerateRequest(base({}, { kv_transfer_params: bytes }), OPTS).kvTransferParams,
+    ).toBe(bytes);
   });
 });

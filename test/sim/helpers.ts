@@ -19,6 +19,7 @@ export function params(overrides: Partial<SamplingParams> = {}): SamplingParams 
     repetitionPenalty: 1,
     logprobs: true,
     topLogprobs: 0,
+    promptLogprobs: -1,
     returnSamplingMask: true,
     returnRoutedExperts: true,
     routedExpertsPromptStart: 0,

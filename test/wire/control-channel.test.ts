@@ -4,7 +4,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CTL_LOCK } from '../../src/shm/layout.js';
+import { CTL_LOCK, CTL_REPLY_CAPACITY } from '../../src/shm/layout.js';
 import { createRegion, type Region, unlinkRegion } from '../../src/shm/region.js';
 import {
   ControlClient,
@@ -38,7 +38,7 @@ describe('control channel', () => {
     expect(command.server).toBe(3);
     expect(command.args[0]).toBe(41);
     engine.complete(ControlResult.Ok, 41);
-    expect(await reply).toEqual({ code: ControlResult.Ok, value: 41 });
+    expect(await reply).toEqual({ code: ControlResult.Ok, value: 41, text: '' });
     expect(engine.hasPending()).toBe(false);
     expect(Atomics.load(region.i32, CTL_LOCK >> 2)).toBe(0);
   });
@@ -58,7 +58,7 @@ describe('control channel', () => {
     await until(() => engine.hasPending(), 2_000, 'the resume');
     expect(engine.pending()!.code).toBe(ControlCommand.Resume);
     engine.complete(ControlResult.Ok, 7);
-    expect(await reply).toEqual({ code: ControlResult.Ok, value: 7 });
+    expect(await reply).toEqual({ code: ControlResult.Ok, value: 7, text: '' });
   });
 
   it('a late answer to a command the engine had taken is not taken for the next one', async () => {
@@ -81,7 +81,7 @@ describe('control channel', () => {
     expect(command.code).toBe(ControlCommand.UpdateWeights);
     expect(command.args[0]).toBe(9);
     engine.complete(ControlResult.Ok, 9);
-    expect(await second).toEqual({ code: ControlResult.Ok, value: 9 });
+    expect(await second).toEqual({ code: ControlResult.Ok, value: 9, text: '' });
   });
 
   it('a restarted engine answers the command its predecessor left as failed', async () => {
@@ -90,8 +90,29 @@ describe('control channel', () => {
     await until(() => dead.hasPending(), 2_000, 'the pause');
     dead.pending();
     const restarted = new ControlServer(region);
-    expect(await reply).toEqual({ code: ControlResult.Failed, value: 0 });
+    expect(await reply).toEqual({ code: ControlResult.Failed, value: 0, text: '' });
     expect(restarted.hasPending()).toBe(false);
+  });
+
+  it("carries the engine's reply text back (a failure's reason), cut at the block's capacity", async () => {
+    const engine = new ControlServer(region);
+    const client = new ControlClient(region, 0);
+    const reply = client.call(ControlCommand.LoadLora, [], 'x', 5_000);
+    await until(() => engine.hasPending(), 2_000, 'the load');
+    engine.pending();
+    engine.complete(ControlResult.NotFound, 0, "no adapter at '/w/é' (adapter_config.json)");
+    expect(await reply).toEqual({
+      code: ControlResult.NotFound,
+      value: 0,
+      text: "no adapter at '/w/é' (adapter_config.json)",
+    });
+    const long = client.call(ControlCommand.LoadLora, [], 'x', 5_000);
+    await until(() => engine.hasPending(), 2_000, 'the second load');
+    engine.pending();
+    engine.complete(ControlResult.Failed, 0, 'é'.repeat(CTL_REPLY_CAPACITY));
+    const text = (await long).text;
+    expect(Buffer.byteLength(text)).toBeLessThanOrEqual(CTL_REPLY_CAPACITY);
+    expect(text).toBe('é'.repeat(CTL_REPLY_CAPACITY / 2));
   });
 
   it('takes over the lock of a caller that died holding it', async () => {

@@ -12,7 +12,7 @@ import type { ModelCard } from '../../wire/model-card.js';
 import { RejectReason } from '../../wire/reject.js';
 import { maskableSampling, samplingParamsWellFormed } from '../../wire/sampling-check.js';
 import type { EngineRequest, SamplingParams } from '../../wire/types.js';
-import type { VllmAddRequest } from './requests.js';
+import type { VllmAddRequest, VllmLoraRequest } from './requests.js';
 import type { ResolvedSamplingParams } from './sampling-params.js';
 
 /** The ADD the codec encodes (requests.ts), for a checked ring request. */
@@ -51,9 +51,18 @@ export function checkForEngine(
   return RejectReason.None;
 }
 
-/** The ADD for a checked ring request (requests.ts encodes it, checking every field again). */
-export function toVllmAdd(req: EngineRequest, requestId: string, card: ModelCard): BridgeAdd {
+/**
+ * The ADD for a checked ring request (requests.ts encodes it, checking every field again), with
+ * the LoRA adapter it runs with, if any.
+ */
+export function toVllmAdd(
+  req: EngineRequest,
+  requestId: string,
+  card: ModelCard,
+  lora: VllmLoraRequest | null = null,
+): BridgeAdd {
   return {
+    lora,
     requestId,
     promptTokenIds: req.promptTokenIds,
     params: vllmSamplingParams(req.params, req.promptTokenIds.length, card),

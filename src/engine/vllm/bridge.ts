@@ -16,7 +16,13 @@
  * (outputFailed, messageFailed): the link and every other request go on.
  */
 import { randomBytes } from 'node:crypto';
-import { RS_ERR_CONTROL_BAD_ARGUMENT, RS_ERR_ENGINE_DEAD } from '../../errors.js';
+import { RS_ERR_ENGINE_DEAD } from '../../errors.js';
+import {
+  type BroadcasterArgs,
+  broadcasterArgList,
+  type LoraAdapter,
+} from '../../wire/admin-args.js';
+import { ControlRefusal, ControlResult } from '../../wire/control-channel.js';
 import type { ModelCard } from '../../wire/model-card.js';
 import { RejectReason } from '../../wire/reject.js';
 import {
@@ -33,6 +39,7 @@ import { type BridgeRequest, type RoutingShape, stageOutput } from './bridge-out
 import { type BridgeAdd, checkForEngine, toVllmAdd } from './bridge-request.js';
 import type { VllmLayout } from './layouts.js';
 import type { OutputView, SchedulerStatsView } from './outputs-reader.js';
+import { loraRequestArray, type VllmLoraRequest } from './requests.js';
 
 /** What the bridge needs of the link to an attached engine. */
 export interface VllmEngineLink {
@@ -98,6 +105,10 @@ const BACKLOG_HIGH = 1024;
 const BACKLOG_LOW = BACKLOG_HIGH / 2;
 const CONTROL_TIMEOUT_MS = 30_000;
 const WEIGHTS_TIMEOUT_MS = 600_000;
+/** Loading an adapter's files onto the workers: seconds (the API server waits 120 s). */
+const LORA_TIMEOUT_MS = 110_000;
+/** How vLLM's failure reply words an adapter path with nothing there (LoRAAdapterNotFoundError). */
+const LORA_NOT_FOUND = /No adapter found|does not exist|not found|No such file/i;
 const TWO_POW_32 = 4294967296;
 const DASH = 0x2d;
 const DIGIT_0 = 0x30;
@@ -109,6 +120,8 @@ export class VllmBridge implements EngineCore {
   readonly #shape: RoutingShape;
   readonly #backlog: BridgeBacklog;
   readonly #bySlot = new Map<number, BridgeRequest>();
+  /** The LoRA adapters the engine has loaded (add_lora), by id: what an ADD's lora_request names. */
+  readonly #adapters = new Map<number, VllmLoraRequest>();
   /**
    * Request ids are `<nonce>-<server>-<slot>-<n>`: unique across bridge processes and restarts,
    * and an output's request is found from the id's bytes, without making a string per output.
@@ -384,6 +397,12 @@ export class VllmBridge implements EngineCore {
       this.reject(server, slot, RejectReason.DuplicateSlot);
       return;
     }
+    const loraId = request.loraId ?? 0;
+    const lora = loraId === 0 ? null : this.#adapters.get(loraId);
+    if (lora === undefined) {
+      this.#endRow(server, slot, RejectReason.LoraNotLoaded);
+      return;
+    }
     const serial = this.#counter++;
     const id = `${this.#nonce}-${server}-${slot}-${serial}`;
     const p = request.params;
@@ -401,7 +420,7 @@ export class VllmBridge implements EngineCore {
       numCachedTokens: -1,
     };
     try {
-      link.add(toVllmAdd(request, id, this.model));
+      link.add(toVllmAdd(request, id, this.model, lora));
     } catch (error) {
       this.#options.onEvent?.('an ADD was not sent: a field is out of vLLM range', {
         err: error,
@@ -460,24 +479,52 @@ export class VllmBridge implements EngineCore {
 
   /**
    * prime-rl's weight update (docs/vllm-protocol.md, "Utility calls"): its worker extension's
-   * update_weights_from_path through collective_rpc, then reset_prefix_cache.
+   * update_weights_from_path through collective_rpc, the directory passed as given (null: the
+   * weights come from the broadcaster init_broadcaster joined), then reset_prefix_cache.
    */
   async updateWeights(version?: number, weightDir?: string): Promise<number> {
-    if (weightDir === undefined) {
-      throw new RS_ERR_CONTROL_BAD_ARGUMENT(
-        'UpdateWeights',
-        'a vLLM engine loads weights from a directory: weight_dir is required',
-      );
-    }
     const timeout = this.#options.weightsTimeoutMs ?? WEIGHTS_TIMEOUT_MS;
-    await this.#call(
-      'collective_rpc',
-      ['update_weights_from_path', null, [weightDir], null],
+    const perWorker = await this.#workerCall(
+      'update_weights_from_path',
+      [weightDir ?? null],
       timeout,
     );
     await this.#call('reset_prefix_cache', [], this.#controlTimeout);
-    this.#weightVersion = version ?? this.#weightVersion + 1;
+    this.#weightVersion = version ?? workersVersion(perWorker) ?? this.#weightVersion + 1;
     return this.#weightVersion;
+  }
+
+  /**
+   * prime-rl's init_broadcaster on every worker (collective_rpc, its positional arguments in its
+   * order): it lasts until the workers have joined the trainer's group, up to args.timeout.
+   */
+  async initBroadcaster(args: BroadcasterArgs): Promise<void> {
+    const timeoutMs = ((args.timeout ?? 1_200) + 30) * 1000;
+    await this.#workerCall('init_broadcaster', broadcasterArgList(args), timeoutMs);
+  }
+
+  /**
+   * vLLM's add_lora: the engine loads the adapter onto its workers (in place: over the one of that
+   * id). A path without an adapter is vLLM's LoRAAdapterNotFoundError, answered NotFound.
+   */
+  async loadLora(adapter: LoraAdapter, inplace: boolean): Promise<void> {
+    const lora = { name: adapter.name, id: adapter.id, path: adapter.path, loadInplace: inplace };
+    let loaded: unknown;
+    try {
+      loaded = await this.#call('add_lora', [loraRequestArray(lora)], LORA_TIMEOUT_MS);
+    } catch (error) {
+      const message = (error as Error).message;
+      if (LORA_NOT_FOUND.test(message)) throw new ControlRefusal(ControlResult.NotFound, message);
+      throw error;
+    }
+    if (loaded !== true) throw new Error(`add_lora answered ${String(loaded)}, not true`);
+    this.#adapters.set(adapter.id, { name: adapter.name, id: adapter.id, path: adapter.path });
+  }
+
+  /** vLLM's remove_lora; requests already sent keep theirs (vLLM's own behaviour). */
+  async unloadLora(adapter: LoraAdapter): Promise<void> {
+    this.#adapters.delete(adapter.id);
+    await this.#call('remove_lora', [adapter.id], this.#controlTimeout);
   }
 
   hasWork(): boolean {
@@ -547,6 +594,11 @@ export class VllmBridge implements EngineCore {
 
   get #controlTimeout(): number {
     return this.#options.controlTimeoutMs ?? CONTROL_TIMEOUT_MS;
+  }
+
+  /** collective_rpc(method, None, args, None) on every worker, bounded here by `timeoutMs`. */
+  #workerCall(method: string, args: unknown[], timeoutMs: number): Promise<unknown> {
+    return this.#call('collective_rpc', [method, null, args, null], timeoutMs);
   }
 
   async #call(method: string, args: unknown[], timeoutMs: number): Promise<unknown> {
@@ -633,6 +685,17 @@ function idLengthBefore(b: Uint8Array, at: number): number {
 
 function isIndex(v: number): boolean {
   return Number.isInteger(v) && v >= 0 && v <= 0x7fffffff;
+}
+
+/**
+ * The weight version the workers answered, when every one answered the same integer (a simulator
+ * behind vLLM's protocol does); null otherwise (prime-rl's workers answer None).
+ */
+function workersVersion(perWorker: unknown): number | null {
+  if (!Array.isArray(perWorker) || perWorker.length === 0) return null;
+  const first: unknown = perWorker[0];
+  if (typeof first !== 'number' || !Number.isInteger(first) || first < 0) return null;
+  return perWorker.every((v) => v === first) ? first : null;
 }
 
 function slotKey(server: number, slot: number): number {

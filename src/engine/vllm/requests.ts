@@ -35,6 +35,47 @@ export interface VllmAddRequest {
   priority: number;
   /** Selects the engine's outputs[i] socket. */
   clientIndex: number;
+  /** vLLM's LoRARequest, or none (absent or null). */
+  lora?: VllmLoraRequest | null;
+}
+
+/**
+ * vLLM's LoRARequest (a msgspec Struct, array_like, omit_defaults): `[lora_name, lora_int_id,
+ * lora_path]` are its first three fields in every release read (docs/vllm-protocol.md, "LoRA");
+ * `load_inplace` (index 5, after base_model_name and tensorizer_config_dict) is sent only when
+ * set, for add_lora.
+ */
+export interface VllmLoraRequest {
+  name: string;
+  id: number;
+  path: string;
+  loadInplace?: boolean;
+}
+
+/** The LoRARequest as vLLM's msgspec decodes it (trailing defaults left out). */
+export function loraRequestArray(lora: VllmLoraRequest): unknown[] {
+  if (lora.name.length === 0) bad('lora_request.lora_name', 'must be non-empty', lora.name);
+  if (!Number.isSafeInteger(lora.id) || lora.id < 1)
+    bad('lora_request.lora_int_id', 'must be an integer >= 1', lora.id);
+  if (lora.path.length === 0) bad('lora_request.lora_path', 'must be non-empty', lora.path);
+  const fields: unknown[] = [lora.name, lora.id, lora.path];
+  if (lora.loadInplace === true) fields.push(null, null, true);
+  return fields;
+}
+
+/** A LoRARequest as the engine reads it: the first three fields, the rest skipped. */
+export function readLoraRequest(value: unknown, field: string): VllmLoraRequest {
+  const v = value as unknown[];
+  if (!Array.isArray(v) || v.length < 3)
+    bad(field, 'must be [lora_name, lora_int_id, lora_path, ...]', value);
+  const [name, id, path] = v;
+  if (typeof name !== 'string' || name.length === 0)
+    bad(`${field}.lora_name`, 'must be a non-empty string', name);
+  if (typeof id !== 'number' || !Number.isSafeInteger(id) || id < 1)
+    bad(`${field}.lora_int_id`, 'must be an integer >= 1', id);
+  if (typeof path !== 'string' || path.length === 0)
+    bad(`${field}.lora_path`, 'must be a non-empty string', path);
+  return { name, id, path, loadInplace: v[5] === true };
 }
 
 export interface DecodedAddRequest extends VllmAddRequest {
@@ -97,7 +138,11 @@ export function encodeAdd(layout: VllmLayout, req: VllmAddRequest, w = new MsgWr
       case 'abort_immediately':
         w.bool(false);
         break;
-      // Every other field (session_id, kv_hints, the multimodal and LoRA ones) at its default.
+      case 'lora_request':
+        if (req.lora === undefined || req.lora === null) w.nil();
+        else writeAny(w, loraRequestArray(req.lora), field);
+        break;
+      // Every other field (session_id, kv_hints, the multimodal ones) at its default.
       default:
         w.nil();
     }
@@ -127,7 +172,7 @@ function checkAdd(req: VllmAddRequest, params: ResolvedSamplingParams): void {
 /**
  * Decodes an ADD payload as the engine does: the layout's required fields must be there, types
  * are strict, SamplingParams is validated with vLLM's ranges (RS_ERR_VLLM_BAD_FIELD). Fields the
- * simulator cannot honour (multimodal, LoRA, pooling, prompt embeds) must be nil.
+ * simulator cannot honour (multimodal, pooling, prompt embeds) must be nil.
  */
 export function decodeAdd(layout: VllmLayout, payload: Uint8Array): DecodedAddRequest {
   const r = new MsgReader().reset(payload);
@@ -174,9 +219,11 @@ export function decodeAdd(layout: VllmLayout, payload: Uint8Array): DecodedAddRe
       case 'priority':
         req.priority = r.int(field);
         break;
+      case 'lora_request':
+        if (!r.nil(field)) req.lora = readLoraRequest(readAnyArgs(r, field), field);
+        break;
       case 'mm_features':
       case 'pooling_params':
-      case 'lora_request':
       case 'prompt_embeds':
         if (!r.nil(field)) throw new RS_ERR_VLLM_DECODE(field, 'not supported by this engine');
         break;

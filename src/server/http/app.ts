@@ -13,6 +13,7 @@ import type { TokenizerPool } from '../../tokenizer/pool.js';
 import { MAX_TOP_LOGPROBS } from '../../wire/sampling-check.js';
 import { poolPromptTokenizer } from '../openai/pool-tokenizer.js';
 import type { RequestCoordinator } from '../request-coordinator.js';
+import { ServedModels } from '../served-models.js';
 import { answerClientError } from './client-error.js';
 import { FailureInjector } from './failure-injection.js';
 import { registerAuth } from './routes/auth.js';
@@ -83,15 +84,18 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     reply.code(404).send(body);
   });
   registerAuth(app, deps.config);
-  registerHealthRoutes(app, deps);
+  // The base model and the LoRA adapters the engine has loaded: what `model` may name.
+  const models = new ServedModels(deps.config, () => deps.engine.note(), deps.startedAt);
+  registerHealthRoutes(app, { ...deps, models });
   // One seeded draw sequence per API server, whichever inference route a request takes.
   const failures = new FailureInjector(deps.config, deps.engine.server);
-  registerGenerateRoute(app, { ...deps, failures });
+  registerGenerateRoute(app, { ...deps, failures, models });
   registerControlRoutes(app, deps);
-  registerTokenizeRoutes(app, deps);
+  registerTokenizeRoutes(app, { ...deps, models });
   registerOpenAiRoutes(app, {
     ...deps,
     failures,
+    models,
     tokenizer: poolPromptTokenizer(deps.tokenizers),
     openaiOptions: {
       vocabSize: deps.requestOptions.vocabSize,

@@ -91,6 +91,7 @@ function request(slot: number, maxTokens: number): EngineRequest {
       repetitionPenalty: 1,
       logprobs: true,
       topLogprobs: 0,
+      promptLogprobs: -1,
       returnSamplingMask: false,
       returnRoutedExperts: true,
       routedExpertsPromptStart: 0,
@@ -166,6 +167,7 @@ describe('VllmBridgeLink against an independent engine', () => {
     expect(parseEngineNote(bridge.note)).toEqual({
       reason: null,
       info: { vllm_layout: era, vllm_version: mirror.registration!.vllm_version as string },
+      adapters: [],
     });
     expect(mirror.adds[0]!.length).toBe(mirror.era === '0.33' ? 22 : era >= '0.28' ? 21 : 20);
   });

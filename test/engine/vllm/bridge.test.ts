@@ -10,6 +10,7 @@ import type { BridgeAdd } from '../../../src/engine/vllm/bridge-request.js';
 import { getVllmLayout } from '../../../src/engine/vllm/layouts.js';
 import { VllmFinishReason as VllmFinish } from '../../../src/engine/vllm/outputs.js';
 import { OutputView } from '../../../src/engine/vllm/outputs-reader.js';
+import { ControlRefusal, ControlResult } from '../../../src/wire/control-channel.js';
 import { getModelCard } from '../../../src/wire/model-card.js';
 import { RejectReason } from '../../../src/wire/reject.js';
 import { type EngineRequest, FinishReason, type SamplingParams } from '../../../src/wire/types.js';
@@ -50,6 +51,7 @@ function params(over: Partial<SamplingParams> = {}): SamplingParams {
     repetitionPenalty: 1,
     logprobs: true,
     topLogprobs: 0,
+    promptLogprobs: -1,
     returnSamplingMask: false,
     returnRoutedExperts: true,
     routedExpertsPromptStart: 0,
@@ -61,6 +63,7 @@ function request(
   slot: number,
   prompt: number[],
   over: Partial<SamplingParams> = {},
+  extra: Partial<EngineRequest> = {},
 ): EngineRequest {
   return {
     server: 0,
@@ -70,6 +73,7 @@ function request(
     priority: 0,
     cacheSalt: null,
     arrivalTimeMs: 1_000,
+    ...extra,
   };
 }
 
@@ -307,14 +311,78 @@ describe('VllmBridge', () => {
     await bridge.resume();
     expect(await bridge.resetPrefixCache()).toBe(true);
     expect(await bridge.updateWeights(undefined, '/w')).toBe(1);
-    await expect(bridge.updateWeights()).rejects.toThrow(/weight_dir/);
+    // No directory (NCCL, NIXL): the engine's workers get null, untouched.
+    expect(await bridge.updateWeights()).toBe(2);
     expect(link.calls.map((c) => [c.method, c.args])).toEqual([
       ['pause_scheduler', ['keep', false]],
       ['resume_scheduler', []],
       ['reset_prefix_cache', []],
       ['collective_rpc', ['update_weights_from_path', null, ['/w'], null]],
       ['reset_prefix_cache', []],
+      ['collective_rpc', ['update_weights_from_path', null, [null], null]],
+      ['reset_prefix_cache', []],
     ]);
+  });
+
+  it("forwards init_broadcaster to the workers with prime-rl's positional arguments", async () => {
+    const { bridge, link } = attached();
+    await bridge.initBroadcaster({
+      host: '10.1.2.3',
+      port: 29501,
+      rankOffset: 4,
+      inferenceWorldSize: 8,
+      timeout: 1200,
+      quantizeInWeightTransfer: false,
+      sessionId: 'default',
+    });
+    expect(link.calls).toEqual([
+      {
+        method: 'collective_rpc',
+        args: ['init_broadcaster', null, ['10.1.2.3', 29501, 4, 8, 1200, false, 'default'], null],
+      },
+    ]);
+  });
+
+  it("loads, reloads and removes LoRA adapters, and sends the adapter's LoRARequest in the ADD", async () => {
+    const { bridge, link } = attached();
+    const adapter = { id: 3, name: 'r16-a32', path: '/ckpt/step_1' };
+    await bridge.loadLora(adapter, false);
+    await bridge.loadLora({ ...adapter, path: '/ckpt/step_2' }, true);
+    bridge.add(request(1, [1, 2], { maxTokens: 4 }, { loraId: 3 }));
+    bridge.add(request(2, [1, 2], { maxTokens: 4 }));
+    expect(link.adds.map((a) => a.lora)).toEqual([
+      { name: 'r16-a32', id: 3, path: '/ckpt/step_2' },
+      null,
+    ]);
+    await bridge.unloadLora(adapter);
+    expect(link.calls.map((c) => [c.method, c.args])).toEqual([
+      ['add_lora', [['r16-a32', 3, '/ckpt/step_1']]],
+      ['add_lora', [['r16-a32', 3, '/ckpt/step_2', null, null, true]]],
+      ['remove_lora', [3]],
+    ]);
+    // An adapter the bridge does not know (unloaded meanwhile) ends the request, nothing is sent.
+    bridge.add(request(3, [1, 2], { maxTokens: 4 }, { loraId: 3 }));
+    expect(link.adds).toHaveLength(2);
+    const out = bridge.newStepOutputs();
+    bridge.step(out);
+    expect(Array.from(out.rejectReason.subarray(0, out.count))).toContain(
+      RejectReason.LoraNotLoaded,
+    );
+  });
+
+  it("answers vLLM's LoRAAdapterNotFoundError as NotFound, with vLLM's words", async () => {
+    const { bridge, link } = attached();
+    link.call = async () => {
+      throw new Error(
+        'Call to add_lora method failed: Loading lora x failed: No adapter found for /nope',
+      );
+    };
+    const refusal = await bridge
+      .loadLora({ id: 1, name: 'x', path: '/nope' }, false)
+      .catch((e: unknown) => e);
+    expect(refusal).toBeInstanceOf(ControlRefusal);
+    expect((refusal as ControlRefusal).result).toBe(ControlResult.NotFound);
+    expect((refusal as Error).message).toContain('No adapter found for /nope');
   });
 
   it('parks the output reader above 1,024 staged rows until the core loop drains under 512', async () => {

@@ -42,6 +42,7 @@ export function toEngineRequest(
       repetitionPenalty: p.repetitionPenalty,
       logprobs: p.logprobs !== null,
       topLogprobs: Math.min(k, MAX_TOP_LOGPROBS),
+      promptLogprobs: -1,
       returnSamplingMask: wide.samplingMasks,
       returnRoutedExperts: wide.routedExperts,
       routedExpertsPromptStart: p.routedExpertsPromptStart,
@@ -49,5 +50,6 @@ export function toEngineRequest(
     priority: req.priority,
     cacheSalt: req.cacheSalt,
     arrivalTimeMs: req.arrivalTime * 1000,
+    loraId: req.lora?.id ?? 0,
   };
 }

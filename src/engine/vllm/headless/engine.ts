@@ -1,5 +1,6 @@
 import { setTimeout as sleep, setImmediate as turn } from 'node:timers/promises';
 import { RS_ERR_VLLM_BAD_FIELD } from '../../../errors.js';
+import type { BroadcasterArgs, LoraAdapter } from '../../../wire/admin-args.js';
 import { MAX_SLOTS_PER_SERVER } from '../../../wire/engine-defaults.js';
 import { expertIdBytes } from '../../../wire/model-card.js';
 import { RejectReason } from '../../../wire/reject.js';
@@ -15,7 +16,9 @@ import {
   decodeAdd,
   decodeUtility,
   RequestType,
+  readLoraRequest,
   type UtilityCall,
+  type VllmLoraRequest,
 } from '../requests.js';
 import type { HeadlessSockets } from './dial.js';
 import { type EngineWide, toEngineRequest } from './engine-request.js';
@@ -41,6 +44,12 @@ export interface HeadlessCore extends EngineCore {
   resume(): void;
   resetPrefixCache(): boolean;
   updateWeights(version?: number): number;
+  initBroadcaster(args: BroadcasterArgs): void;
+  readonly broadcaster: BroadcasterArgs | null;
+  loadLora(adapter: LoraAdapter): Promise<void>;
+  unloadLora(adapter: LoraAdapter): void;
+  loraLoaded(id: number): boolean;
+  loraIds(): number[];
 }
 
 /** The log calls the engine makes (pino's Logger has them). */
@@ -91,6 +100,9 @@ export class VllmHeadlessEngine {
   readonly #encoder: StepEncoder;
   /** ADDs that came while the scheduler is paused: admitted on resume, as vLLM queues them. */
   #held: DecodedAddRequest[] = [];
+  /** ADDs whose LoRA adapter is being loaded (vLLM loads one from lora_path when a request needs it). */
+  #loading: DecodedAddRequest[] = [];
+  readonly #loads = new Map<number, Promise<void>>();
   #paused = false;
   #pending: PendingReply[] = [];
   #sending: Promise<void> = Promise.resolve();
@@ -238,7 +250,8 @@ export class VllmHeadlessEngine {
     }
     if (
       this.#table.get(req.requestId) !== undefined ||
-      this.#held.some((h) => h.requestId === req.requestId)
+      this.#held.some((h) => h.requestId === req.requestId) ||
+      this.#loading.some((h) => h.requestId === req.requestId)
     ) {
       throw new FatalEngineError(`request id ${req.requestId} is already live`);
     }
@@ -255,6 +268,11 @@ export class VllmHeadlessEngine {
   }
 
   #admit(req: DecodedAddRequest): void {
+    const lora = req.lora ?? null;
+    if (lora !== null && !this.#sim.loraLoaded(lora.id)) {
+      this.#loadThenAdmit(req, lora);
+      return;
+    }
     const p = req.params;
     const wide = this.#wide;
     const live = this.#table.add(
@@ -273,6 +291,44 @@ export class VllmHeadlessEngine {
     this.#sim.add(request);
   }
 
+  /**
+   * Loads the adapter a request names, then admits it (and every other request waiting on that
+   * adapter); an adapter that does not load ends the request with finish_reason ERROR, as vLLM's
+   * LRU manager fails it.
+   */
+  #loadThenAdmit(req: DecodedAddRequest, lora: VllmLoraRequest): void {
+    this.#loading.push(req);
+    let load = this.#loads.get(lora.id);
+    if (load === undefined) {
+      load = this.#sim.loadLora({ id: lora.id, name: lora.name, path: lora.path });
+      this.#loads.set(lora.id, load);
+    }
+    const settle = (loaded: boolean): void => {
+      this.#loads.delete(lora.id);
+      const at = this.#loading.indexOf(req);
+      if (at < 0) return; // aborted meanwhile
+      this.#loading.splice(at, 1);
+      if (loaded) {
+        if (this.#paused) this.#held.push(req);
+        else this.#admit(req);
+        return;
+      }
+      const live = this.#table.add(req.requestId, req.promptTokenIds.length, false, false);
+      this.#sim.reject(0, live.slot, RejectReason.EngineFailed);
+      this.#wake?.();
+    };
+    load.then(
+      () => settle(true),
+      (error: unknown) => {
+        this.#log.warn(
+          { err: error, lora: lora.name },
+          'a request names a LoRA adapter that did not load',
+        );
+        settle(false);
+      },
+    );
+  }
+
   #abort(ids: string[]): void {
     for (const id of ids) {
       const live = this.#table.get(id);
@@ -282,6 +338,9 @@ export class VllmHeadlessEngine {
       }
     }
     if (this.#held.length > 0) this.#held = this.#held.filter((h) => !ids.includes(h.requestId));
+    if (this.#loading.length > 0) {
+      this.#loading = this.#loading.filter((h) => !ids.includes(h.requestId));
+    }
   }
 
   #utility(call: UtilityCall): void {
@@ -304,9 +363,36 @@ export class VllmHeadlessEngine {
         reply(this.#sim.resetPrefixCache());
         break;
       case 'collective_rpc':
-        collectiveRpc(call.args, (version) => this.#sim.updateWeights(version)).then(reply, (e) =>
-          fail((e as Error).message),
+        collectiveRpc(call.args, this.#sim).then(reply, (e) => fail((e as Error).message));
+        break;
+      case 'add_lora': {
+        let lora: VllmLoraRequest;
+        try {
+          lora = readLoraRequest(args[0], 'lora_request');
+        } catch (error) {
+          fail((error as Error).message);
+          break;
+        }
+        // A load in place rereads the files; a plain add of a loaded id keeps them (vLLM's LRU).
+        if (this.#sim.loraLoaded(lora.id) && lora.loadInplace !== true) {
+          reply(true);
+          break;
+        }
+        this.#sim.loadLora({ id: lora.id, name: lora.name, path: lora.path }).then(
+          () => reply(true),
+          (e) => fail((e as Error).message),
         );
+        break;
+      }
+      case 'remove_lora': {
+        const id = args[0];
+        const known = typeof id === 'number' && this.#sim.loraLoaded(id);
+        if (known) this.#sim.unloadLora({ id: id as number, name: '', path: '' });
+        reply(known);
+        break;
+      }
+      case 'list_loras':
+        reply(this.#sim.loraIds());
         break;
       default:
         fail(`'EngineCoreProc' object has no attribute '${call.method}'`);

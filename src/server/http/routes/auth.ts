@@ -4,9 +4,10 @@
  * - `--api-key` (env VLLM_API_KEY) guards the inference routes: every `/v1/...` route (as vLLM's
  *   --api-key does, so /v1/models too) and `/inference/v1/generate`.
  * - `--admin-api-key` (env RINGSERVE_ADMIN_API_KEY) guards the control routes (pause, resume,
- *   update_weights, reset_prefix_cache, abort_requests). When only --api-key is set, the control
- *   routes take that key: vLLM leaves them open, but a pause or a weight swap from anyone who can
- *   reach the port is a worse default than asking the one key the operator did set.
+ *   update_weights, reset_prefix_cache, abort_requests, init_broadcaster and the LoRA adapter
+ *   loads, /v1/ ones included). When only --api-key is set, the control routes take that key:
+ *   vLLM leaves them open, but a pause, a weight swap or an adapter load from anyone who can reach
+ *   the port is a worse default than asking the one key the operator did set.
  * - /health, /liveness, /metrics and /load stay open (routers and orchestrators poll them; vLLM
  *   keeps them outside its key check too), and so do unknown routes outside /v1 (a plain 404).
  *
@@ -25,6 +26,10 @@ export const CONTROL_ROUTES: ReadonlySet<string> = new Set([
   '/update_weights',
   '/reset_prefix_cache',
   '/abort_requests',
+  '/init_broadcaster',
+  '/load_lora_adapter',
+  '/v1/load_lora_adapter',
+  '/v1/unload_lora_adapter',
 ]);
 
 /** Which key a route needs. */

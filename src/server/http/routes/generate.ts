@@ -1,16 +1,16 @@
 /**
- * POST /inference/v1/generate: parse (every 400, naming the field), check the model (404), pick the
- * answer's form and its deadline (deadline.ts), hand the request to the coordinator. The answer
- * comes later, as one finished Buffer or an SSE stream.
+ * POST /inference/v1/generate: parse (every 400, naming the field), resolve the model (the base
+ * model or a LoRA adapter; else 404), pick the answer's form and its deadline (deadline.ts), hand
+ * the request to the coordinator. The answer comes later, as one finished Buffer or an SSE stream.
  */
 import type { FastifyInstance } from 'fastify';
 import type { RingserveConfig } from '../../../config.js';
-import { RS_ERR_MODEL_NOT_FOUND } from '../../../errors.js';
 import {
   type GenerateRequestOptions,
   parseGenerateRequest,
 } from '../../../protocol/generate-request.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
+import type { ServedModels } from '../../served-models.js';
 import { checkVllmSampling, type MaskCapability } from '../../vllm-sampling.js';
 import { DEADLINE_HEADER, requestDeadline } from '../deadline.js';
 import { AbortingReply, type FailureInjector } from '../failure-injection.js';
@@ -25,6 +25,8 @@ export interface GenerateDeps {
   failures?: FailureInjector;
   /** With --engine vllm: whether the engine returns sampling masks (vllm-sampling.ts). */
   engine?: MaskCapability;
+  /** What `model` may name (the base model, a loaded LoRA adapter). */
+  models: ServedModels;
 }
 
 export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps): void {
@@ -36,13 +38,7 @@ export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps):
   app.post('/inference/v1/generate', async (request, reply) => {
     const parsed = parseGenerateRequest(request.body, requestOptions);
     const deadline = requestDeadline(request.headers[DEADLINE_HEADER], config.requestTimeout);
-    if (
-      parsed.model !== null &&
-      parsed.model !== config.servedModelName &&
-      parsed.model !== config.model
-    ) {
-      throw new RS_ERR_MODEL_NOT_FOUND(parsed.model);
-    }
+    parsed.loraId = deps.models.loraId(parsed.model);
     checkVllmSampling(config, parsed.params, 'sampling_params.', deps.engine);
     const injected = deps.failures?.active ? deps.failures.check(request, reply) : null;
     const form = responseForm(request.headers.accept, parsed.packed, config.generateFormat);

@@ -7,6 +7,7 @@ import type { RingserveConfig } from '../../../config.js';
 import { RS_ERR_ENGINE_UNAVAILABLE, toErrorBody } from '../../../errors.js';
 import type { EngineClient } from '../../engine-client.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
+import type { ServedModels } from '../../served-models.js';
 
 export interface HealthDeps {
   config: RingserveConfig;
@@ -16,8 +17,12 @@ export interface HealthDeps {
   log?: (line: string) => void;
 }
 
-export function registerHealthRoutes(app: FastifyInstance, deps: HealthDeps): void {
-  const { engine, coordinator, config } = deps;
+export interface HealthRouteDeps extends HealthDeps {
+  models: ServedModels;
+}
+
+export function registerHealthRoutes(app: FastifyInstance, deps: HealthRouteDeps): void {
+  const { engine, coordinator } = deps;
   app.get('/health', async (_request, reply) => {
     if (engine.alive() && !coordinator.draining) return reply.code(200).send();
     // Why, when the engine said (a bridge refusing an engine no vLLM layout fits, say): the
@@ -30,19 +35,6 @@ export function registerHealthRoutes(app: FastifyInstance, deps: HealthDeps): vo
     if (engine.alive()) return reply.send({ status: 'ok' });
     return reply.code(503).send({ status: 'engine_unresponsive' });
   });
-  app.get('/v1/models', async () => ({
-    object: 'list',
-    data: [
-      {
-        id: config.servedModelName,
-        object: 'model',
-        created: Math.floor(deps.startedAt / 1000),
-        owned_by: 'ringserve',
-        root: config.model,
-        parent: null,
-        max_model_len: config.maxModelLen,
-      },
-    ],
-  }));
+  app.get('/v1/models', async () => deps.models.list());
   app.get('/load', async () => ({ server_load: coordinator.table.active }));
 }

@@ -6,13 +6,14 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { RingserveConfig } from '../../../config.js';
-import { RS_ERR_MODEL_NOT_FOUND, RS_ERR_OPENAI_INLINE_OUTPUT } from '../../../errors.js';
+import { RS_ERR_OPENAI_INLINE_OUTPUT } from '../../../errors.js';
 import { parseChatBody } from '../../../protocol/openai-chat-request.js';
 import { parseCompletionBody } from '../../../protocol/openai-completion-request.js';
 import { type OpenAiRequestOptions, toGenerateRequest } from '../../../protocol/openai-request.js';
 import type { PromptTokenizer } from '../../openai/prompt-tokenizer.js';
 import type { ReplySink } from '../../reply-sink.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
+import type { ServedModels } from '../../served-models.js';
 import { checkVllmSampling, type MaskCapability } from '../../vllm-sampling.js';
 import { DEADLINE_HEADER, requestDeadline } from '../deadline.js';
 import { AbortingReply, type FailureInjector } from '../failure-injection.js';
@@ -27,6 +28,8 @@ export interface OpenAiDeps {
   failures?: FailureInjector;
   /** With --engine vllm: whether the engine returns sampling masks (vllm-sampling.ts). */
   engine?: MaskCapability;
+  /** What `model` may name (the base model, a loaded LoRA adapter). */
+  models: ServedModels;
 }
 
 export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): void {
@@ -34,11 +37,6 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
   const opts: OpenAiRequestOptions = {
     ...deps.openaiOptions,
     priorityScheduling: config.schedulingPolicy === 'priority',
-  };
-  const checkModel = (model: string | null): void => {
-    if (model !== null && model !== config.servedModelName && model !== config.model) {
-      throw new RS_ERR_MODEL_NOT_FOUND(model);
-    }
   };
   const checkOutput = (route: string): void => {
     if (config.outputProcessing === 'inline') throw new RS_ERR_OPENAI_INLINE_OUTPUT(route);
@@ -54,7 +52,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
     checkOutput('/v1/completions');
     const body = parseCompletionBody(request.body, opts);
     const deadline = requestDeadline(request.headers[DEADLINE_HEADER], config.requestTimeout);
-    checkModel(body.common.model);
+    const loraId = deps.models.loraId(body.common.model);
     const { prompt } = body;
     const prompts =
       prompt.kind === 'ids'
@@ -74,6 +72,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
       'prompt',
       opts,
     );
+    parsed.loraId = loraId;
     checkVllmSampling(config, parsed.params, '', deps.engine);
     coordinator.submit(parsed, sink, 'completion', headerRequestId(request), deadline);
     return reply;
@@ -83,7 +82,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
     checkOutput('/v1/chat/completions');
     const body = parseChatBody(request.body, opts);
     const deadline = requestDeadline(request.headers[DEADLINE_HEADER], config.requestTimeout);
-    checkModel(body.common.model);
+    const loraId = deps.models.loraId(body.common.model);
     const ids = await tokenizer.encodeChat(body.messages, {
       tools: body.tools,
       addGenerationPrompt: body.addGenerationPrompt,
@@ -98,6 +97,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
       'messages',
       opts,
     );
+    parsed.loraId = loraId;
     checkVllmSampling(config, parsed.params, '', deps.engine);
     coordinator.submit(parsed, sink, 'chat', headerRequestId(request), deadline);
     return reply;

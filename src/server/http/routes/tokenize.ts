@@ -6,24 +6,25 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { RingserveConfig } from '../../../config.js';
-import { RS_ERR_MODEL_NOT_FOUND } from '../../../errors.js';
 import {
   parseDetokenizeRequest,
   parseTokenizeRequest,
 } from '../../../protocol/tokenize-request.js';
 import type { TokenizerPool } from '../../../tokenizer/pool.js';
+import type { ServedModels } from '../../served-models.js';
 
 export interface TokenizeDeps {
   config: RingserveConfig;
   tokenizers: TokenizerPool;
+  /** What `model` may name (the base model, a loaded LoRA adapter). */
+  models: ServedModels;
 }
 
 export function registerTokenizeRoutes(app: FastifyInstance, deps: TokenizeDeps): void {
   const { config, tokenizers } = deps;
+  // The tokenizer is the base model's, an adapter's too (vLLM's LoRA adapters keep the vocabulary).
   const checkModel = (model: string | null): void => {
-    if (model !== null && model !== config.servedModelName && model !== config.model) {
-      throw new RS_ERR_MODEL_NOT_FOUND(model);
-    }
+    deps.models.loraId(model);
   };
 
   app.post('/tokenize', async (request) => {
