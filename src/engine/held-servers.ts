@@ -5,12 +5,14 @@
  * on a clean stop, or its process no longer runs; liveness.ts, where a SIGSTOPped process still
  * runs). A ring whose consumer has not attached yet is not gone: its API server is starting.
  */
+
 import { RS_ERR_RING_PEER_GONE, RS_ERR_SHM_BAD_LAYOUT } from '../errors.js';
 import { RING_CONSUMER_PID } from '../shm/layout.js';
 import type { RingProducer } from '../shm/ring.js';
 import { pidState } from '../shm/ring-endpoint.js';
 import type { ModelCard } from '../wire/model-card.js';
 import { expertIdBytes } from '../wire/model-card.js';
+import { MAX_TOP_LOGPROBS } from '../wire/sampling-check.js';
 import type { StepTiming } from '../wire/types.js';
 import { maxOutputBytes, OutputRoom } from './output-room.js';
 import type { StepBatchSink } from './step-batch-writer.js';
@@ -29,9 +31,9 @@ export class HeldServers {
       model.routingLayers * model.expertsPerToken,
       expertIdBytes(model),
     );
-    // One output with a vocabulary-sized mask and a routing row must fit, or a sequence could be
-    // held forever (layout-params.ts sizes the rings for far more).
-    const need = this.room.outputBytes(model.vocabSize, 1);
+    // One output with a vocabulary-sized mask, a routing row and the most top candidates must fit,
+    // or a sequence could be held forever (layout-params.ts sizes the rings for far more).
+    const need = this.room.outputBytes(model.vocabSize, 1, MAX_TOP_LOGPROBS);
     const max = maxOutputBytes(outputRingBytes);
     if (need > max) {
       throw new RS_ERR_SHM_BAD_LAYOUT(

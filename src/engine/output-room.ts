@@ -7,8 +7,8 @@
  * outputs wait. Whatever was charged is then written without waiting, so a slow or stopped API
  * server never makes the engine wait, drop a request or buffer anything.
  *
- * The bound. An output costs stepOutputBytesBound(mask ids, routing rows) (wire/messages.ts): a
- * step's records take at most the sum S of its outputs' costs. The ring may also lose the end of its
+ * The bound. An output costs stepOutputBytesBound(mask ids, routing rows, top candidates, prompt
+ * entries) (wire/messages.ts): a step's records take at most the sum S of its outputs' costs. The ring may also lose the end of its
  * data area to a padding record when a record does not fit before the wrap, which happens at most
  * once per step and wastes less than that record: less than min(S, the largest record), where a
  * record holding several outputs is at most the writer's record budget and a record holding one is
@@ -20,7 +20,7 @@
  * charges first (pending outputs, bounded by the server's slots): a held server is never held
  * forever.
  */
-import { stepOutputBytesBound } from '../wire/messages.js';
+import { PROMPT_ENTRY_BYTES, stepOutputBytesBound } from '../wire/messages.js';
 
 /** The largest share of a ring one output may take (see the header: 3/8 leaves room for the rest). */
 const MAX_OUTPUT_SHARE = 3 / 8;
@@ -76,9 +76,19 @@ export class OutputRoom {
     this.open(server, Number.POSITIVE_INFINITY, Number.POSITIVE_INFINITY, 0);
   }
 
-  /** The most ring bytes one output with these mask ids and routing rows can take. */
-  outputBytes(maskIds: number, routingRows: number): number {
-    return stepOutputBytesBound(maskIds, routingRows, this.#rowIds, this.#idBytes);
+  /**
+   * The most ring bytes one output with these mask ids, routing rows, top candidates and
+   * prompt-logprob entries can take.
+   */
+  outputBytes(maskIds: number, routingRows: number, topEntries = 0, promptEntries = 0): number {
+    return stepOutputBytesBound(
+      maskIds,
+      routingRows,
+      this.#rowIds,
+      this.#idBytes,
+      topEntries,
+      promptEntries,
+    );
   }
 
   /** The most one output of server k may cost, whatever its ring holds now (Infinity: no limit). */
@@ -92,11 +102,31 @@ export class OutputRoom {
    * The most routing rows one output of server k that also carries up to `maskIds` mask ids may
    * hold, so that it stays under outputLimit (Infinity: no limit).
    */
-  routingRowsWithin(server: number, maskIds: number): number {
+  routingRowsWithin(server: number, maskIds: number, topEntries = 0, promptEntries = 0): number {
     const rowBytes = this.#rowIds * this.#idBytes;
     const max = this.outputLimit(server);
     if (rowBytes === 0 || max === Number.POSITIVE_INFINITY) return Number.POSITIVE_INFINITY;
-    return Math.max(0, Math.floor((max - this.outputBytes(maskIds, 0)) / rowBytes));
+    const rest = this.outputBytes(maskIds, 0, topEntries, promptEntries);
+    return Math.max(0, Math.floor((max - rest) / rowBytes));
+  }
+
+  /**
+   * The most prompt positions of `width` entries each that one output of server k carrying
+   * `maskIds` mask ids, `routingRows` routing rows and `topEntries` top candidates may hold, so
+   * that it stays under outputLimit (Infinity: no limit). A prefill's prompt logprobs are split
+   * into outputs of at most this many positions, as its routing rows are.
+   */
+  promptPositionsWithin(
+    server: number,
+    width: number,
+    maskIds: number,
+    routingRows: number,
+    topEntries = 0,
+  ): number {
+    const max = this.outputLimit(server);
+    if (width <= 0 || max === Number.POSITIVE_INFINITY) return Number.POSITIVE_INFINITY;
+    const rest = this.outputBytes(maskIds, routingRows, topEntries, 0);
+    return Math.max(0, Math.floor((max - rest) / (width * PROMPT_ENTRY_BYTES)));
   }
 
   /** True once an output of server k did not fit this step. */
@@ -115,10 +145,16 @@ export class OutputRoom {
    * rest of the step (a later, smaller output of it is refused too: a server's outputs keep their
    * order). A server outside [0, servers) has no ring and is never limited.
    */
-  tryCharge(server: number, maskIds: number, routingRows: number): boolean {
+  tryCharge(
+    server: number,
+    maskIds: number,
+    routingRows: number,
+    topEntries = 0,
+    promptEntries = 0,
+  ): boolean {
     if (server < 0 || server >= this.servers) return true;
     if (this.#held[server] === 1) return false;
-    const cost = this.outputBytes(maskIds, routingRows);
+    const cost = this.outputBytes(maskIds, routingRows, topEntries, promptEntries);
     const used = this.#used[server]! + cost;
     const largest = Math.max(this.#largest[server]!, cost);
     if (cost > this.#maxOutput[server]!) {

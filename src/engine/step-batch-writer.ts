@@ -37,6 +37,8 @@ export class StepBatchWriter {
   readonly #count: Int32Array;
   readonly #maskIds: Int32Array;
   readonly #routingRows: Int32Array;
+  readonly #topEntries: Int32Array;
+  readonly #promptEntries: Int32Array;
   readonly #view = new StepRecordView();
   readonly #layers: number;
   readonly #topk: number;
@@ -47,6 +49,8 @@ export class StepBatchWriter {
     this.#count = new Int32Array(servers);
     this.#maskIds = new Int32Array(servers);
     this.#routingRows = new Int32Array(servers);
+    this.#topEntries = new Int32Array(servers);
+    this.#promptEntries = new Int32Array(servers);
     this.#layers = layers;
     this.#topk = topk;
     this.#idBytes = routingIdBytes;
@@ -111,25 +115,34 @@ export class StepBatchWriter {
     let count = 0;
     let maskIds = 0;
     let rows = 0;
+    let top = 0;
+    let prompt = 0;
     let to = from;
     for (; to < out.count; to++) {
       if (out.server[to] !== k) continue;
       const nextMask = maskIds + out.maskCount[to]!;
       const nextRows = rows + out.routingRows[to]!;
+      const nextTop = top + out.topCount[to]!;
+      const nextPrompt = prompt + out.promptPositions[to]! * out.promptWidth[to]!;
       if (
         count > 0 &&
-        stepRecordBytes(count + 1, nextMask, nextRows, rowIds, this.#idBytes) > budget
+        stepRecordBytes(count + 1, nextMask, nextRows, rowIds, this.#idBytes, nextTop, nextPrompt) >
+          budget
       ) {
         break;
       }
       count++;
       maskIds = nextMask;
       rows = nextRows;
+      top = nextTop;
+      prompt = nextPrompt;
     }
     if (count === 0) return out.count;
     this.#count[k] = count;
     this.#maskIds[k] = maskIds;
     this.#routingRows[k] = rows;
+    this.#topEntries[k] = top;
+    this.#promptEntries[k] = prompt;
     this.#writeServer(out, k, from, to, producer, sink, clockMs, stepMs);
     return to;
   }
@@ -151,6 +164,8 @@ export class StepBatchWriter {
       this.#routingRows[k]!,
       rowIds,
       this.#idBytes,
+      this.#topEntries[k]!,
+      this.#promptEntries[k]!,
     );
     // A timeout of 0: no waiting. It throws RS_ERR_RING_PEER_GONE if the consumer is gone, else
     // RS_ERR_RING_FULL (the room was budgeted: a bug).
@@ -167,11 +182,16 @@ export class StepBatchWriter {
       this.#idBytes,
       clockMs,
       stepMs,
+      this.#topEntries[k]!,
+      this.#promptEntries[k]!,
     );
     const rec = this.#view.attach(v, at);
     const i32 = v.i32;
+    const f32 = v.f32;
     let n = 0;
     let maskAt = rec.maskBase;
+    let topAt = 0;
+    let promptAt = 0;
     let routingAt = this.#idBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
     const routingDst = this.#idBytes === 1 ? v.bytes : v.u16;
     for (let j = from; j < to; j++) {
@@ -194,6 +214,31 @@ export class StepBatchWriter {
       const maskFrom = out.maskStart[j]!;
       for (let m = 0; m < maskCount; m++) i32[maskAt + m] = out.maskIds[maskFrom + m]!;
       maskAt += maskCount;
+      const top = out.topCount[j]!;
+      i32[rec.at(StepColumn.TopCount, n)] = top;
+      const topFrom = out.topStart[j]!;
+      for (let t = 0; t < top; t++) {
+        i32[rec.topIdBase + topAt + t] = out.topIds[topFrom + t]!;
+        f32[rec.topLogprobBase + topAt + t] = out.topLogprobs[topFrom + t]!;
+      }
+      topAt += top;
+      const positions = out.promptPositions[j]!;
+      const width = out.promptWidth[j]!;
+      i32[rec.at(StepColumn.PromptPositions, n)] = positions;
+      i32[rec.at(StepColumn.PromptFirstPos, n)] = out.promptFirstPos[j]!;
+      i32[rec.at(StepColumn.PromptWidth, n)] = width;
+      const entries = positions * width;
+      if (entries > 0) {
+        // A prefill chunk's worth: three runs copied with one view each.
+        const pFrom = out.promptStart[j]!;
+        i32.set(out.promptIds.subarray(pFrom, pFrom + entries), rec.promptIdBase + promptAt);
+        f32.set(
+          out.promptLogprobs.subarray(pFrom, pFrom + entries),
+          rec.promptLogprobBase + promptAt,
+        );
+        i32.set(out.promptRanks.subarray(pFrom, pFrom + entries), rec.promptRankBase + promptAt);
+        promptAt += entries;
+      }
       const ids = rows * rowIds;
       if (ids > 0) {
         const src = out.routing;

@@ -11,6 +11,8 @@ import { bytesOfBuffer } from './copy-ids.js';
  *   rows:     server | slot | token | logprob | rank | finish | stopTokenId | numCachedTokens | ...
  *   masks:    maskIds[maskStart[i] .. maskStart[i] + maskCount[i])      (CSR, shared array)
  *   top:      topIds / topLogprobs[topStart[i] .. topStart[i] + topCount[i])   (CSR, shared)
+ *   prompt:   promptIds / promptLogprobs / promptRanks[promptStart[i] ..
+ *             promptStart[i] + promptPositions[i] * promptWidth[i])              (CSR, shared)
  *   routing:  routing[(routingStart[i] + r) * rowWidth + layer * topk + k]
  *             for r < routingRows[i]; row r is sequence position routingFirstPos[i] + r
  */
@@ -53,6 +55,24 @@ export class StepOutputs {
   topLogprobs: Float32Array;
   /** Used length of topIds / topLogprobs. */
   topLength = 0;
+  /**
+   * Prompt logprobs (a request that asked prompt_logprobs k >= 0): promptPositions[i] positions of
+   * the prompt from promptFirstPos[i] on (position p scores prompt token p given tokens 0..p-1, so
+   * p >= 1), promptWidth[i] = 1 + k entries each, position-major. Entry 0 is the prompt token with
+   * its 1-based rank among the vocabulary in descending logprob; entries 1..k are the k best
+   * candidates, ranks 1..k (vLLM's new_prompt_logprobs_tensors: token ids, logprobs, ranks of
+   * column 0). Logprobs floored at -9999. A row may carry prompt positions and no token (a
+   * prefill chunk).
+   */
+  promptStart: Int32Array;
+  promptPositions: Int32Array;
+  promptFirstPos: Int32Array;
+  promptWidth: Int32Array;
+  promptIds: Int32Array;
+  promptLogprobs: Float32Array;
+  promptRanks: Int32Array;
+  /** Used length of promptIds / promptLogprobs / promptRanks. */
+  promptLength = 0;
   /** Row index (not element index) of this output's first routing row. */
   routingStart: Int32Array;
   routingRows: Int32Array;
@@ -86,12 +106,19 @@ export class StepOutputs {
     this.maskCount = new Int32Array(n);
     this.topStart = new Int32Array(n);
     this.topCount = new Int32Array(n);
+    this.promptStart = new Int32Array(n);
+    this.promptPositions = new Int32Array(n);
+    this.promptFirstPos = new Int32Array(n);
+    this.promptWidth = new Int32Array(n);
     this.routingStart = new Int32Array(n);
     this.routingRows = new Int32Array(n);
     this.routingFirstPos = new Int32Array(n);
     this.maskIds = new Int32Array(n * 4);
     this.topIds = new Int32Array(n);
     this.topLogprobs = new Float32Array(n);
+    this.promptIds = new Int32Array(0);
+    this.promptLogprobs = new Float32Array(0);
+    this.promptRanks = new Int32Array(0);
     this.routing = new Uint8Array(0);
     this.routingBytes = bytesOfBuffer(this.routing);
   }
@@ -120,10 +147,11 @@ export class StepOutputs {
     this.count = 0;
     this.maskLength = 0;
     this.topLength = 0;
+    this.promptLength = 0;
     this.routingRowCount = 0;
   }
 
-  /** Appends a row with no token, finish, mask, top area or routing; returns its index. */
+  /** Appends a row with no token, finish, mask, top or prompt area or routing; returns its index. */
   addRow(server: number, slot: number, weightVersion: number): number {
     const i = this.count;
     if (i === this.server.length) this.#growRows(i * 2);
@@ -141,6 +169,10 @@ export class StepOutputs {
     this.maskCount[i] = 0;
     this.topStart[i] = this.topLength;
     this.topCount[i] = 0;
+    this.promptStart[i] = this.promptLength;
+    this.promptPositions[i] = 0;
+    this.promptFirstPos[i] = 0;
+    this.promptWidth[i] = 0;
     this.routingStart[i] = this.routingRowCount;
     this.routingRows[i] = 0;
     this.routingFirstPos[i] = 0;
@@ -172,6 +204,28 @@ export class StepOutputs {
       this.topLogprobs = logprobs;
     }
     return this.topLength;
+  }
+
+  /**
+   * Makes room for n more prompt-logprob entries; returns the offset to write them at
+   * (promptLength). The caller sets the row's promptStart to it and advances promptLength.
+   */
+  reservePrompt(n: number): number {
+    const need = this.promptLength + n;
+    if (need > this.promptIds.length) {
+      const size = Math.max(need, this.promptIds.length * 2, 64);
+      const used = this.promptLength;
+      const ids = new Int32Array(size);
+      ids.set(this.promptIds.subarray(0, used));
+      this.promptIds = ids;
+      const logprobs = new Float32Array(size);
+      logprobs.set(this.promptLogprobs.subarray(0, used));
+      this.promptLogprobs = logprobs;
+      const ranks = new Int32Array(size);
+      ranks.set(this.promptRanks.subarray(0, used));
+      this.promptRanks = ranks;
+    }
+    return this.promptLength;
   }
 
   /** Makes room for n more routing rows; returns the element offset of the first one. */
@@ -207,6 +261,8 @@ export class StepOutputs {
     const maskTo = src.maskStart[last]! + src.maskCount[last]!;
     const topFrom = src.topStart[from]!;
     const topTo = src.topStart[last]! + src.topCount[last]!;
+    const promptFrom = src.promptStart[from]!;
+    const promptTo = src.promptStart[last]! + src.promptPositions[last]! * src.promptWidth[last]!;
     const routingFrom = src.routingStart[from]!;
     const routingTo = src.routingStart[last]! + src.routingRows[last]!;
     const maskAt = this.reserveMask(maskTo - maskFrom);
@@ -214,6 +270,10 @@ export class StepOutputs {
     const topAt = this.reserveTop(topTo - topFrom);
     this.topIds.set(src.topIds.subarray(topFrom, topTo), topAt);
     this.topLogprobs.set(src.topLogprobs.subarray(topFrom, topTo), topAt);
+    const promptAt = this.reservePrompt(promptTo - promptFrom);
+    this.promptIds.set(src.promptIds.subarray(promptFrom, promptTo), promptAt);
+    this.promptLogprobs.set(src.promptLogprobs.subarray(promptFrom, promptTo), promptAt);
+    this.promptRanks.set(src.promptRanks.subarray(promptFrom, promptTo), promptAt);
     const width = this.routingRowWidth;
     const routingAt = this.reserveRoutingRows(routingTo - routingFrom) / width;
     this.routing.set(
@@ -223,11 +283,13 @@ export class StepOutputs {
     for (let i = 0; i < n; i++) {
       this.maskStart[at + i] = src.maskStart[from + i]! - maskFrom + maskAt;
       this.topStart[at + i] = src.topStart[from + i]! - topFrom + topAt;
+      this.promptStart[at + i] = src.promptStart[from + i]! - promptFrom + promptAt;
       this.routingStart[at + i] = src.routingStart[from + i]! - routingFrom + routingAt;
     }
     this.count = at + n;
     this.maskLength = maskAt + maskTo - maskFrom;
     this.topLength = topAt + topTo - topFrom;
+    this.promptLength = promptAt + promptTo - promptFrom;
     this.routingRowCount = routingAt + routingTo - routingFrom;
   }
 
@@ -270,6 +332,10 @@ export class StepOutputs {
     this.maskCount = grow(this.maskCount, i32);
     this.topStart = grow(this.topStart, i32);
     this.topCount = grow(this.topCount, i32);
+    this.promptStart = grow(this.promptStart, i32);
+    this.promptPositions = grow(this.promptPositions, i32);
+    this.promptFirstPos = grow(this.promptFirstPos, i32);
+    this.promptWidth = grow(this.promptWidth, i32);
     this.routingStart = grow(this.routingStart, i32);
     this.routingRows = grow(this.routingRows, i32);
     this.routingFirstPos = grow(this.routingFirstPos, i32);
@@ -298,6 +364,14 @@ const SWAPPED = [
   'topIds',
   'topLogprobs',
   'topLength',
+  'promptStart',
+  'promptPositions',
+  'promptFirstPos',
+  'promptWidth',
+  'promptIds',
+  'promptLogprobs',
+  'promptRanks',
+  'promptLength',
   'routingStart',
   'routingRows',
   'routingFirstPos',
@@ -324,6 +398,9 @@ const ROW_COLUMNS = [
   'rejectReason',
   'maskCount',
   'topCount',
+  'promptPositions',
+  'promptFirstPos',
+  'promptWidth',
   'routingRows',
   'routingFirstPos',
 ] as const;

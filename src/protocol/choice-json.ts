@@ -2,7 +2,9 @@ import type { JsonWriter } from './json-writer.js';
 import {
   type ChoiceColumns,
   checkChoiceColumns,
+  LOGPROB_FLOOR,
   narrowRouting,
+  type TopColumns,
   type UsageFigures,
 } from './response-columns.js';
 
@@ -24,7 +26,7 @@ export function writeChoiceJson(w: JsonWriter, c: ChoiceColumns, legacy: boolean
   else if (typeof c.stopReason === 'number') w.int(c.stopReason);
   else w.string(c.stopReason);
   w.raw(',"logprobs":');
-  if (legacy && c.logprobs !== null) writeLegacyLogprobs(w, c.tokenIds, c.logprobs);
+  if (legacy && c.logprobs !== null) writeLegacyLogprobs(w, c.tokenIds, c.logprobs, c.top ?? null);
   else w.null();
   w.raw(',"token_ids":').intArray(c.tokenIds);
   if (!legacy) {
@@ -59,17 +61,44 @@ export function writeChoiceJson(w: JsonWriter, c: ChoiceColumns, legacy: boolean
   w.raw('}');
 }
 
-/** `{"content":[{"token":"token_id:<id>","logprob":lp,"top_logprobs":[],"bytes":null},...]}` */
-function writeLegacyLogprobs(w: JsonWriter, tokenIds: Int32Array, logprobs: Float32Array): void {
-  // top_logprobs stays empty: the engine reports the sampled token's logprob only, and listing
-  // the sampled token there would claim it was among the top k.
+/**
+ * `{"content":[{"token":"token_id:<id>","logprob":lp,"top_logprobs":[..],"bytes":null},...]}`.
+ * `top_logprobs` is vLLM's (its generate route's legacy logprobs, ChatCompletionLogProbs): the
+ * sampled token first, then the engine's best candidates in order, each token once, max(k, 1)
+ * entries (k = 0 lists the sampled token alone), each `{"token","logprob","bytes":null}`.
+ */
+function writeLegacyLogprobs(
+  w: JsonWriter,
+  tokenIds: Int32Array,
+  logprobs: Float32Array,
+  top: TopColumns | null,
+): void {
+  const k = top === null ? 0 : top.k;
+  const limit = Math.max(k, 1);
   w.raw('{"content":[');
   for (let i = 0; i < tokenIds.length; i++) {
+    const id = tokenIds[i] as number;
     w.raw(i === 0 ? '{"token":"token_id:' : ',{"token":"token_id:');
-    w.int(tokenIds[i] as number)
+    w.int(id)
       .raw('","logprob":')
       .number(logprobs[i] as number);
-    w.raw(',"top_logprobs":[],"bytes":null}');
+    w.raw(',"top_logprobs":[{"token":"token_id:')
+      .int(id)
+      .raw('","logprob":')
+      .number(logprobs[i] as number)
+      .raw(',"bytes":null}');
+    let listed = 1;
+    for (let t = i * k, end = t + k; t < end && listed < limit; t++) {
+      const other = (top as TopColumns).ids[t] as number;
+      if (other < 0 || other === id) continue;
+      w.raw(',{"token":"token_id:')
+        .int(other)
+        .raw('","logprob":')
+        .number(Math.max((top as TopColumns).logprobs[t] as number, LOGPROB_FLOOR))
+        .raw(',"bytes":null}');
+      listed++;
+    }
+    w.raw('],"bytes":null}');
   }
   w.raw(']}');
 }

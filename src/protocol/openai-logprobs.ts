@@ -1,4 +1,5 @@
 import type { JsonWriter } from './json-writer.js';
+import type { TopColumns } from './response-columns.js';
 import { countChars, sequenceAt } from './utf8.js';
 
 /**
@@ -9,8 +10,11 @@ import { countChars, sequenceAt } from './utf8.js';
  * A token's text is its bytes decoded with U+FFFD for a character split across tokens, as vLLM's
  * `tokenizer.decode([id])` gives it; `bytes` are that text's UTF-8 bytes.
  *
- * The engine reports the sampled token's logprob only, not the alternatives: `top_logprobs` holds
- * the sampled token alone (vLLM puts it first in both routes), whatever the k asked.
+ * `top_logprobs` lists what vLLM lists (its serving_completion / serving_chat at v0.11-v0.13 and
+ * since): the sampled token first, then the engine's best candidates in order, each token once;
+ * completions keep k + 1 of them (k = 0: the sampled token alone), chat keeps k (k = 0: none).
+ * A completion's dict is keyed by token text, so two candidates of the same text collapse into one
+ * key for a JSON reader, as they do in vLLM's Python dict.
  */
 
 /** Token id -> UTF-8 bytes (the output side's TokenByteSource has this shape). */
@@ -34,7 +38,14 @@ export class LogprobsWriter {
    * Completions' object for `ids` (logprobs `lps`); offsets start at `textOffset` characters and
    * grow by each token's text length, as vLLM counts them.
    */
-  completion(w: JsonWriter, ids: Int32Array, lps: Float32Array, textOffset: number): void {
+  completion(
+    w: JsonWriter,
+    ids: Int32Array,
+    lps: Float32Array,
+    top: TopColumns | null,
+    k: number,
+    textOffset: number,
+  ): void {
     w.raw('{"text_offset":[');
     let offset = textOffset;
     for (let i = 0; i < ids.length; i++) {
@@ -54,25 +65,48 @@ export class LogprobsWriter {
       this.#tokenText(w, ids[i]!);
     }
     w.raw('],"top_logprobs":[');
+    const width = top === null ? 0 : top.k;
     for (let i = 0; i < ids.length; i++) {
+      const id = ids[i]!;
       w.raw(i > 0 ? ',{' : '{');
-      this.#tokenText(w, ids[i]!);
-      w.raw(':').number(Math.max(lps[i]!, FLOOR)).raw('}');
+      this.#tokenText(w, id);
+      w.raw(':').number(Math.max(lps[i]!, FLOOR));
+      let listed = 1;
+      for (let t = i * width, end = t + width; t < end && listed < k + 1; t++) {
+        const other = (top as TopColumns).ids[t]!;
+        if (other < 0 || other === id) continue;
+        w.raw(',');
+        this.#tokenText(w, other);
+        w.raw(':').number(Math.max((top as TopColumns).logprobs[t]!, FLOOR));
+        listed++;
+      }
+      w.raw('}');
     }
     w.raw(']}');
   }
 
-  /** Chat's object for `ids`; `top` > 0 lists the sampled token under `top_logprobs`. */
-  chat(w: JsonWriter, ids: Int32Array, lps: Float32Array, top: number): void {
+  /** Chat's object for `ids`; `k` candidates under each `top_logprobs` (see the header). */
+  chat(w: JsonWriter, ids: Int32Array, lps: Float32Array, top: TopColumns | null, k: number): void {
+    const width = top === null ? 0 : top.k;
     w.raw('{"content":[');
     for (let i = 0; i < ids.length; i++) {
+      const id = ids[i]!;
       w.raw(i > 0 ? ',{' : '{');
-      this.#chatEntry(w, ids[i]!, lps[i]!);
+      this.#chatEntry(w, id, lps[i]!);
       w.raw(',"top_logprobs":[');
-      if (top > 0) {
+      if (k > 0) {
         w.raw('{');
-        this.#chatEntry(w, ids[i]!, lps[i]!);
+        this.#chatEntry(w, id, lps[i]!);
         w.raw('}');
+      }
+      let listed = 1;
+      for (let t = i * width, end = t + width; t < end && listed < k; t++) {
+        const other = (top as TopColumns).ids[t]!;
+        if (other < 0 || other === id) continue;
+        w.raw(',{');
+        this.#chatEntry(w, other, (top as TopColumns).logprobs[t]!);
+        w.raw('}');
+        listed++;
       }
       w.raw(']}');
     }

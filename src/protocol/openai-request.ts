@@ -135,7 +135,7 @@ export function readCommon(
         Number.POSITIVE_INFINITY,
         true,
       ),
-      // The answers do not return alternatives from the engine yet: the sampled token only.
+      // Set by each route from its logprobs / top_logprobs (engineRequest).
       topLogprobs: 0,
       promptLogprobs: -1,
       returnSamplingMask: false,
@@ -200,6 +200,7 @@ export function toGenerateRequest(
       maxTokens,
       minTokens: c.minTokens,
       logprobs: c.topLogprobs >= 0,
+      topLogprobs: Math.max(0, c.topLogprobs),
     },
     stop: c.stop,
     detokenize: true,

@@ -77,7 +77,7 @@ function writeCompletionChoice(
   writeText(w, choice.echo, choice.text);
   w.raw(',"logprobs":');
   if (c.logprobs === null || res.topLogprobs < 0) w.null();
-  else logprobs.completion(w, c.tokenIds, c.logprobs, 0);
+  else logprobs.completion(w, c.tokenIds, c.logprobs, c.top ?? null, res.topLogprobs, 0);
   writeFinish(w, c);
   w.raw(',"token_ids":');
   writeIds(w, res.returnTokenIds ? c.tokenIds : null);
@@ -98,7 +98,7 @@ function writeChatChoice(
   w.raw(',"refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[]');
   w.raw(',"reasoning_content":null},"logprobs":');
   if (c.logprobs === null || res.topLogprobs < 0) w.null();
-  else logprobs.chat(w, c.tokenIds, c.logprobs, res.topLogprobs);
+  else logprobs.chat(w, c.tokenIds, c.logprobs, c.top ?? null, res.topLogprobs);
   writeFinish(w, c);
   w.raw(',"token_ids":');
   writeIds(w, res.returnTokenIds ? c.tokenIds : null);

@@ -66,7 +66,7 @@ function writeCompletionChunk(w: JsonWriter, k: OpenAiChunk, logprobs: LogprobsW
   writeText(w, k.first ? k.choice.echo : null, k.choice.text);
   w.raw(',"logprobs":');
   if (c.logprobs === null || k.topLogprobs < 0) w.null();
-  else logprobs.completion(w, c.tokenIds, c.logprobs, k.textOffset);
+  else logprobs.completion(w, c.tokenIds, c.logprobs, c.top ?? null, k.topLogprobs, k.textOffset);
   writeFinish(w, c);
   w.raw(',"prompt_token_ids":');
   writeIds(w, k.returnTokenIds && k.first ? k.choice.promptTokenIds : null);
@@ -99,7 +99,7 @@ function writeChatChunk(w: JsonWriter, k: OpenAiChunk, logprobs: LogprobsWriter)
   w.utf8String(k.choice.text, 0, k.choice.text.length);
   w.raw('},"logprobs":');
   if (c.logprobs === null || k.topLogprobs < 0) w.null();
-  else logprobs.chat(w, c.tokenIds, c.logprobs, k.topLogprobs);
+  else logprobs.chat(w, c.tokenIds, c.logprobs, c.top ?? null, k.topLogprobs);
   if (c.finishReason === null) w.raw(',"finish_reason":null');
   else writeFinish(w, c);
   if (k.returnTokenIds) w.raw(',"token_ids":').intArray(c.tokenIds);

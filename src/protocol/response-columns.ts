@@ -26,6 +26,21 @@ export interface RoutingColumns {
   start: number;
 }
 
+/** The lowest logprob the answers write (vLLM's floor for -inf and everything below). */
+export const LOGPROB_FLOOR = -9999;
+
+/**
+ * The engine's best candidates at each completion position (a request that asked top_logprobs
+ * k > 0 in an answer that lists them): `k` entries per position, position-major, best first as the
+ * engine ranked them. The sampled token may be among them or not; an entry with id -1 is padding
+ * (the engine had fewer) and is never written.
+ */
+export interface TopColumns {
+  ids: Int32Array;
+  logprobs: Float32Array;
+  k: number;
+}
+
 export interface ChoiceColumns {
   index: number;
   tokenIds: Int32Array;
@@ -35,6 +50,8 @@ export interface ChoiceColumns {
   maskCounts: Int32Array | null;
   maskIds: Int32Array | null;
   routing: RoutingColumns | null;
+  /** Candidates beside the sampled tokens; absent or null when none were asked or kept. */
+  top?: TopColumns | null;
   /**
    * ringserve's extension, `choice.weight_versions`: the weight version each completion token was
    * sampled under, one int32 per token, in token order. An /update_weights that lands while a
@@ -98,6 +115,10 @@ export function checkChoiceColumns(c: ChoiceColumns): void {
   const r = c.routing;
   if (r !== null && r.data.length !== r.rows * r.layers * r.topk) {
     bad(`routing holds ${r.data.length} ids, not ${r.rows} x ${r.layers} x ${r.topk}`);
+  }
+  const t = c.top;
+  if (t != null && (t.ids.length !== n * t.k || t.logprobs.length !== n * t.k)) {
+    bad(`${t.ids.length} top ids and ${t.logprobs.length} logprobs for ${n} tokens x ${t.k}`);
   }
   if (c.weightVersions !== null && c.weightVersions.length !== n) {
     bad(`${c.weightVersions.length} weight versions for ${n} tokens`);

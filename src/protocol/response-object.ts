@@ -2,6 +2,7 @@ import {
   type ChoiceColumns,
   checkChoiceColumns,
   type GenerateResponseColumns,
+  LOGPROB_FLOOR,
   narrowRouting,
   RESPONSE_ID_PREFIX,
   type UsageFigures,
@@ -45,6 +46,25 @@ function maskRows(counts: Int32Array, ids: Int32Array): number[][] {
   return rows;
 }
 
+/**
+ * vLLM's candidate list at completion position i: the sampled token first, then the engine's
+ * best in order, each token once, padding left out; at most `limit` [id, logprob] pairs.
+ */
+export function candidates(c: ChoiceColumns, i: number, limit: number): [number, number][] {
+  const out: [number, number][] = [];
+  if (limit <= 0) return out;
+  const id = c.tokenIds[i] as number;
+  out.push([id, c.logprobs?.[i] as number]);
+  const top = c.top;
+  if (top == null) return out;
+  for (let t = i * top.k; t < (i + 1) * top.k && out.length < limit; t++) {
+    const other = top.ids[t] as number;
+    if (other >= 0 && other !== id)
+      out.push([other, Math.max(top.logprobs[t] as number, LOGPROB_FLOOR)]);
+  }
+  return out;
+}
+
 export function choiceObject(c: ChoiceColumns, legacy: boolean): Record<string, unknown> {
   checkChoiceColumns(c);
   const n = c.tokenIds.length;
@@ -59,7 +79,11 @@ export function choiceObject(c: ChoiceColumns, legacy: boolean): Record<string, 
             content: tokenIds.map((id, i) => ({
               token: `token_id:${id}`,
               logprob: c.logprobs?.[i],
-              top_logprobs: [],
+              top_logprobs: candidates(c, i, Math.max(c.top?.k ?? 0, 1)).map(([t, lp]) => ({
+                token: `token_id:${t}`,
+                logprob: lp,
+                bytes: null,
+              })),
               bytes: null,
             })),
           }

@@ -23,12 +23,6 @@ import {
   usageOf,
 } from './inline-sequence.js';
 
-/**
- * Every entry's `top_logprobs`: the engine reports the sampled token's logprob only (as the worker
- * path's writer, choice-json.ts). One shared empty array, not one per token.
- */
-const NO_TOP_LOGPROBS: readonly never[] = Object.freeze([]);
-
 /** `values` from index `from` on: the held array itself when that is all of it. */
 function tail<T>(values: T[], from: number): T[] {
   return from === 0 ? values : values.slice(from);
@@ -41,7 +35,7 @@ function logprobsContent(entries: readonly SampledLogprob[], from: number): obje
     content.push({
       token: `token_id:${e.tokenId}`,
       logprob: e.logprob,
-      top_logprobs: NO_TOP_LOGPROBS,
+      top_logprobs: e.top,
       bytes: null,
     });
   }

@@ -168,14 +168,16 @@ export class InlineOutputPath implements OutputPath {
     this.#metrics?.step(rec.clockMs, rec.stepMs);
     const i32 = c.i32;
     let mask = rec.maskBase;
+    let top = 0;
     let routing = rec.routingIdBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
     for (let j = 0; j < rec.count; j++) {
       const slot = i32[rec.at(StepColumn.Slot, j)]!;
       const s = this.#sequences[slot];
       if (s !== undefined && s.gen === i32[rec.at(StepColumn.SlotGen, j)]) {
-        this.#row(c, rec, j, slot, s, mask, routing);
+        this.#row(c, rec, j, slot, s, mask, routing, top);
       }
       mask += i32[rec.at(StepColumn.MaskCount, j)]!;
+      top += i32[rec.at(StepColumn.TopCount, j)]!;
       routing += i32[rec.at(StepColumn.RoutingRows, j)]! * rec.layers * rec.topk;
     }
   }
@@ -189,6 +191,7 @@ export class InlineOutputPath implements OutputPath {
     s: InlineSequence,
     mask: number,
     routing: number,
+    top: number,
   ): void {
     const i32 = c.i32;
     const finish = i32[rec.at(StepColumn.Finish, j)]!;
@@ -209,7 +212,21 @@ export class InlineOutputPath implements OutputPath {
     if (token >= 0) {
       s.tokenIds.push(token);
       s.weightVersions.push(i32[rec.at(StepColumn.WeightVersion, j)]!);
-      s.logprobs?.push({ tokenId: token, logprob: c.f32[rec.at(StepColumn.Logprob, j)]! });
+      if (s.logprobs !== null) {
+        const logprob = c.f32[rec.at(StepColumn.Logprob, j)]!;
+        const entries = [{ token: `token_id:${token}`, logprob, bytes: null }];
+        // The legacy answer's list: the sampled token, then the engine's best (see SampledLogprob).
+        const limit =
+          s.record.form === 'legacy' ? Math.max(s.record.request.params.topLogprobs, 1) : 0;
+        const count = i32[rec.at(StepColumn.TopCount, j)]!;
+        for (let t = 0; t < count && entries.length < limit; t++) {
+          const id = i32[rec.topIdBase + top + t]!;
+          if (id < 0 || id === token) continue;
+          const lp = Math.max(c.f32[rec.topLogprobBase + top + t]!, -9999);
+          entries.push({ token: `token_id:${id}`, logprob: lp, bytes: null });
+        }
+        s.logprobs.push({ tokenId: token, logprob, top: entries });
+      }
       s.masks?.push(keptIds(i32, mask, i32[rec.at(StepColumn.MaskCount, j)]!));
       this.#metrics?.token(slot);
     }

@@ -26,6 +26,11 @@ import type { RequestRecord } from './request-record.js';
 export interface SampledLogprob {
   tokenId: number;
   logprob: number;
+  /**
+   * The legacy answer's `top_logprobs` entries (vLLM's order: the sampled token first, then the
+   * engine's best, each token once, max(k, 1) of them), built as a Python frontend builds them.
+   */
+  top: { token: string; logprob: number; bytes: null }[];
 }
 
 export interface InlineSequence {

@@ -38,7 +38,14 @@ export function slotMetaRow(record: RequestRecord, index: number): SlotMetaField
     choiceIndex: index,
     choiceCount: record.group.size,
     text: openai !== undefined,
-    topLogprobs: openai?.topLogprobs ?? -1,
+    // Candidates kept per position: the OpenAI answer's k, or a legacy generate answer's k (its
+    // top_logprobs lists); -1 where the answer has no candidate lists.
+    topLogprobs:
+      openai !== undefined
+        ? openai.topLogprobs
+        : record.form === 'legacy' && p.logprobs
+          ? p.topLogprobs
+          : -1,
     returnTokenIds: openai?.returnTokenIds ?? false,
     keepSpecialTokens: openai !== undefined && !request.skipSpecialTokens,
   };

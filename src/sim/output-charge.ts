@@ -1,4 +1,5 @@
 import type { OutputRoom } from '../engine/output-room.js';
+import type { SamplingParams } from '../wire/types.js';
 import { maxKeptIds } from './sampler.js';
 import type { Sequence } from './sequence.js';
 
@@ -6,7 +7,7 @@ import type { Sequence } from './sequence.js';
  * What scheduling a sequence costs its API server's output ring (OutputRoom), worked out before
  * the step from what the model runner will emit for it (model-runner.ts): an output row when the
  * chunk emits routing rows or completes the known tokens (then a token is sampled, with at most
- * maxKeptIds mask ids); its routing rows are the chunk's positions not emitted before (prefix-cache
+ * maxKeptIds mask ids and top_logprobs candidates); its routing rows are the chunk's positions not emitted before (prefix-cache
  * hits included, at admission). A chunk is trimmed so that one output stays under the room's
  * per-output limit, as it is trimmed to the token budget; what is charged is never less than what
  * the runner emits, so the writer always finds the room.
@@ -28,7 +29,7 @@ export class OutputCharge {
   capHits(seq: Sequence, numHits: number, room: OutputRoom): number {
     const p = seq.params;
     if (!p.returnRoutedExperts) return numHits;
-    const rows = room.routingRowsWithin(seq.server, maxKeptIds(p, this.#vocabSize));
+    const rows = room.routingRowsWithin(seq.server, maxKeptIds(p, this.#vocabSize), topEntries(p));
     // Leave room for the one token the chunk must compute.
     const maxComputed = rows + routingFrom(seq) - 1;
     return Math.max(0, Math.min(numHits, Math.floor(maxComputed / this.#blockSize)));
@@ -44,18 +45,24 @@ export class OutputCharge {
     const server = seq.server;
     if (room.isHeld(server)) return 0;
     const maskIds = maxKeptIds(p, this.#vocabSize);
+    const top = topEntries(p);
     let n = numNew;
     let rows = 0;
     if (p.returnRoutedExperts) {
       const from = routingFrom(seq);
-      const most = room.routingRowsWithin(server, maskIds);
+      const most = room.routingRowsWithin(server, maskIds, top);
       if (computed + n - from > most) n = Math.max(1, most + from - computed);
       rows = Math.max(0, computed + n - from);
     }
     const samples = computed + n === seq.numTokens;
     if (rows === 0 && !samples) return n; // no output row this step
-    return room.tryCharge(server, samples ? maskIds : 0, rows) ? n : 0;
+    return room.tryCharge(server, samples ? maskIds : 0, rows, samples ? top : 0) ? n : 0;
   }
+}
+
+/** The most top candidates the runner writes with a sampled token (model-runner.ts #writeSets). */
+function topEntries(p: SamplingParams): number {
+  return p.logprobs && p.topLogprobs > 0 ? p.topLogprobs : 0;
 }
 
 /** The first position whose routing row has not been emitted (model-runner.ts #forward). */

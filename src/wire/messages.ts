@@ -19,13 +19,27 @@
  * Output ring (engine -> API server k), one STEP record per engine step that has outputs for k:
  *
  *   STEP    i32[8]  count, mask_ids_total, routing_rows_total, layers, topk, routing_id_bytes (1|2),
- *                   (2 reserved)
+ *                   top_total, prompt_total
  *           f64[2]  engine clock ms at step end, modelled step duration ms
- *           i32[count] x 12 columns: slot, token, logprob (f32), finish, stop_token_id, num_cached,
+ *           i32[count] x 16 columns: slot, token, logprob (f32), finish, stop_token_id, num_cached,
  *                   weight_version, mask_count, routing_rows, routing_first_pos, slot_gen,
- *                   reject_reason (why a finish=Error request was refused, reject.ts)
+ *                   reject_reason (why a finish=Error request was refused, reject.ts), top_count,
+ *                   prompt_positions, prompt_first_pos, prompt_width
  *           i32[mask_ids_total] mask ids, rows in output order
+ *           i32[top_total], f32[top_total] top candidates: ids, then their logprobs, rows in order
+ *           i32[prompt_total], f32[prompt_total], i32[prompt_total] prompt logprobs: ids, logprobs,
+ *                   ranks, rows in order
  *           u8|u16[routing_rows_total * layers * topk] routing rows, in output order
+ *
+ * Every area starts 8-byte aligned (each is padded to a multiple of 8 bytes).
+ *
+ * Top candidates (a request's top_logprobs k > 0): top_count entries for the output's token, the
+ * engine's best candidates in descending logprob (vLLM's logprob columns 1..k; the sampled token
+ * is among them when it is among the k best). Prompt logprobs (prompt_logprobs k >= 0):
+ * prompt_positions positions from prompt_first_pos on (position p scores prompt token p given the
+ * tokens before it, so p >= 1), prompt_width = 1 + k entries each: entry 0 the prompt token itself
+ * with its rank in the vocabulary (1 = the most likely), entries 1..k the best candidates with
+ * ranks 1..k. A long prompt's positions come in several outputs, as its prefill does.
  *
  * Slot generations: an API server reuses request slots, and a restarted API server or engine can find
  * records of the previous incarnation still in a ring. The server writes a fresh generation with every
@@ -241,7 +255,7 @@ export function readAbortSlot(v: RegionViews, offset: number): number {
 // ---- STEP --------------------------------------------------------------------------------------
 
 const STEP_HEADER_BYTES = 8 * 4 + 2 * 8;
-const STEP_COLUMNS = 12;
+const STEP_COLUMNS = 16;
 
 export const StepColumn = {
   Slot: 0,
@@ -256,19 +270,34 @@ export const StepColumn = {
   RoutingFirstPos: 9,
   SlotGen: 10,
   RejectReason: 11,
+  /** Top candidates of this output's token in the top area (0: none). */
+  TopCount: 12,
+  /** Prompt positions this output carries in the prompt area (0: none). */
+  PromptPositions: 13,
+  PromptFirstPos: 14,
+  /** Entries per prompt position: 1 + the request's prompt_logprobs k. */
+  PromptWidth: 15,
 } as const;
 
+/**
+ * Bytes of a STEP record's payload. `topEntries` and `promptEntries` are the top and prompt areas'
+ * entry counts (top_total, prompt_total).
+ */
 export function stepRecordBytes(
   count: number,
   maskIds: number,
   routingRows: number,
   routingRowIds: number,
   routingIdBytes: number,
+  topEntries = 0,
+  promptEntries = 0,
 ): number {
   return (
     STEP_HEADER_BYTES +
     pad8(count * 4) * STEP_COLUMNS +
     pad8(maskIds * 4) +
+    pad8(topEntries * 4) * 2 +
+    pad8(promptEntries * 4) * 3 +
     pad8(routingRows * routingRowIds * routingIdBytes)
   );
 }
@@ -277,26 +306,41 @@ export function stepRecordBytes(
 const RING_RECORD_HEADER_BYTES = 8;
 
 /**
- * What one output adds to a step's records whatever it shares a record with: its 12 column values
+ * What one output adds to a step's records whatever it shares a record with: its 16 column values
  * with each column's padding (8 bytes a column) and a whole record's fixed part (ring header, STEP
- * header, the padding of the mask and routing areas). A step has at most one record per output, so
- * its records never take more than the sum of stepOutputBytesBound over its outputs.
+ * header, the padding of the mask, top, prompt and routing areas: at most 4 bytes for each of the
+ * five 4-byte areas, 7 for routing). A step has at most one record per output, so its records
+ * never take more than the sum of stepOutputBytesBound over its outputs.
  */
 const STEP_OUTPUT_FIXED_BYTES =
-  RING_RECORD_HEADER_BYTES + STEP_HEADER_BYTES + STEP_COLUMNS * 8 + 16;
+  RING_RECORD_HEADER_BYTES + STEP_HEADER_BYTES + STEP_COLUMNS * 8 + 32;
+
+/** Ring bytes one top candidate takes (id and logprob). */
+export const TOP_ENTRY_BYTES = 8;
+/** Ring bytes one prompt-logprob entry takes (id, logprob and rank). */
+export const PROMPT_ENTRY_BYTES = 12;
 
 /**
- * The most ring bytes one output of a step can take: `maskIds` kept-token ids and `routingRows`
- * routing rows, with its share of headers and padding (see STEP_OUTPUT_FIXED_BYTES). The engine
- * budgets each API server's output ring with it before a step (src/engine/output-room.ts).
+ * The most ring bytes one output of a step can take: `maskIds` kept-token ids, `routingRows`
+ * routing rows, `topEntries` top candidates and `promptEntries` prompt-logprob entries, with its
+ * share of headers and padding (see STEP_OUTPUT_FIXED_BYTES). The engine budgets each API server's
+ * output ring with it before a step (src/engine/output-room.ts).
  */
 export function stepOutputBytesBound(
   maskIds: number,
   routingRows: number,
   routingRowIds: number,
   routingIdBytes: number,
+  topEntries = 0,
+  promptEntries = 0,
 ): number {
-  return STEP_OUTPUT_FIXED_BYTES + maskIds * 4 + routingRows * routingRowIds * routingIdBytes;
+  return (
+    STEP_OUTPUT_FIXED_BYTES +
+    maskIds * 4 +
+    topEntries * TOP_ENTRY_BYTES +
+    promptEntries * PROMPT_ENTRY_BYTES +
+    routingRows * routingRowIds * routingIdBytes
+  );
 }
 
 /**
@@ -310,6 +354,8 @@ export class StepRecordView {
   layers = 0;
   topk = 0;
   routingIdBytes = 1;
+  topTotal = 0;
+  promptTotal = 0;
   clockMs = 0;
   stepMs = 0;
   /** i32 index of column c's first element is `colBase + c * colStride`. */
@@ -317,6 +363,13 @@ export class StepRecordView {
   colStride = 0;
   /** i32 index of the first mask id. */
   maskBase = 0;
+  /** i32 (f32) indices of the first top id and the first top logprob. */
+  topIdBase = 0;
+  topLogprobBase = 0;
+  /** i32 (f32) indices of the first prompt id, prompt logprob and prompt rank. */
+  promptIdBase = 0;
+  promptLogprobBase = 0;
+  promptRankBase = 0;
   /** Byte offset of the first routing id (a u16 index is half of it when routingIdBytes is 2). */
   routingByteOffset = 0;
 
@@ -328,13 +381,24 @@ export class StepRecordView {
     this.layers = v.i32[h + 3]!;
     this.topk = v.i32[h + 4]!;
     this.routingIdBytes = v.i32[h + 5]!;
+    this.topTotal = v.i32[h + 6]!;
+    this.promptTotal = v.i32[h + 7]!;
     this.clockMs = v.f64[(offset >> 3) + 4]!;
     this.stepMs = v.f64[(offset >> 3) + 5]!;
     const colBytes = pad8(this.count * 4);
     this.colBase = (offset + STEP_HEADER_BYTES) >> 2;
     this.colStride = colBytes >> 2;
     this.maskBase = this.colBase + this.colStride * STEP_COLUMNS;
-    this.routingByteOffset = (this.maskBase << 2) + pad8(this.maskIdsTotal * 4);
+    // Areas in 4-byte words; a corrupt header's counts only move indices (the reader checks the
+    // record's length with stepRecordBytes before it reads anything).
+    const topWords = pad8(this.topTotal * 4) >> 2;
+    const promptWords = pad8(this.promptTotal * 4) >> 2;
+    this.topIdBase = this.maskBase + (pad8(this.maskIdsTotal * 4) >> 2);
+    this.topLogprobBase = this.topIdBase + topWords;
+    this.promptIdBase = this.topLogprobBase + topWords;
+    this.promptLogprobBase = this.promptIdBase + promptWords;
+    this.promptRankBase = this.promptLogprobBase + promptWords;
+    this.routingByteOffset = (this.promptRankBase + promptWords) << 2;
     return this;
   }
 
@@ -359,6 +423,8 @@ export function writeStepHeader(
   routingIdBytes: number,
   clockMs: number,
   stepMs: number,
+  topTotal = 0,
+  promptTotal = 0,
 ): void {
   const h = offset >> 2;
   v.i32[h] = count;
@@ -367,8 +433,8 @@ export function writeStepHeader(
   v.i32[h + 3] = layers;
   v.i32[h + 4] = topk;
   v.i32[h + 5] = routingIdBytes;
-  v.i32[h + 6] = 0;
-  v.i32[h + 7] = 0;
+  v.i32[h + 6] = topTotal;
+  v.i32[h + 7] = promptTotal;
   v.f64[(offset >> 3) + 4] = clockMs;
   v.f64[(offset >> 3) + 5] = stepMs;
 }

@@ -119,6 +119,47 @@ describe('generate on a 2-API-server cluster', () => {
     expect(streamed.usage?.completionTokens).toBe(48);
   });
 
+  it('the legacy form lists the sampled token first, then the best candidates (logprobs k)', async () => {
+    const k = 4;
+    const res = await request(`${cluster.url}/inference/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        token_ids: PROMPT,
+        packed: false,
+        sampling_params: { max_tokens: 32, temperature: 1, seed: 5, logprobs: k, ignore_eos: true },
+      }),
+    });
+    expect(res.statusCode).toBe(200);
+    type Entry = { token: string; logprob: number; bytes: null };
+    const json = (await res.body.json()) as {
+      choices: {
+        token_ids: number[];
+        logprobs: { content: (Entry & { top_logprobs: Entry[] })[] };
+      }[];
+    };
+    const c = json.choices[0]!;
+    expect(c.logprobs.content).toHaveLength(32);
+    let sampledOutsideTop = 0;
+    c.logprobs.content.forEach((e, i) => {
+      expect(e.token).toBe(`token_id:${c.token_ids[i]}`);
+      const top = e.top_logprobs;
+      // vLLM: max(k, 1) entries of {sampled, the k best}, each token once.
+      expect(top).toHaveLength(k);
+      expect(top[0]).toEqual({ token: e.token, logprob: e.logprob, bytes: null });
+      expect(new Set(top.map((t) => t.token)).size).toBe(k);
+      for (let j = 2; j < k; j++) expect(top[j]!.logprob).toBeLessThanOrEqual(top[j - 1]!.logprob);
+      // The best candidate is at least as likely as the sampled token.
+      expect(top[1]!.logprob).toBeGreaterThanOrEqual(
+        Math.min(e.logprob, ...top.slice(1).map((t) => t.logprob)),
+      );
+      for (const t of top) expect(t.logprob).toBeLessThanOrEqual(0);
+      if (top.slice(1).every((t) => t.logprob > e.logprob)) sampledOutsideTop++;
+    });
+    // A temperature-1 draw from the simulator's spread-out distribution leaves the top k at times.
+    expect(sampledOutsideTop).toBeGreaterThan(0);
+  });
+
   it('routed_experts_prompt_start skips leading prompt rows', async () => {
     const full = arrays(await generate(cluster.url, body(3)));
     const r = await generate(cluster.url, {

@@ -77,6 +77,23 @@ describe('the OpenAI routes through the official SDK', () => {
     expect(lp.tokens).toHaveLength(24);
     expect(lp.token_logprobs).toHaveLength(24);
     expect(lp.top_logprobs).toHaveLength(24);
+    // vLLM's completions: the sampled token, then the k = 1 best, keyed by text: one key where
+    // the sampled token is the best (or shares its text), two where the best is another token,
+    // at least as likely as the sampled one.
+    let twoKeys = 0;
+    lp.top_logprobs!.forEach((top, i) => {
+      const keys = Object.keys(top);
+      expect(keys.length).toBeGreaterThanOrEqual(1);
+      expect(keys.length).toBeLessThanOrEqual(2);
+      expect(keys[0]).toBe(lp.tokens![i]);
+      expect(top[keys[0]!]).toBe(lp.token_logprobs![i]);
+      if (keys.length === 2) {
+        twoKeys++;
+        expect(top[keys[1]!]).toBeGreaterThanOrEqual(top[keys[0]!]!);
+      }
+    });
+    // Seeded: this draw leaves the best candidate at least once.
+    expect(twoKeys).toBeGreaterThan(0);
     for (const p of lp.token_logprobs!) expect(p).toBeLessThanOrEqual(0);
     // The tokens' texts make up the text (no stop string cut it; none splits a character here
     // unless the text says so with U+FFFD).
@@ -169,7 +186,11 @@ describe('the OpenAI routes through the official SDK', () => {
       expect(typeof c.message.content).toBe('string');
       const content = c.logprobs!.content!;
       completion += content.length;
-      expect(content[0]!.top_logprobs[0]!.token).toBe(content[0]!.token);
+      for (const e of content) {
+        // vLLM's chat: top_logprobs k entries, the sampled token first, then the best others.
+        expect(e.top_logprobs).toHaveLength(2);
+        expect(e.top_logprobs[0]).toEqual({ token: e.token, logprob: e.logprob, bytes: e.bytes });
+      }
     }
     expect(res.usage).toMatchObject({ prompt_tokens: promptTokens, completion_tokens: completion });
   });

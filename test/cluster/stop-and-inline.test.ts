@@ -78,11 +78,16 @@ async function legacyJson(cluster: Cluster, b: Record<string, unknown>) {
   expect(res.status).toBe(200);
   const json = (await res.json()) as {
     created: number;
-    choices: { logprobs: { content: { logprob: number }[] } }[];
+    choices: {
+      logprobs: { content: { logprob: number; top_logprobs: { logprob: number }[] }[] };
+    }[];
   };
   json.created = 0;
   for (const choice of json.choices) {
-    for (const entry of choice.logprobs.content) entry.logprob = Math.fround(entry.logprob);
+    for (const entry of choice.logprobs.content) {
+      entry.logprob = Math.fround(entry.logprob);
+      for (const t of entry.top_logprobs) t.logprob = Math.fround(t.logprob);
+    }
   }
   return json;
 }

@@ -137,9 +137,17 @@ describe('generate response: the contract example', () => {
     expect(c0).not.toHaveProperty('completion_logprobs');
     expect(c0.logprobs).toEqual({
       content: [
-        { token: 'token_id:11', logprob: -0.5, top_logprobs: [], bytes: null },
-        { token: 'token_id:42', logprob: -1.25, top_logprobs: [], bytes: null },
-        { token: 'token_id:3', logprob: -0.125, top_logprobs: [], bytes: null },
+        // vLLM's legacy top_logprobs with k = 0: the sampled token alone.
+        ...[
+          [11, -0.5],
+          [42, -1.25],
+          [3, -0.125],
+        ].map(([id, lp]) => ({
+          token: `token_id:${id}`,
+          logprob: lp,
+          top_logprobs: [{ token: `token_id:${id}`, logprob: lp, bytes: null }],
+          bytes: null,
+        })),
       ],
     });
     expect(c0.sampling_mask).toEqual([[11], [11, 42, 7], [3]]);
@@ -265,9 +273,12 @@ describe('generate response: all forms decode to identical arrays', () => {
     const fromWriter = JSON.parse(encodeGenerateResponse(res, 'legacy').toString());
     const fromObjects = JSON.parse(stringifyGenerateResponse(res, true));
     // Logprob text differs (shortest float32 text vs. all double digits); the float32 values agree.
-    const f32 = (body: { choices: { logprobs: { content: { logprob: number }[] } }[] }) => {
-      for (const entry of body.choices[0]!.logprobs.content)
+    type Entry = { logprob: number; top_logprobs: { logprob: number }[] };
+    const f32 = (body: { choices: { logprobs: { content: Entry[] } }[] }) => {
+      for (const entry of body.choices[0]!.logprobs.content) {
         entry.logprob = Math.fround(entry.logprob);
+        for (const t of entry.top_logprobs) t.logprob = Math.fround(t.logprob);
+      }
       return body;
     };
     expect(f32(fromWriter)).toEqual(f32(fromObjects));

@@ -182,7 +182,12 @@ describe('inline output path', () => {
         if (e.kind !== 'data') continue;
         const choice = (e.json as { choices: Record<string, unknown>[] }).choices[0]!;
         if (form === 'legacy') {
-          expect(choice.logprobs).toMatchObject({ content: [{ top_logprobs: [], bytes: null }] });
+          // k = 0: vLLM lists the sampled token alone under top_logprobs.
+          const [entry] = (choice.logprobs as { content: Record<string, unknown>[] }).content;
+          expect(entry!.top_logprobs).toEqual([
+            { token: entry!.token, logprob: entry!.logprob, bytes: null },
+          ]);
+          expect(entry!.bytes).toBeNull();
           expect(Array.isArray(choice.sampling_mask)).toBe(true);
         } else expect(choice.completion_logprobs).toMatchObject({ dtype: 'float32' });
         acc.push(e.json);

@@ -152,9 +152,10 @@ export class BridgeBacklog {
     for (let i = head; i < src.count; i++) {
       const server = src.server[i]!;
       const mask = src.maskCount[i]!;
+      const top = src.topCount[i]!;
       const rows = src.routingRows[i]!;
-      if (room.isHeld(server) || rows > room.routingRowsWithin(server, mask)) return i - head;
-      if (!room.tryCharge(server, mask, rows)) return i - head;
+      if (room.isHeld(server) || rows > room.routingRowsWithin(server, mask, top)) return i - head;
+      if (!room.tryCharge(server, mask, rows, top)) return i - head;
     }
     return src.count - head;
   }
@@ -187,7 +188,8 @@ export class BridgeBacklog {
   #deliver(src: StepOutputs, i: number, out: StepOutputs, room: OutputRoom): boolean {
     const server = src.server[i]!;
     const mask = src.maskCount[i]!;
-    const limit = room.routingRowsWithin(server, mask);
+    const top = src.topCount[i]!;
+    const limit = room.routingRowsWithin(server, mask, top);
     while (src.routingRows[i]! > limit) {
       const piece = Math.min(src.routingRows[i]!, room.routingRowsWithin(server, 0));
       if (piece <= 0 || !room.tryCharge(server, 0, piece)) return false;
@@ -197,11 +199,12 @@ export class BridgeBacklog {
       out.stopTokenId[row] = -1;
       out.rejectReason[row] = 0;
       out.maskCount[row] = 0;
+      out.topCount[row] = 0;
       src.routingStart[i]! += piece;
       src.routingFirstPos[i]! += piece;
       src.routingRows[i]! -= piece;
     }
-    if (!room.tryCharge(server, mask, src.routingRows[i]!)) return false;
+    if (!room.tryCharge(server, mask, src.routingRows[i]!, top)) return false;
     copyRow(src, i, out, src.routingRows[i]!);
     return true;
   }

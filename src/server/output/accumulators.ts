@@ -13,8 +13,9 @@
 //        +---------------------------------------------------------------------------+
 //
 // Column element counts are derived, not stored twice: tokens, logprobs, mask counts and weight
-// versions hold COMPLETION elements, mask ids MASK_IDS, routing ROUTING_ROWS * LAYERS * TOPK ids of
-// ROUTING_ID_BYTES each, text TEXT_BYTES bytes. A column whose class is -1 has no block (not asked, or nothing yet).
+// versions hold COMPLETION elements, top ids and logprobs COMPLETION * TOP_K, mask ids MASK_IDS,
+// routing ROUTING_ROWS * LAYERS * TOPK ids of ROUTING_ID_BYTES each, text TEXT_BYTES bytes. A
+// column whose class is -1 has no block (not asked, or nothing yet).
 import { RS_ERR_OUTPUT_BAD_SLOT } from './errors.js';
 
 export const Column = {
@@ -27,8 +28,15 @@ export const Column = {
   WeightVersions: 5,
   /** The completion's detokenized text, UTF-8 bytes (OpenAI routes only; SlotFlag.Text). */
   Text: 6,
+  /**
+   * Top candidates of each completion position (legacy generate and OpenAI answers that asked
+   * for alternatives): exactly AccWord.TopK entries per position, in the engine's order (best
+   * first); a position the engine gave fewer for is padded with id -1 and logprob -9999.
+   */
+  TopIds: 7,
+  TopLogprobs: 8,
 } as const;
-export const COLUMN_COUNT = 7;
+export const COLUMN_COUNT = 9;
 
 /** Lifecycle of a slot as the output worker sees it. */
 export const SlotState = {
@@ -78,8 +86,8 @@ export const AccWord = {
   MaskIds: 18,
   /** For an engine Error finish: the engine's RejectReason (reject.ts). */
   RejectReason: 19,
-  /** Column c's size class is at ClassBase + c. */
-  ClassBase: 20,
+  /** Top candidates kept per completion position (the request's top_logprobs k; 0: none). */
+  TopK: 20,
   /** Bytes in the Text column. */
   TextBytes: 27,
   /** Text bytes already streamed, and their characters (completions' logprobs text_offset). */
@@ -87,11 +95,13 @@ export const AccWord = {
   StreamedChars: 29,
   /** Where the answer's text ends after a stop string cut it, or -1: all TEXT_BYTES. */
   TextEnd: 30,
+  /** Column c's size class is at ClassBase + c (COLUMN_COUNT words). */
+  ClassBase: 32,
 } as const;
 
 const MAGIC = 0x4341_5352; // 'RSAC'
 const HEADER_BYTES = 64;
-export const WORDS_PER_SLOT = 32;
+export const WORDS_PER_SLOT = 48;
 
 export class AccumulatorTable {
   readonly sab: SharedArrayBuffer;
@@ -195,6 +205,10 @@ export class AccumulatorTable {
 
   numCachedTokens(slot: number): number {
     return this.get(slot, AccWord.NumCached);
+  }
+
+  topK(slot: number): number {
+    return this.get(slot, AccWord.TopK);
   }
 
   routingRows(slot: number): number {

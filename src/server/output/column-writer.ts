@@ -1,7 +1,8 @@
-// The output worker's writes into one request's columns: append a token (id, logprob, mask row),
-// place routing rows by absolute position, grow a column's block, give all blocks back. Called once
-// per engine output row; nothing here allocates except a block move when a column outgrows its
-// block (amortised: blocks double) and one subarray view per bulk routing copy (a prefill chunk).
+// The output worker's writes into one request's columns: append a token (id, logprob, mask row,
+// top candidates), place routing rows by absolute position, grow a column's block, give all blocks
+// back. Called once per engine output row; nothing here allocates except a block move when a
+// column outgrows its block (amortised: blocks double) and one subarray view per bulk routing copy
+// (a prefill chunk).
 //
 // Why values cross calls as they do: V8 passes numbers between functions it has not inlined as
 // tagged values, and a number that is not a small integer (|n| < 2^30) is then boxed in a new heap
@@ -78,6 +79,40 @@ export class ColumnWriter {
       words[base + AccWord.MaskIds] = ids + maskCount;
     }
     words[base + AccWord.Completion] = n + 1;
+  }
+
+  /**
+   * Stores the top candidates of the completion position about to be appended (call before
+   * appendToken): the first min(count, AccWord.TopK) of `count` ids at `v.i32[idAt..]` and
+   * logprobs at `v.f32[logprobAt..]`, the rest of the position's TopK entries padded with id -1
+   * and logprob -9999.
+   */
+  appendTop(
+    slot: number,
+    base: number,
+    v: RegionViews,
+    idAt: number,
+    logprobAt: number,
+    count: number,
+  ): void {
+    const words = this.#words;
+    const arena = this.#arena;
+    const k = words[base + AccWord.TopK]!;
+    const from = words[base + AccWord.Completion]! * k;
+    const ids = this.#ensure(slot, base, Column.TopIds, from, from + k, 4) + from;
+    const lps = this.#ensure(slot, base, Column.TopLogprobs, from, from + k, 4) + from;
+    // Both views are read after both #ensure calls: the second may have replaced them.
+    const dstIds = arena.i32;
+    const dstLps = arena.f32;
+    const n = Math.min(count, k);
+    for (let t = 0; t < n; t++) {
+      dstIds[ids + t] = v.i32[idAt + t]!;
+      dstLps[lps + t] = v.f32[logprobAt + t]!;
+    }
+    for (let t = n; t < k; t++) {
+      dstIds[ids + t] = -1;
+      dstLps[lps + t] = -9999;
+    }
   }
 
   /**

@@ -87,6 +87,7 @@ export class ResponseView {
     const to = acc.completionTokens(slot);
     const n = Math.max(0, to - from.tokens);
     const withMask = (flags & SlotFlag.SamplingMask) !== 0;
+    const k = acc.topK(slot);
     return {
       index,
       tokenIds: this.#i32(slot, Column.Tokens, from.tokens, n),
@@ -98,6 +99,14 @@ export class ResponseView {
         : null,
       routing:
         (flags & SlotFlag.RoutedExperts) !== 0 ? this.#routing(slot, from.routingRows) : null,
+      top:
+        k > 0
+          ? {
+              ids: this.#i32(slot, Column.TopIds, from.tokens * k, n * k),
+              logprobs: this.#f32(slot, Column.TopLogprobs, from.tokens * k, n * k),
+              k,
+            }
+          : null,
       weightVersions: this.#i32(slot, Column.WeightVersions, from.tokens, n),
       finishReason: final ? this.finishName(slot) : null,
       stopReason: final ? this.stopReason(slot) : null,

@@ -101,6 +101,8 @@ export class StepScatter {
       // Signed factors: two of them negative make stepRecordBytes negative, and the check passes.
       rec.layers < 0 ||
       rec.topk < 0 ||
+      rec.topTotal < 0 ||
+      rec.promptTotal < 0 ||
       (rec.routingIdBytes !== 1 && rec.routingIdBytes !== 2) ||
       stepRecordBytes(
         rec.count,
@@ -108,6 +110,8 @@ export class StepScatter {
         rec.routingRowsTotal,
         rowIds,
         rec.routingIdBytes,
+        rec.topTotal,
+        rec.promptTotal,
       ) > length
     ) {
       throw new RS_ERR_OUTPUT_BAD_STEP(
@@ -120,22 +124,34 @@ export class StepScatter {
     let maskAt = rec.maskBase;
     // Routing is walked in rows, not bytes: see column-writer.ts on small integers across calls.
     let routingRow = 0;
+    let topAt = 0;
+    let promptAt = 0;
     for (let j = 0; j < rec.count; j++) {
       const maskCount = i32[rec.at(StepColumn.MaskCount, j)]!;
       const rows = i32[rec.at(StepColumn.RoutingRows, j)]!;
+      const top = i32[rec.at(StepColumn.TopCount, j)]!;
+      const positions = i32[rec.at(StepColumn.PromptPositions, j)]!;
+      const width = i32[rec.at(StepColumn.PromptWidth, j)]!;
       if (
         maskCount < 0 ||
         rows < 0 ||
+        top < 0 ||
+        positions < 0 ||
+        width < 0 ||
         maskAt + maskCount > maskEnd ||
-        routingRow + rows > rec.routingRowsTotal
+        routingRow + rows > rec.routingRowsTotal ||
+        topAt + top > rec.topTotal ||
+        promptAt + positions * width > rec.promptTotal
       ) {
         throw new RS_ERR_OUTPUT_BAD_STEP(
-          `output ${j} of a STEP record runs past its mask or routing ids`,
+          `output ${j} of a STEP record runs past its mask, top, prompt or routing entries`,
         );
       }
-      this.#row(v, j, maskAt, routingRow);
+      this.#row(v, j, maskAt, routingRow, topAt);
       maskAt += maskCount;
       routingRow += rows;
+      topAt += top;
+      promptAt += positions * width;
     }
   }
 
@@ -174,7 +190,7 @@ export class StepScatter {
     );
   }
 
-  #row(v: RegionViews, j: number, maskAt: number, routingRow: number): void {
+  #row(v: RegionViews, j: number, maskAt: number, routingRow: number, topAt: number): void {
     const rec = this.#rec;
     const i32 = v.i32;
     const slot = i32[rec.at(StepColumn.Slot, j)]!;
@@ -192,7 +208,7 @@ export class StepScatter {
     const finish = i32[rec.at(StepColumn.Finish, j)]!;
     if (state === SlotState.Running) {
       try {
-        this.#accumulate(v, j, slot, base, maskAt, routingRow);
+        this.#accumulate(v, j, slot, base, maskAt, routingRow, topAt);
       } catch (err) {
         this.#fail(slot, base, err);
       }
@@ -212,6 +228,8 @@ export class StepScatter {
     const base = this.#acc.wordIndex(slot, 0);
     this.#words[base + AccWord.Gen] = gen;
     this.#words[base + AccWord.State] = SlotState.Running;
+    const k = this.#meta.topLogprobs(slot);
+    if (k > 0 && this.#meta.hasFlag(slot, SlotFlag.Logprobs)) this.#words[base + AccWord.TopK] = k;
     this.#metrics.begin(slot, gen);
     if (this.#meta.hasFlag(slot, SlotFlag.HasStopStrings)) this.#stops.begin(slot);
   }
@@ -223,6 +241,7 @@ export class StepScatter {
     base: number,
     maskAt: number,
     routingRow: number,
+    topAt: number,
   ): void {
     const rec = this.#rec;
     const i32 = v.i32;
@@ -243,6 +262,16 @@ export class StepScatter {
     }
     const token = i32[rec.at(StepColumn.Token, j)]!;
     if (token < 0) return;
+    if (words[base + AccWord.TopK]! > 0) {
+      this.#columns.appendTop(
+        slot,
+        base,
+        v,
+        rec.topIdBase + topAt,
+        rec.topLogprobBase + topAt,
+        i32[rec.at(StepColumn.TopCount, j)]!,
+      );
+    }
     this.#columns.appendToken(
       slot,
       base,

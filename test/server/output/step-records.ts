@@ -24,6 +24,8 @@ export interface StepRow {
   /** Routing rows: absolute position of the first, then rows x layers x topk ids, row-major. */
   routingFirstPos?: number;
   routing?: readonly number[];
+  /** Top candidates of the token: [id, logprob] pairs, best first. */
+  top?: readonly (readonly [number, number])[];
 }
 
 export interface StepGeometry {
@@ -37,7 +39,8 @@ export const TINY_GEOMETRY: StepGeometry = { layers: 2, topk: 2, idBytes: 1 };
 export function stepBytes(rows: readonly StepRow[], g: StepGeometry): number {
   const maskIds = rows.reduce((n, r) => n + (r.maskIds?.length ?? 0), 0);
   const routingRows = rows.reduce((n, r) => n + (r.routing?.length ?? 0) / (g.layers * g.topk), 0);
-  return stepRecordBytes(rows.length, maskIds, routingRows, g.layers * g.topk, g.idBytes);
+  const top = rows.reduce((n, r) => n + (r.top?.length ?? 0), 0);
+  return stepRecordBytes(rows.length, maskIds, routingRows, g.layers * g.topk, g.idBytes, top);
 }
 
 /** Writes a STEP record's payload at byte `offset` (8-aligned) of `v`; returns its byte length. */
@@ -61,9 +64,11 @@ export function writeStep(
     g.idBytes,
     0,
     0,
+    rows.reduce((n, r) => n + (r.top?.length ?? 0), 0),
   );
   const rec = new StepRecordView().attach(v, offset);
   let maskAt = rec.maskBase;
+  let topAt = 0;
   let routingAt = g.idBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
   const routingDst = g.idBytes === 1 ? v.bytes : v.u16;
   rows.forEach((r, j) => {
@@ -80,6 +85,11 @@ export function writeStep(
     v.i32[rec.at(StepColumn.SlotGen, j)] = r.gen;
     v.i32[rec.at(StepColumn.RejectReason, j)] = r.rejectReason ?? 0;
     for (const id of r.maskIds ?? []) v.i32[maskAt++] = id;
+    v.i32[rec.at(StepColumn.TopCount, j)] = r.top?.length ?? 0;
+    for (const [id, lp] of r.top ?? []) {
+      v.i32[rec.topIdBase + topAt] = id;
+      v.f32[rec.topLogprobBase + topAt++] = lp;
+    }
     for (const id of r.routing ?? []) routingDst[routingAt++] = id;
   });
   return stepBytes(rows, g);

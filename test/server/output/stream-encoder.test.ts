@@ -152,7 +152,12 @@ describe('StreamEncoder', () => {
     // Legacy form: logprobs.content objects and the mask as int[][].
     expect(c.sampling_mask).toEqual([[9, 2]]);
     expect((c.logprobs as { content: unknown[] }).content).toEqual([
-      { token: 'token_id:9', logprob: -0.5, top_logprobs: [], bytes: null },
+      {
+        token: 'token_id:9',
+        logprob: -0.5,
+        top_logprobs: [{ token: 'token_id:9', logprob: -0.5, bytes: null }],
+        bytes: null,
+      },
     ]);
   });
 });

@@ -42,6 +42,9 @@ export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps):
     checkVllmSampling(config, parsed.params, 'sampling_params.', deps.engine);
     const injected = deps.failures?.active ? deps.failures.check(request, reply) : null;
     const form = responseForm(request.headers.accept, parsed.packed, config.generateFormat);
+    // Only the legacy form lists candidates beside the sampled token; the packed forms carry the
+    // sampled token's logprob alone, so the engine is not asked for the k best.
+    if (form !== 'legacy') parsed.params.topLogprobs = 0;
     const header = request.headers['x-request-id'];
     const headerId = typeof header === 'string' && header !== '' ? header : undefined;
     const sink = new HttpReply(reply, config.maxUnreadBytes);
