@@ -17,4 +17,5 @@ export {
   generateStream,
 } from './generate.js';
 export { checkInvariants } from './invariants.js';
+export { decodePromptLogprobs } from './prompt-logprobs.js';
 export { type SseEvent, SseParser, StreamAccumulator, type StreamDelta } from './stream.js';

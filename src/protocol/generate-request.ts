@@ -116,8 +116,9 @@ function refuseUnsupported(request: GenerateRequest, opts: GenerateRequestOption
   if (request.n > 1 && request.stream) {
     fail(`${SP}.n`, 'n > 1 is supported without stream only');
   }
-  if (request.params.promptLogprobs >= 0) {
-    fail(`${SP}.prompt_logprobs`, 'prompt logprobs are not produced by this server; send null');
+  // vLLM's stream leaves prompt logprobs out without a word; here they would be lost silently.
+  if (request.params.promptLogprobs >= 0 && request.stream) {
+    fail(`${SP}.prompt_logprobs`, 'prompt logprobs are answered without stream only');
   }
   if (request.priority !== 0 && opts.priorityScheduling !== true) {
     fail('priority', 'needs --scheduling-policy priority');

@@ -4,8 +4,12 @@ import { MsgpackWriter } from './msgpack-writer.js';
 import {
   type ChoiceColumns,
   checkChoiceColumns,
+  checkPromptLogprobColumns,
+  floorLogprob,
   type GenerateResponseColumns,
   narrowRouting,
+  type PromptLogprobColumns,
+  promptTokenLogprobs,
   RESPONSE_ID_PREFIX,
   type UsageFigures,
 } from './response-columns.js';
@@ -44,7 +48,13 @@ export function writeGenerateResponseJson(
   }
   w.raw('],"usage":');
   writeUsageJson(w, res.usage);
-  w.raw(',"prompt_logprobs":null,"kv_transfer_params":').value(res.kvTransferParams ?? null);
+  w.raw(',"prompt_logprobs":');
+  const prompt = res.promptLogprobs ?? null;
+  if (prompt !== null) checkPromptLogprobColumns(prompt);
+  if (prompt === null) w.null();
+  else if (legacy) writePromptLogprobsList(w, prompt);
+  else w.packedArray(promptTokenLogprobs(prompt), [prompt.promptLength], 'float32');
+  w.raw(',"kv_transfer_params":').value(res.kvTransferParams ?? null);
   w.raw('}');
 }
 
@@ -58,8 +68,56 @@ export function writeGenerateResponseMsgpack(w: MsgpackWriter, res: GenerateResp
   for (const choice of res.choices) writeChoiceMsgpack(w, choice);
   w.str('usage');
   writeUsageMsgpack(w, res.usage);
-  w.str('prompt_logprobs').nil();
+  w.str('prompt_logprobs');
+  const prompt = res.promptLogprobs ?? null;
+  if (prompt === null) w.nil();
+  else {
+    checkPromptLogprobColumns(prompt);
+    w.packedArray(promptTokenLogprobs(prompt), [prompt.promptLength], 'float32');
+  }
   w.str('kv_transfer_params').value(res.kvTransferParams ?? null);
+}
+
+/**
+ * vLLM's `prompt_logprobs` (GenerateResponse, clamp_prompt_logprobs): null for position 0, then per
+ * position a dict built as Python builds it from the engine's row (token id -> Logprob): keys in
+ * first-seen order, the prompt token first, each key's value from its last occurrence, logprobs
+ * floored at -9999. `decoded_token` is null: this route is token-in/token-out.
+ */
+function writePromptLogprobsList(w: JsonWriter, p: PromptLogprobColumns): void {
+  const width = p.width;
+  w.raw('[null');
+  for (let i = 0; i < p.promptLength - 1; i++) {
+    if (i >= p.positions) {
+      w.raw(',null');
+      continue;
+    }
+    const row = i * width;
+    w.raw(',{');
+    let written = 0;
+    for (let j = 0; j < width; j++) {
+      const id = p.ids[row + j] as number;
+      if (id < 0 || seenBefore(p.ids, row, j, id)) continue;
+      let last = j;
+      for (let m = j + 1; m < width; m++) if (p.ids[row + m] === id) last = m;
+      w.raw(written === 0 ? '"' : ',"')
+        .int(id)
+        .raw('":{"logprob":')
+        .number(floorLogprob(p.logprobs[row + last] as number))
+        .raw(',"rank":')
+        .int(p.ranks[row + last] as number)
+        .raw(',"decoded_token":null}');
+      written++;
+    }
+    w.raw('}');
+  }
+  w.raw(']');
+}
+
+/** Whether `id` is among ids[row .. row + j). */
+function seenBefore(ids: Int32Array, row: number, j: number, id: number): boolean {
+  for (let m = 0; m < j; m++) if (ids[row + m] === id) return true;
+  return false;
 }
 
 function writeChoiceMsgpack(w: MsgpackWriter, c: ChoiceColumns): void {

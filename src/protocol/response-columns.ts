@@ -29,6 +29,11 @@ export interface RoutingColumns {
 /** The lowest logprob the answers write (vLLM's floor for -inf and everything below). */
 export const LOGPROB_FLOOR = -9999;
 
+/** A logprob as the answers write it: floored at LOGPROB_FLOOR, NaN (no value) as the floor. */
+export function floorLogprob(lp: number): number {
+  return Number.isNaN(lp) ? LOGPROB_FLOOR : Math.max(lp, LOGPROB_FLOOR);
+}
+
 /**
  * The engine's best candidates at each completion position (a request that asked top_logprobs
  * k > 0 in an answer that lists them): `k` entries per position, position-major, best first as the
@@ -90,6 +95,56 @@ export interface GenerateResponseColumns {
   usage: UsageFigures;
   /** Passed through as given (P/D disaggregation); null when none. */
   kvTransferParams: unknown;
+  /** The request's prompt logprobs (sampling_params.prompt_logprobs k >= 0); absent or null: none. */
+  promptLogprobs?: PromptLogprobColumns | null;
+}
+
+/**
+ * Prompt logprobs as the engine computed them: `positions` prompt positions from position 1 on
+ * (position 0 has none; fewer than promptLength - 1 only when the engine did not send them all,
+ * and the missing ones are answered as missing), `width` = 1 + k entries each, position-major.
+ * Entry 0 is the prompt token with its rank in the vocabulary (1 = the most likely), entries
+ * 1..k the best candidates with ranks 1..k.
+ *   packed JSON: `"prompt_logprobs": {"data", "shape": [promptLength], "dtype": "float32"}`, the
+ *                prompt token's logprob at each position, position 0 and missing ones -9999
+ *   legacy JSON: vLLM's list: null for position 0, then per position a dict keyed by token id,
+ *                the prompt token first, `{"logprob", "rank", "decoded_token": null}` each
+ *   msgpack:     the packed form with `data` as bin
+ */
+export interface PromptLogprobColumns {
+  promptLength: number;
+  positions: number;
+  width: number;
+  ids: Int32Array;
+  logprobs: Float32Array;
+  ranks: Int32Array;
+}
+
+/** Throws RS_ERR_PROTOCOL_BAD_COLUMNS unless the prompt logprob columns agree with each other. */
+export function checkPromptLogprobColumns(p: PromptLogprobColumns): void {
+  const n = p.positions * p.width;
+  if (p.width < 1 || p.positions < 0 || p.positions > Math.max(p.promptLength - 1, 0)) {
+    throw new RS_ERR_PROTOCOL_BAD_COLUMNS(
+      `prompt logprobs: ${p.positions} positions of width ${p.width} for a ${p.promptLength}-token prompt`,
+    );
+  }
+  if (p.ids.length !== n || p.logprobs.length !== n || p.ranks.length !== n) {
+    throw new RS_ERR_PROTOCOL_BAD_COLUMNS(
+      `prompt logprobs: ${p.ids.length} ids, ${p.logprobs.length} logprobs, ${p.ranks.length} ranks for ${n} entries`,
+    );
+  }
+}
+
+/**
+ * The packed form's array: the prompt token's logprob at each of the promptLength positions,
+ * -9999 at position 0 and at any the engine did not send. One array per response.
+ */
+export function promptTokenLogprobs(p: PromptLogprobColumns): Float32Array {
+  const out = new Float32Array(p.promptLength).fill(LOGPROB_FLOOR);
+  for (let i = 0; i < p.positions; i++) {
+    out[i + 1] = floorLogprob(p.logprobs[i * p.width] as number);
+  }
+  return out;
 }
 
 export const RESPONSE_ID_PREFIX = 'generate-tokens-';

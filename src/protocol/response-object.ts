@@ -1,9 +1,14 @@
+import { randomBytes } from 'node:crypto';
 import {
   type ChoiceColumns,
   checkChoiceColumns,
+  checkPromptLogprobColumns,
+  floorLogprob,
   type GenerateResponseColumns,
   LOGPROB_FLOOR,
   narrowRouting,
+  type PromptLogprobColumns,
+  promptTokenLogprobs,
   RESPONSE_ID_PREFIX,
   type UsageFigures,
 } from './response-columns.js';
@@ -115,6 +120,87 @@ export function choiceObject(c: ChoiceColumns, legacy: boolean): Record<string, 
   return out;
 }
 
+/** vLLM's Logprob as its JSON has it (decoded_token null: token-in/token-out). */
+export interface PromptLogprobObject {
+  logprob: number;
+  rank: number;
+  decoded_token: null;
+}
+
+/**
+ * vLLM's prompt_logprobs list, each position's dict as [token id, Logprob] pairs in Python's dict
+ * order: built from the engine's row with a Map, which keeps the first key's place and the last
+ * value as a dict does. null for position 0 and for any position the engine did not send.
+ */
+export function promptLogprobEntries(
+  p: PromptLogprobColumns,
+): ([number, PromptLogprobObject][] | null)[] {
+  checkPromptLogprobColumns(p);
+  const out: ([number, PromptLogprobObject][] | null)[] = [null];
+  for (let i = 0; i < p.promptLength - 1; i++) {
+    if (i >= p.positions) {
+      out.push(null);
+      continue;
+    }
+    const dict = new Map<number, PromptLogprobObject>();
+    for (let j = i * p.width; j < (i + 1) * p.width; j++) {
+      const id = p.ids[j] as number;
+      if (id < 0) continue;
+      dict.set(id, {
+        logprob: floorLogprob(p.logprobs[j] as number),
+        rank: p.ranks[j] as number,
+        decoded_token: null,
+      });
+    }
+    out.push([...dict]);
+  }
+  return out;
+}
+
+/**
+ * The top-level `prompt_logprobs` value: null, the packed float32 array, or (legacy) the list with
+ * each dict as a plain object (JSON.stringify would order its integer keys numerically: the
+ * stringify functions below write the legacy list's text themselves).
+ */
+export function promptLogprobsObject(
+  p: PromptLogprobColumns | null | undefined,
+  legacy: boolean,
+): unknown {
+  if (p == null) return null;
+  if (!legacy) {
+    checkPromptLogprobColumns(p);
+    return packed(promptTokenLogprobs(p), [p.promptLength], 'float32');
+  }
+  return promptLogprobEntries(p).map((e) => (e === null ? null : Object.fromEntries(e)));
+}
+
+/** The legacy list's JSON text, each dict's keys in vLLM's order. */
+function promptLogprobsText(p: PromptLogprobColumns): string {
+  const items = promptLogprobEntries(p).map((e) =>
+    e === null ? 'null' : `{${e.map(([id, v]) => `"${id}":${JSON.stringify(v)}`).join(',')}}`,
+  );
+  return `[${items.join(',')}]`;
+}
+
+/** Stands in for the legacy prompt_logprobs text until it is spliced in (random: no collision). */
+const PROMPT_PLACEHOLDER = `ringserve-prompt-logprobs-${randomBytes(12).toString('hex')}`;
+
+/**
+ * JSON.stringify of an answer object whose `prompt_logprobs` is written from `prompt`: the legacy
+ * list spliced in as text (dict key order kept), the packed array as an object.
+ */
+export function stringifyWithPromptLogprobs(
+  answer: Record<string, unknown>,
+  prompt: PromptLogprobColumns | null | undefined,
+  legacy: boolean,
+): string {
+  if (prompt == null || !legacy) {
+    return JSON.stringify({ ...answer, prompt_logprobs: promptLogprobsObject(prompt, legacy) });
+  }
+  const text = JSON.stringify({ ...answer, prompt_logprobs: PROMPT_PLACEHOLDER });
+  return text.replace(`"${PROMPT_PLACEHOLDER}"`, () => promptLogprobsText(prompt));
+}
+
 export function responseObject(
   res: GenerateResponseColumns,
   legacy: boolean,
@@ -125,12 +211,12 @@ export function responseObject(
     created: res.created,
     choices: res.choices.map((c) => choiceObject(c, legacy)),
     usage: usageObject(res.usage),
-    prompt_logprobs: null,
+    prompt_logprobs: promptLogprobsObject(res.promptLogprobs, legacy),
     kv_transfer_params: res.kvTransferParams ?? null,
   };
 }
 
 /** The JSON response made the slow way: objects, then JSON.stringify. */
 export function stringifyGenerateResponse(res: GenerateResponseColumns, legacy: boolean): string {
-  return JSON.stringify(responseObject(res, legacy));
+  return stringifyWithPromptLogprobs(responseObject(res, legacy), res.promptLogprobs, legacy);
 }

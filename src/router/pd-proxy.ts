@@ -13,6 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { pack } from 'msgpackr';
 import { request } from 'undici';
 import { decodeGenerateBody, type GenerateResult } from '../client/decode.js';
+import { decodePromptLogprobs } from '../client/prompt-logprobs.js';
 import { RS_ERR_ROUTER_UPSTREAM, toRingserveError } from '../errors.js';
 import { GenerateResponseEncoder, type ResponseForm } from '../protocol/generate-response.js';
 import { mergeAnswers } from './merge.js';
@@ -55,17 +56,28 @@ export function requestIdFor(header: string | undefined, body: Body): string {
   return typeof body.request_id === 'string' ? body.request_id : randomUUID();
 }
 
-/** The prefill request: one token, KV kept for the decode instance. */
-export function prefillBody(body: Body, requestId: string): Body {
+/**
+ * The prefill request: one token, KV kept for the decode instance. Prompt logprobs are the prefill
+ * instance's to compute; their candidates and ranks come only in the legacy form, so a client that
+ * asked that form gets a prefill answer in it (JSON), and any other the packed one (msgpack).
+ */
+export function prefillBody(body: Body, requestId: string, form: ResponseForm = 'packed'): Body {
   const sp = (body.sampling_params ?? {}) as Body;
   return {
     ...body,
     request_id: requestId,
     stream: false,
     stream_options: null,
+    packed: form !== 'legacy' || promptLogprobsK(body) < 0,
     kv_transfer_params: { do_remote_decode: true },
     sampling_params: { ...sp, n: 1, max_tokens: 1, min_tokens: 0 },
   };
+}
+
+/** The request's prompt_logprobs k, or -1 when it asked none (the instances check the value). */
+export function promptLogprobsK(body: Body): number {
+  const k = ((body.sampling_params ?? {}) as Body).prompt_logprobs;
+  return typeof k === 'number' ? k : -1;
 }
 
 /**
@@ -73,12 +85,15 @@ export function prefillBody(body: Body, requestId: string): Body {
  * packed form whatever the client wants (the router writes the client's form from typed arrays).
  */
 export function decodeBody(body: Body, requestId: string, handle: unknown, stream: boolean): Body {
+  const sp = (body.sampling_params ?? {}) as Body;
   return {
     ...body,
     request_id: requestId,
     stream,
     packed: true,
     kv_transfer_params: handle ?? null,
+    // The prefill answer carries them: the decode instance does not compute them again.
+    sampling_params: { ...sp, prompt_logprobs: null },
   };
 }
 
@@ -96,7 +111,12 @@ export async function postGenerate(
       signal,
       headers: {
         'content-type': 'application/msgpack',
-        accept: body.stream === true ? 'text/event-stream' : 'application/msgpack',
+        accept:
+          body.stream === true
+            ? 'text/event-stream'
+            : body.packed === false
+              ? 'application/json'
+              : 'application/msgpack',
         'x-request-id': body.request_id as string,
         ...(pool.authorization === null ? {} : { authorization: pool.authorization }),
       },
@@ -152,7 +172,7 @@ export async function proxyGenerate(
   form: ResponseForm,
   signal: AbortSignal,
 ): Promise<ProxyReply> {
-  const prefill = await callInstance(pair.prefill, prefillBody(body, requestId), signal);
+  const prefill = await callInstance(pair.prefill, prefillBody(body, requestId, form), signal);
   if (!prefill.ok) return prefill;
   const handle = prefill.result.kvTransferParams;
   const decode = await callInstance(
@@ -168,6 +188,18 @@ export async function proxyGenerate(
     requestId,
     body.kv_transfer_params ?? null,
   );
+  const k = promptLogprobsK(body);
+  if (k >= 0) {
+    try {
+      merged.promptLogprobs = decodePromptLogprobs(
+        prefill.result.promptLogprobs,
+        body.token_ids as number[],
+        k,
+      );
+    } catch (error) {
+      throw new RS_ERR_ROUTER_UPSTREAM('prefill', '', (error as Error).message);
+    }
+  }
   const contentType = form === 'msgpack' ? 'application/msgpack' : 'application/json';
   return { status: 200, contentType, body: encoder.encode(merged, form) };
 }

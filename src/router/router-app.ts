@@ -100,6 +100,9 @@ export function buildRouterApp(pair: PdPair, options: RouterAppOptions): Fastify
     const sp = body.sampling_params;
     if (sp !== undefined && sp !== null && !isPlainObject(sp))
       fail('sampling_params', 'must be an object');
+    // As an instance answers it (generate-request.ts), before any instance does work for it.
+    if (body.stream === true && isPlainObject(sp) && sp.prompt_logprobs != null)
+      fail('sampling_params.prompt_logprobs', 'prompt logprobs are answered without stream only');
     const header = request.headers['x-request-id'];
     const requestId = requestIdFor(typeof header === 'string' ? header : undefined, body);
     const aborted = new AbortController();

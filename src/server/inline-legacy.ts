@@ -14,10 +14,11 @@ import {
   RESPONSE_ID_PREFIX,
   type UsageFigures,
 } from '../protocol/response-columns.js';
-import { usageObject } from '../protocol/response-object.js';
+import { stringifyWithPromptLogprobs, usageObject } from '../protocol/response-object.js';
 import type { RoutingBuffer } from './inline-routing.js';
 import {
   type InlineSequence,
+  promptColumns,
   routingFrom,
   type SampledLogprob,
   usageOf,
@@ -77,7 +78,7 @@ export function legacyChoice(
 /** The whole legacy answer of the request whose choices are `sequences`, as JSON text. */
 export function stringifyLegacyResponse(sequences: readonly InlineSequence[]): string {
   const { identity, request } = sequences[0]!.record;
-  return JSON.stringify({
+  const answer = {
     request_id: RESPONSE_ID_PREFIX + identity.requestId,
     model: identity.model,
     created: identity.created,
@@ -85,7 +86,8 @@ export function stringifyLegacyResponse(sequences: readonly InlineSequence[]): s
     usage: usageObject(usageOf(sequences)),
     prompt_logprobs: null,
     kv_transfer_params: request.kvTransferParams ?? null,
-  });
+  };
+  return stringifyWithPromptLogprobs(answer, promptColumns(sequences[0]!), true);
 }
 
 /** One legacy stream event's JSON text (sse.ts frames it) with the choice's new part. */

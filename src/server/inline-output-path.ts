@@ -32,6 +32,7 @@ import { FinishReason } from '../wire/types.js';
 import { legacyStreamEvent, stringifyLegacyResponse } from './inline-legacy.js';
 import {
   choiceColumns,
+  type InlinePrompt,
   type InlineSequence,
   newSequence,
   responseColumns,
@@ -169,15 +170,19 @@ export class InlineOutputPath implements OutputPath {
     const i32 = c.i32;
     let mask = rec.maskBase;
     let top = 0;
+    let prompt = 0;
     let routing = rec.routingIdBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
     for (let j = 0; j < rec.count; j++) {
       const slot = i32[rec.at(StepColumn.Slot, j)]!;
       const s = this.#sequences[slot];
       if (s !== undefined && s.gen === i32[rec.at(StepColumn.SlotGen, j)]) {
+        if (s.prompt !== null && !s.done) promptEntries(c, rec, j, prompt, s.prompt);
         this.#row(c, rec, j, slot, s, mask, routing, top);
       }
       mask += i32[rec.at(StepColumn.MaskCount, j)]!;
       top += i32[rec.at(StepColumn.TopCount, j)]!;
+      prompt +=
+        i32[rec.at(StepColumn.PromptPositions, j)]! * i32[rec.at(StepColumn.PromptWidth, j)]!;
       routing += i32[rec.at(StepColumn.RoutingRows, j)]! * rec.layers * rec.topk;
     }
   }
@@ -334,4 +339,29 @@ function keptIds(i32: Int32Array, at: number, count: number): number[] {
   const ids: number[] = [];
   for (let k = 0; k < count; k++) ids.push(i32[at + k]!);
   return ids;
+}
+
+/**
+ * Output j's prompt logprobs, pushed entry by entry as a per-token-object frontend keeps them:
+ * positions already held (a recompute sends them again) are skipped, as the worker path does.
+ */
+function promptEntries(
+  c: RingConsumer,
+  rec: StepRecordView,
+  j: number,
+  at: number,
+  into: InlinePrompt,
+): void {
+  const i32 = c.i32;
+  const positions = i32[rec.at(StepColumn.PromptPositions, j)]!;
+  const width = i32[rec.at(StepColumn.PromptWidth, j)]!;
+  if (positions <= 0 || width <= 0) return;
+  const held = into.width === 0 ? 0 : into.ids.length / into.width;
+  const skip = Math.max(0, held + 1 - i32[rec.at(StepColumn.PromptFirstPos, j)]!);
+  into.width = width;
+  for (let e = skip * width; e < positions * width; e++) {
+    into.ids.push(i32[rec.promptIdBase + at + e]!);
+    into.logprobs.push(c.f32[rec.promptLogprobBase + at + e]!);
+    into.ranks.push(i32[rec.promptRankBase + at + e]!);
+  }
 }

@@ -16,6 +16,7 @@ import type {
   ChoiceColumns,
   ChoiceFinishReason,
   GenerateResponseColumns,
+  PromptLogprobColumns,
   RoutingColumns,
   UsageFigures,
 } from '../protocol/response-columns.js';
@@ -47,6 +48,11 @@ export interface InlineSequence {
   readonly masks: number[][] | null;
   /** null when routed experts were not asked. */
   readonly routing: RoutingBuffer | null;
+  /**
+   * Prompt logprobs (choice 0 of a request that asked prompt_logprobs): each position's entries
+   * from position 1 on, pushed as they arrive, as a per-token-object frontend keeps them.
+   */
+  readonly prompt: InlinePrompt | null;
   /** Tokens and routing rows already sent as stream events. */
   streamed: number;
   streamedRows: number;
@@ -55,6 +61,14 @@ export interface InlineSequence {
   stopReason: number | string | null;
   /** Finished here (a stop string, an error) or by the engine's final output. */
   done: boolean;
+}
+
+export interface InlinePrompt {
+  /** 1 + k, or 0 before the first position arrived. */
+  width: number;
+  ids: number[];
+  logprobs: number[];
+  ranks: number[];
 }
 
 export function newSequence(record: RequestRecord, index: number): InlineSequence {
@@ -68,6 +82,8 @@ export function newSequence(record: RequestRecord, index: number): InlineSequenc
     logprobs: p.logprobs ? [] : null,
     masks: p.returnSamplingMask ? [] : null,
     routing: p.returnRoutedExperts ? new RoutingBuffer() : null,
+    prompt:
+      index === 0 && p.promptLogprobs >= 0 ? { width: 0, ids: [], logprobs: [], ranks: [] } : null,
     streamed: 0,
     streamedRows: 0,
     finishName: null,
@@ -136,5 +152,20 @@ export function responseColumns(sequences: InlineSequence[]): GenerateResponseCo
     choices: sequences.map((s) => choiceColumns(s, 0, 0, s.finishName, s.stopReason)),
     usage: usageOf(sequences),
     kvTransferParams: request.kvTransferParams,
+    promptLogprobs: promptColumns(sequences[0]!),
+  };
+}
+
+/** The request's prompt logprobs as columns (choice 0 holds them), or null. */
+export function promptColumns(s: InlineSequence): PromptLogprobColumns | null {
+  const p = s.prompt;
+  if (p === null || p.width === 0) return null;
+  return {
+    promptLength: s.record.request.promptTokenIds.length,
+    positions: p.ids.length / p.width,
+    width: p.width,
+    ids: Int32Array.from(p.ids),
+    logprobs: Float32Array.from(p.logprobs),
+    ranks: Int32Array.from(p.ranks),
   };
 }

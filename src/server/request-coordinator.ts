@@ -223,7 +223,8 @@ export class RequestCoordinator implements OutputEvents {
         // An OpenAI completion may send several prompts: choice i runs prompt floor(i / n).
         promptTokenIds:
           openai === undefined ? request.promptTokenIds : openai.prompts[Math.floor(i / openai.n)]!,
-        params: i === 0 ? request.params : { ...request.params, seed },
+        // Prompt logprobs are the request's, not a choice's: choice 0 alone computes them.
+        params: i === 0 ? request.params : { ...request.params, seed, promptLogprobs: -1 },
         priority: request.priority,
         cacheSalt,
         arrivalTimeMs: record.timings.arrivalMs,

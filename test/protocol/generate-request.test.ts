@@ -420,7 +420,15 @@ describe('parseGenerateRequest: 400s naming the field', () => {
       'without stream only',
     );
     for (const value of [0, 1, 5]) {
-      rejection(base({ prompt_logprobs: value }), 'sampling_params.prompt_logprobs');
+      expect(
+        rejection(
+          base({ prompt_logprobs: value }, { stream: true }),
+          'sampling_params.prompt_logprobs',
+        ).message,
+      ).toContain('without stream only');
+      expect(
+        parseGenerateRequest(base({ prompt_logprobs: value }), OPTS).params.promptLogprobs,
+      ).toBe(value);
     }
     expect(rejection(base({}, { priority: 3 }), 'priority').message).toContain(
       '--scheduling-policy priority',

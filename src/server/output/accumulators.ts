@@ -14,8 +14,9 @@
 //
 // Column element counts are derived, not stored twice: tokens, logprobs, mask counts and weight
 // versions hold COMPLETION elements, top ids and logprobs COMPLETION * TOP_K, mask ids MASK_IDS,
-// routing ROUTING_ROWS * LAYERS * TOPK ids of ROUTING_ID_BYTES each, text TEXT_BYTES bytes. A
-// column whose class is -1 has no block (not asked, or nothing yet).
+// routing ROUTING_ROWS * LAYERS * TOPK ids of ROUTING_ID_BYTES each, text TEXT_BYTES bytes, prompt
+// ids, logprobs and ranks PROMPT_POSITIONS * PROMPT_WIDTH. A column whose class is -1 has no block
+// (not asked, or nothing yet).
 import { RS_ERR_OUTPUT_BAD_SLOT } from './errors.js';
 
 export const Column = {
@@ -35,8 +36,16 @@ export const Column = {
    */
   TopIds: 7,
   TopLogprobs: 8,
+  /**
+   * Prompt logprobs (a request that asked prompt_logprobs k >= 0, its choice 0 only): AccWord.
+   * PromptWidth = 1 + k entries for each prompt position from 1 on, position-major; entry 0 is the
+   * prompt token with its rank in the vocabulary, entries 1..k the best candidates (ranks 1..k).
+   */
+  PromptIds: 9,
+  PromptLogprobs: 10,
+  PromptRanks: 11,
 } as const;
-export const COLUMN_COUNT = 9;
+export const COLUMN_COUNT = 12;
 
 /** Lifecycle of a slot as the output worker sees it. */
 export const SlotState = {
@@ -88,6 +97,10 @@ export const AccWord = {
   RejectReason: 19,
   /** Top candidates kept per completion position (the request's top_logprobs k; 0: none). */
   TopK: 20,
+  /** Entries per prompt position (1 + prompt_logprobs k; 0: none stored yet). */
+  PromptWidth: 21,
+  /** Prompt positions stored, from position 1 on (position 0 has no logprob). */
+  PromptPositions: 22,
   /** Bytes in the Text column. */
   TextBytes: 27,
   /** Text bytes already streamed, and their characters (completions' logprobs text_offset). */
@@ -209,6 +222,14 @@ export class AccumulatorTable {
 
   topK(slot: number): number {
     return this.get(slot, AccWord.TopK);
+  }
+
+  promptWidth(slot: number): number {
+    return this.get(slot, AccWord.PromptWidth);
+  }
+
+  promptPositions(slot: number): number {
+    return this.get(slot, AccWord.PromptPositions);
   }
 
   routingRows(slot: number): number {

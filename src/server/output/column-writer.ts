@@ -1,8 +1,8 @@
 // The output worker's writes into one request's columns: append a token (id, logprob, mask row,
-// top candidates), place routing rows by absolute position, grow a column's block, give all blocks
-// back. Called once per engine output row; nothing here allocates except a block move when a
-// column outgrows its block (amortised: blocks double) and one subarray view per bulk routing copy
-// (a prefill chunk).
+// top candidates), place routing rows and prompt logprobs by absolute position, grow a column's
+// block, give all blocks back. Called once per engine output row; nothing here allocates except a
+// block move when a column outgrows its block (amortised: blocks double) and one subarray view per
+// bulk routing or prompt-logprob copy (a prefill chunk).
 //
 // Why values cross calls as they do: V8 passes numbers between functions it has not inlined as
 // tagged values, and a number that is not a small integer (|n| < 2^30) is then boxed in a new heap
@@ -113,6 +113,55 @@ export class ColumnWriter {
       dstIds[ids + t] = -1;
       dstLps[lps + t] = -9999;
     }
+  }
+
+  /**
+   * Stores `positions` prompt positions from `firstPos` on, `width` entries each, whose ids,
+   * logprobs and ranks start at `v.i32[idAt..]`, `v.f32[logprobAt..]` and `v.i32[rankAt..]`.
+   * Positions already stored (a recompute after preemption sends them again, identical) are
+   * skipped; a gap before the new ones, a position 0 or a width that changes mid-request breaks
+   * the format (RS_ERR_OUTPUT_BAD_STEP). One bulk copy per column (a prefill chunk's worth).
+   */
+  appendPrompt(
+    slot: number,
+    base: number,
+    firstPos: number,
+    positions: number,
+    width: number,
+    v: RegionViews,
+    idAt: number,
+    logprobAt: number,
+    rankAt: number,
+  ): void {
+    const words = this.#words;
+    const stored = words[base + AccWord.PromptPositions]!;
+    const known = words[base + AccWord.PromptWidth]!;
+    if (width < 1 || firstPos < 1 || (known !== 0 && known !== width)) {
+      throw new RS_ERR_OUTPUT_BAD_STEP(
+        `slot ${slot}: prompt logprobs of width ${width} from position ${firstPos} (stored width ${known})`,
+      );
+    }
+    // Position p is stored at index p - 1: the next new one is stored + 1.
+    if (firstPos > stored + 1) {
+      throw new RS_ERR_OUTPUT_BAD_STEP(
+        `slot ${slot}: prompt logprobs jump from position ${stored + 1} to ${firstPos}`,
+      );
+    }
+    const skip = stored + 1 - firstPos;
+    if (skip >= positions) return;
+    words[base + AccWord.PromptWidth] = width;
+    const from = stored * width;
+    const n = (positions - skip) * width;
+    const src = skip * width;
+    const ids = this.#ensure(slot, base, Column.PromptIds, from, from + n, 4) + from;
+    const lps = this.#ensure(slot, base, Column.PromptLogprobs, from, from + n, 4) + from;
+    const ranks = this.#ensure(slot, base, Column.PromptRanks, from, from + n, 4) + from;
+    // The views are read after every #ensure: a growth replaces them.
+    const arena = this.#arena;
+    arena.i32.set(v.i32.subarray(idAt + src, idAt + src + n), ids);
+    arena.f32.set(v.f32.subarray(logprobAt + src, logprobAt + src + n), lps);
+    arena.i32.set(v.i32.subarray(rankAt + src, rankAt + src + n), ranks);
+    words[base + AccWord.PromptPositions] = stored + positions - skip;
   }
 
   /**

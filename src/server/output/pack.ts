@@ -106,6 +106,8 @@ export class ResponsePacker {
       choices,
       usage: view.usage(task.slots),
       kvTransferParams: task.kvTransferParams ?? null,
+      // The request's, computed by choice 0 alone (request-coordinator.ts).
+      promptLogprobs: task.slots.length > 0 ? view.promptLogprobs(task.slots[0]!) : null,
     };
   }
 

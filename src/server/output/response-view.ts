@@ -8,6 +8,7 @@ import {
   type ChoiceColumns,
   type ChoiceFinishReason,
   choiceFinishReason,
+  type PromptLogprobColumns,
   type RoutingColumns,
   type UsageFigures,
 } from '../../protocol/response-columns.js';
@@ -110,6 +111,26 @@ export class ResponseView {
       weightVersions: this.#i32(slot, Column.WeightVersions, from.tokens, n),
       finishReason: final ? this.finishName(slot) : null,
       stopReason: final ? this.stopReason(slot) : null,
+    };
+  }
+
+  /**
+   * The slot's prompt logprobs as views into the arena, or null when it stored none (not asked,
+   * or a choice other than 0). `promptLength` comes from the slot's meta.
+   */
+  promptLogprobs(slot: number): PromptLogprobColumns | null {
+    const acc = this.acc;
+    const width = acc.promptWidth(slot);
+    if (width <= 0) return null;
+    const positions = acc.promptPositions(slot);
+    const n = positions * width;
+    return {
+      promptLength: this.meta.promptLen(slot),
+      positions,
+      width,
+      ids: this.#i32(slot, Column.PromptIds, 0, n),
+      logprobs: this.#f32(slot, Column.PromptLogprobs, 0, n),
+      ranks: this.#i32(slot, Column.PromptRanks, 0, n),
     };
   }
 

@@ -147,7 +147,7 @@ export class StepScatter {
           `output ${j} of a STEP record runs past its mask, top, prompt or routing entries`,
         );
       }
-      this.#row(v, j, maskAt, routingRow, topAt);
+      this.#row(v, j, maskAt, routingRow, topAt, promptAt);
       maskAt += maskCount;
       routingRow += rows;
       topAt += top;
@@ -190,7 +190,14 @@ export class StepScatter {
     );
   }
 
-  #row(v: RegionViews, j: number, maskAt: number, routingRow: number, topAt: number): void {
+  #row(
+    v: RegionViews,
+    j: number,
+    maskAt: number,
+    routingRow: number,
+    topAt: number,
+    promptAt: number,
+  ): void {
     const rec = this.#rec;
     const i32 = v.i32;
     const slot = i32[rec.at(StepColumn.Slot, j)]!;
@@ -208,7 +215,7 @@ export class StepScatter {
     const finish = i32[rec.at(StepColumn.Finish, j)]!;
     if (state === SlotState.Running) {
       try {
-        this.#accumulate(v, j, slot, base, maskAt, routingRow, topAt);
+        this.#accumulate(v, j, slot, base, maskAt, routingRow, topAt, promptAt);
       } catch (err) {
         this.#fail(slot, base, err);
       }
@@ -242,6 +249,7 @@ export class StepScatter {
     maskAt: number,
     routingRow: number,
     topAt: number,
+    promptAt: number,
   ): void {
     const rec = this.#rec;
     const i32 = v.i32;
@@ -259,6 +267,21 @@ export class StepScatter {
       const firstPos = i32[rec.at(StepColumn.RoutingFirstPos, j)]!;
       const promptStart = this.#meta.routedExpertsPromptStart(slot);
       this.#columns.appendRouting(slot, base, promptStart, firstPos, rows, v, rec, routingRow);
+    }
+    const positions = i32[rec.at(StepColumn.PromptPositions, j)]!;
+    if (positions > 0) {
+      // Only a request that asked carries them (the engine computes them for choice 0 alone).
+      this.#columns.appendPrompt(
+        slot,
+        base,
+        i32[rec.at(StepColumn.PromptFirstPos, j)]!,
+        positions,
+        i32[rec.at(StepColumn.PromptWidth, j)]!,
+        v,
+        rec.promptIdBase + promptAt,
+        rec.promptLogprobBase + promptAt,
+        rec.promptRankBase + promptAt,
+      );
     }
     const token = i32[rec.at(StepColumn.Token, j)]!;
     if (token < 0) return;

@@ -116,6 +116,46 @@ describe('StepScatter: columns', () => {
     expect(h.view.usage([3])).toEqual({ promptTokens: 4, completionTokens: 3, cachedTokens: null });
   });
 
+  it('stores prompt logprobs by position across chunks, skips ones sent again, fails a hole', () => {
+    const h = makeHarness();
+    h.meta.write(2, 4, metaFields({ promptLen: 5, routedExperts: false }));
+    const entry = (p: number): [number, number, number][] => [
+      [p * 10, -p, p + 2],
+      [1, -0.5, 1],
+    ];
+    // Positions 1-2 in a prefill chunk with no token, 3-4 (and 2 again, a recompute) with it.
+    h.feed([
+      { slot: 2, gen: 4, prompt: { firstPos: 1, width: 2, entries: [...entry(1), ...entry(2)] } },
+    ]);
+    h.feed([
+      {
+        slot: 2,
+        gen: 4,
+        token: 7,
+        logprob: -0.25,
+        prompt: { firstPos: 2, width: 2, entries: [...entry(2), ...entry(3), ...entry(4)] },
+      },
+    ]);
+    h.feed([{ slot: 2, gen: 4, token: 8, logprob: -1, finish: LENGTH }]);
+    const p = h.view.promptLogprobs(2)!;
+    expect([p.promptLength, p.positions, p.width]).toEqual([5, 4, 2]);
+    const flat = [1, 2, 3, 4].flatMap(entry);
+    expect(Array.from(p.ids)).toEqual(flat.map((e) => e[0]));
+    expect(Array.from(p.logprobs)).toEqual(flat.map((e) => e[1]));
+    expect(Array.from(p.ranks)).toEqual(flat.map((e) => e[2]));
+    expect(Array.from(h.view.choice(2, 0).tokenIds)).toEqual([7, 8]);
+    // A slot that asked none has none.
+    h.meta.write(3, 1, metaFields({ promptLen: 5 }));
+    h.feed([{ slot: 3, gen: 1, token: 9, logprob: -1, finish: LENGTH }]);
+    expect(h.view.promptLogprobs(3)).toBeNull();
+    // A jump past the stored positions fails that request alone.
+    h.meta.write(4, 1, metaFields({ promptLen: 9 }));
+    h.feed([{ slot: 4, gen: 1, prompt: { firstPos: 1, width: 2, entries: entry(1) } }]);
+    h.feed([{ slot: 4, gen: 1, prompt: { firstPos: 3, width: 2, entries: entry(3) } }]);
+    expect(h.acc.outputError(4)).toBe(OutputError.BadStep);
+    expect(requestFailure(h.acc, 4, 'r4')?.message).toMatch(/malformed/);
+  });
+
   it('skips routing rows before routed_experts_prompt_start, whatever the engine sends', () => {
     const h = makeHarness();
     h.meta.write(

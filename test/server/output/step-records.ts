@@ -26,6 +26,12 @@ export interface StepRow {
   routing?: readonly number[];
   /** Top candidates of the token: [id, logprob] pairs, best first. */
   top?: readonly (readonly [number, number])[];
+  /** Prompt logprobs: positions from `firstPos`, `width` [id, logprob, rank] entries each. */
+  prompt?: {
+    firstPos: number;
+    width: number;
+    entries: readonly (readonly [number, number, number])[];
+  };
 }
 
 export interface StepGeometry {
@@ -40,7 +46,16 @@ export function stepBytes(rows: readonly StepRow[], g: StepGeometry): number {
   const maskIds = rows.reduce((n, r) => n + (r.maskIds?.length ?? 0), 0);
   const routingRows = rows.reduce((n, r) => n + (r.routing?.length ?? 0) / (g.layers * g.topk), 0);
   const top = rows.reduce((n, r) => n + (r.top?.length ?? 0), 0);
-  return stepRecordBytes(rows.length, maskIds, routingRows, g.layers * g.topk, g.idBytes, top);
+  const prompt = rows.reduce((n, r) => n + (r.prompt?.entries.length ?? 0), 0);
+  return stepRecordBytes(
+    rows.length,
+    maskIds,
+    routingRows,
+    g.layers * g.topk,
+    g.idBytes,
+    top,
+    prompt,
+  );
 }
 
 /** Writes a STEP record's payload at byte `offset` (8-aligned) of `v`; returns its byte length. */
@@ -65,10 +80,12 @@ export function writeStep(
     0,
     0,
     rows.reduce((n, r) => n + (r.top?.length ?? 0), 0),
+    rows.reduce((n, r) => n + (r.prompt?.entries.length ?? 0), 0),
   );
   const rec = new StepRecordView().attach(v, offset);
   let maskAt = rec.maskBase;
   let topAt = 0;
+  let promptAt = 0;
   let routingAt = g.idBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
   const routingDst = g.idBytes === 1 ? v.bytes : v.u16;
   rows.forEach((r, j) => {
@@ -89,6 +106,15 @@ export function writeStep(
     for (const [id, lp] of r.top ?? []) {
       v.i32[rec.topIdBase + topAt] = id;
       v.f32[rec.topLogprobBase + topAt++] = lp;
+    }
+    const p = r.prompt;
+    v.i32[rec.at(StepColumn.PromptPositions, j)] = p === undefined ? 0 : p.entries.length / p.width;
+    v.i32[rec.at(StepColumn.PromptFirstPos, j)] = p?.firstPos ?? 0;
+    v.i32[rec.at(StepColumn.PromptWidth, j)] = p?.width ?? 0;
+    for (const [id, lp, rank] of p?.entries ?? []) {
+      v.i32[rec.promptIdBase + promptAt] = id;
+      v.f32[rec.promptLogprobBase + promptAt] = lp;
+      v.i32[rec.promptRankBase + promptAt++] = rank;
     }
     for (const id of r.routing ?? []) routingDst[routingAt++] = id;
   });
