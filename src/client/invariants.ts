@@ -2,7 +2,7 @@ import { RS_ERR_CLIENT_INVARIANT } from '../errors.js';
 import type { DecodedChoice, GenerateResult } from './decode.js';
 
 /**
- * The invariants of a generate answer (CONTRACT.md), checked on decoded typed arrays: every
+ * The invariants of a generate answer (docs/contract.md), checked on decoded typed arrays: every
  * per-token array has one entry per completion token; the CSR mask's counts sum to its ids; each
  * non-empty mask row holds the token sampled there; logprobs lie in [-9999, 0]; routing rows end at
  * the last forwarded position, so `start = len(prompt) + len(completion) - 1 - rows`; usage adds up.

@@ -1,6 +1,6 @@
 /**
  * The families /metrics exports: vLLM's (names, help texts and buckets as vllm/v1/metrics/loggers.py
- * declares them; CONTRACT.md, Metrics) and the processes' own health (names as prom-client's default
+ * declares them; docs/contract.md, Metrics) and the processes' own health (names as prom-client's default
  * metrics and the benchmark's reader, bench/loadtest/prom-text.ts, expect them). Where each figure
  * lives in the region is layout.ts's business; this file pairs the two.
  */

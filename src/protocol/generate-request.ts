@@ -19,7 +19,7 @@ import type { OpenAiAnswer } from './openai-request.js';
 import { stopStringsProblem } from './stop-strings.js';
 
 /**
- * Validation of a POST /inference/v1/generate body (CONTRACT.md) into the fixed fields the API
+ * Validation of a POST /inference/v1/generate body (docs/contract.md) into the fixed fields the API
  * server writes into its request ring. Straight-line checks, one per field; `token_ids` becomes an
  * Int32Array in one pass, so no per-token object is made. Unknown fields are ignored; a wrong type
  * or an out-of-range value is a 400 naming the field path (`sampling_params.top_p`, `token_ids[3]`).

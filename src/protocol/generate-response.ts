@@ -15,7 +15,7 @@ import {
 } from './response-columns.js';
 
 /**
- * The non-streaming /inference/v1/generate answer in its three forms (CONTRACT.md), written from
+ * The non-streaming /inference/v1/generate answer in its three forms (docs/contract.md), written from
  * the finished request's columns: packed JSON (the default), legacy JSON (`"packed": false`) and
  * msgpack (`Accept: application/msgpack`; packed arrays' data as bin, token_ids an int32 packed
  * array). Every field of the contract is present, nulls included.

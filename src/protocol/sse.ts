@@ -4,7 +4,7 @@ import type { JsonWriter } from './json-writer.js';
 import { type ChoiceColumns, RESPONSE_ID_PREFIX, type UsageFigures } from './response-columns.js';
 
 /**
- * Server-sent-event framing of a streamed /inference/v1/generate (CONTRACT.md, Streaming): one
+ * Server-sent-event framing of a streamed /inference/v1/generate (docs/contract.md, Streaming): one
  * `data: {...}\n\n` event per delta carrying only the new positions, an optional usage-only last
  * event (`choices: []`), an error event, and always `data: [DONE]\n\n` at the end. Events are
  * appended to a JsonWriter, so a packer can put several events in one Buffer.

@@ -2,7 +2,7 @@
  * The P/D merge: a prefill answer and a decode answer of one request become the colocated answer.
  * Token ids, logprobs, masks and weight versions are the decode answer's (the decode instance
  * samples every completion token, the first included, as vLLM's nixl flow does). Routing rows are
- * merged by position (CONTRACT.md, "Prefill/decode fields"): the prefill rows `[p.start, p.start +
+ * merged by position (docs/contract.md, "Prefill/decode"): the prefill rows `[p.start, p.start +
  * p.rows)`, then the decode rows from `p.start + p.rows` on, dropping the first
  * `(p.start + p.rows) - d.start` decode rows (the positions both computed: P-1 after an import,
  * the whole prompt after a failed load). Arrays are typed and copied once into the merged ones.

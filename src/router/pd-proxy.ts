@@ -44,7 +44,7 @@ export interface PdPair {
 
 const encoder = new GenerateResponseEncoder();
 
-/** The client's form (CONTRACT.md): msgpack when accepted, legacy when `"packed": false`. */
+/** The client's form (docs/contract.md): msgpack when accepted, legacy when `"packed": false`. */
 export function clientForm(accept: string | undefined, body: Body): ResponseForm {
   if (accept?.includes('application/msgpack')) return 'msgpack';
   return body.packed === false ? 'legacy' : 'packed';

@@ -1,5 +1,5 @@
 /**
- * The legacy form of /inference/v1/generate (CONTRACT.md, "Old forms") built the way a Python
+ * The legacy form of /inference/v1/generate (docs/contract.md, "The legacy form") built the way a Python
  * frontend builds it: an object over what the sequence already holds (inline-sequence.ts), each
  * per-token logprob object becoming its `logprobs.content` entry, the held token ids, masks and
  * weight versions as they are, the routing buffer base64-encoded once, then one JSON.stringify.

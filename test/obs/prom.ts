@@ -1,6 +1,6 @@
 // What the metrics tests assert on: an exposition read by the one Prometheus text parser
 // (bench/loadtest/prom-text.ts, strict: a malformed line fails the test), with look-ups by name and
-// labels, and the families CONTRACT.md's Metrics section lists.
+// labels, and the families docs/contract.md's Metrics section lists.
 import { type PromSample, type PromText, parsePromText } from '../../bench/loadtest/prom-text.js';
 
 export type Sample = PromSample;
@@ -13,7 +13,7 @@ export interface Exposition extends PromText {
   all(name: string): number[];
 }
 
-/** The families CONTRACT.md's Metrics section lists, with their type. */
+/** The families docs/contract.md's Metrics section lists, with their type. */
 export const CONTRACT_FAMILIES: readonly (readonly [string, string])[] = [
   ['vllm:num_requests_running', 'gauge'],
   ['vllm:num_requests_waiting', 'gauge'],

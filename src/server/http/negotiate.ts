@@ -1,5 +1,5 @@
 /**
- * Which of the three answer forms a generate request gets (CONTRACT.md): msgpack when the client
+ * Which of the three answer forms a generate request gets (docs/contract.md): msgpack when the client
  * accepts it, else the body's `packed` switch, else the server's --generate-format.
  */
 import type { ResponseForm } from '../../protocol/generate-response.js';
