@@ -66,6 +66,13 @@ export class CandidateSet {
     ev.horizonLogit =
       horizon >= size ? Number.NEGATIVE_INFINITY : -shape.topGap - (horizon - 1) * shape.decay;
     ev.sortAbove(horizon);
+    // Nothing below the horizon: everything is sorted, so a walk's geometric runs may go on to
+    // the stream's end. Left at the horizon, a walk past it (a prompt token's rank, deep in a
+    // 150k vocabulary) took one rank per iteration.
+    if (!ev.hasUnsorted) {
+      ev.horizonRank = size;
+      ev.horizonLogit = Number.NEGATIVE_INFINITY;
+    }
     let r = this.#firstRankFrom(0, 0);
     if (r >= ev.horizonRank && ev.hasUnsorted) {
       ev.sortRest(size);

@@ -4,6 +4,7 @@ import type { ResolvedEngineConfig } from './engine-config.js';
 import { combine, UINT32_TO_UNIT } from './hash.js';
 import type { KvBlockPool } from './kv-block-pool.js';
 import { PositionShape, type SimModel } from './model.js';
+import { PromptLogprobs } from './prompt-logprobs.js';
 import type { ExpertRouter } from './routing.js';
 import { LOGPROB_FLOOR, type Sampler } from './sampler.js';
 import type { Scheduler } from './scheduler.js';
@@ -20,8 +21,9 @@ export interface RunnerCounters {
 
 /**
  * Executes one scheduled batch: forwards each request's scheduled tokens (routing rows for the
- * forwarded positions and for any prefix-cache hit before them, prefix-cache registration of the
- * blocks they fill) and, for a request whose
+ * forwarded positions and for any prefix-cache hit before them, prompt logprobs for the prompt
+ * positions they cover (prompt-logprobs.ts), prefix-cache registration of the blocks they fill)
+ * and, for a request whose
  * every known token is now computed, samples the next token, applies the stop rules, and writes
  * one output row. Finished requests are collected in `finished` for the engine to free.
  */
@@ -35,6 +37,7 @@ export class ModelRunner {
   readonly #pool: KvBlockPool;
   readonly #counters: RunnerCounters;
   readonly #shape = new PositionShape();
+  readonly #prompt: PromptLogprobs;
 
   constructor(
     cfg: ResolvedEngineConfig,
@@ -50,6 +53,7 @@ export class ModelRunner {
     this.#sampler = sampler;
     this.#pool = pool;
     this.#counters = counters;
+    this.#prompt = new PromptLogprobs(model, sampler.candidates);
   }
 
   run(scheduler: Scheduler, out: StepOutputs, timing: StepTiming): void {
@@ -102,6 +106,8 @@ export class ModelRunner {
         seq.routingEmittedTo = end;
       }
     }
+    // Into the routing rows' output row: one output per sequence per step.
+    if (p.promptLogprobs >= 0) row = this.#prompt.emit(seq, end, row, out);
     seq.numComputed = end;
     if (this.#cfg.enablePrefixCaching) this.#registerFullBlocks(seq);
     if (row >= 0) out.numCachedTokens[row] = seq.numCachedTokens;

@@ -1,5 +1,5 @@
 import { RejectReason } from '../wire/reject.js';
-import { samplingParamsWellFormed } from '../wire/sampling-check.js';
+import { MAX_TOP_LOGPROBS, samplingParamsWellFormed } from '../wire/sampling-check.js';
 import type { EngineRequest } from '../wire/types.js';
 import type { ResolvedEngineConfig } from './engine-config.js';
 
@@ -15,6 +15,9 @@ export function checkRequest(req: EngineRequest, cfg: ResolvedEngineConfig): Rej
   if (!(prompt instanceof Int32Array) || prompt.length === 0) return RejectReason.PromptEmpty;
   const p = req.params;
   if (!samplingParamsWellFormed(p)) return RejectReason.BadParams;
+  // Prompt logprobs are bounded as top logprobs are (vLLM's max_logprobs): 1 + k entries a position.
+  const k = p.promptLogprobs;
+  if (!Number.isInteger(k) || k < -1 || k > MAX_TOP_LOGPROBS) return RejectReason.BadParams;
   if (!Number.isFinite(req.priority) || !Number.isFinite(req.arrivalTimeMs)) {
     return RejectReason.BadParams;
   }

@@ -179,7 +179,8 @@ export class Scheduler {
       }
       let numHits = this.#lookupPrefix(seq);
       if (room !== null) numHits = this.#output.capHits(seq, numHits, room);
-      const loaded = this.#external.plan(seq, numHits);
+      let loaded = this.#external.plan(seq, numHits);
+      if (room !== null) loaded = this.#output.capLoaded(seq, numHits * B, loaded, room);
       const computed = numHits * B + loaded;
       let numNew = Math.min(seq.numTokens - computed, budget);
       if (room !== null) {

@@ -44,6 +44,13 @@ export class Sequence {
   numCachedTokens = -1;
   /** Positions below this already had their routing row emitted (never re-emitted on recompute). */
   routingEmittedTo = 0;
+  /**
+   * Prompt positions below this already had their prompt logprobs emitted (prompt-logprobs.ts):
+   * position 0 never is (vLLM's first entry is None), and a recompute never re-emits one.
+   */
+  promptLogprobsTo = 1;
+  /** Rolling hash of tokens[0 .. promptLogprobsTo): the context of the next position to emit. */
+  promptLogprobsHash = CONTEXT_SEED;
   /** Set once the prompt's prefill has completed (for the prompt-token counter). */
   prefillDone = false;
   /** Set while it is in the current step's batch. */
@@ -92,6 +99,8 @@ export class Sequence {
     this.#saltHi = adapterKey === 0 ? saltHi : combine(saltHi, adapterKey);
     this.#saltLo = adapterKey === 0 ? saltLo : combine(saltLo, adapterKey ^ 0x5bd1e995);
     if (adapterKey !== 0) this.contextHash = combine(CONTEXT_SEED, adapterKey);
+    // The context of position 1: the first prompt token, folded as #push folds it.
+    if (prompt.length > 0) this.promptLogprobsHash = combine(this.contextHash, prompt[0] as number);
     const penalised =
       params.presencePenalty !== 0 ||
       params.frequencyPenalty !== 0 ||

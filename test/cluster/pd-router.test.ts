@@ -7,7 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { generate, generateStream } from '../../src/client/index.js';
+import { decodePromptLogprobs, generate, generateStream } from '../../src/client/index.js';
 import { STAT_NUM_PREEMPTIONS } from '../../src/shm/layout.js';
 import { type Cluster, startCluster } from './harness.js';
 import {
@@ -124,6 +124,33 @@ describe('ringserve router, 1 prefill + 1 decode instance vs colocated', () => {
       expect(differences(firstChoice(r), colo, prompt.length)).toEqual([]);
       expect(r.kvTransferParams).toBeNull();
     }
+  });
+
+  it("carries the prefill's prompt logprobs, packed and in vLLM's list, as colocated answers them", async () => {
+    const prompt = promptOf(700, 77);
+    const base = body(prompt, 3001, randomUUID());
+    const b = { ...base, sampling_params: { ...base.sampling_params, prompt_logprobs: 3 } };
+    for (const packed of [true, false]) {
+      const [routed, colo] = await Promise.all([
+        generate(routerUrl, { ...b, packed }),
+        generate(colocated.url, { ...b, packed }),
+      ]);
+      expect(differences(firstChoice(routed), firstChoice(colo), prompt.length)).toEqual([]);
+      const r = decodePromptLogprobs(routed.promptLogprobs, prompt, 3)!;
+      expect(r.positions).toBe(prompt.length - 1);
+      expect(r.width).toBe(packed ? 1 : 4);
+      expect(r).toEqual(decodePromptLogprobs(colo.promptLogprobs, prompt, 3));
+    }
+    // Streamed, they would be lost: the router refuses before any instance works.
+    const res = await fetch(`${routerUrl}/inference/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...b, stream: true }),
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { param: string } }).error.param).toBe(
+      'sampling_params.prompt_logprobs',
+    );
   });
 
   it('a merge without the position cut is caught as different (negative control)', async () => {

@@ -9,7 +9,9 @@ import { type AllocFigures, runAllocProbe } from '../helpers/spawn-alloc-probe.j
  * (the measuring code itself). Budget: 2 bytes per token; one boxed double per token would be 16,
  * an object per token more. Up to three processes per mode, in case one lands in a JIT state that
  * is not the steady one. The engine is measured without an output budget (plain; full: logprobs,
- * masks, routing; and full with the 5 best candidates' logprobs per token), and under one
+ * masks, routing; full with the 5 best candidates' logprobs per token; and full with long prompts
+ * prefilled beside the decodes, asking prompt logprobs with the 5 best candidates, where a token
+ * is a generated token or a prompt position), and under one
  * (src/engine/output-room.ts) with one of two API servers held every step, so the charging,
  * skipping and holding paths run in the window too.
  */
@@ -21,12 +23,15 @@ interface Measurement extends AllocFigures {
   tokens: number;
   /** Steps in which an API server was held (the held mode). */
   held?: number;
+  /** Prompt positions emitted in the window (the prompt mode; counted in tokens). */
+  promptPositions?: number;
 }
 
 const MODES = [
   { mode: 'plain', fixture: ENGINE, args: ['plain'] },
   { mode: 'full', fixture: ENGINE, args: ['full'] },
   { mode: 'full, top 5 logprobs', fixture: ENGINE, args: ['top'] },
+  { mode: 'full, prompt logprobs 5', fixture: ENGINE, args: ['prompt'] },
   { mode: 'a server held', fixture: HELD, args: [] },
 ] as const;
 
@@ -39,6 +44,8 @@ describe('engine hot loop allocation', () => {
         const m = runAllocProbe<Measurement>(fixture, [...args]);
         expect(m.tokens).toBeGreaterThan(50_000);
         if (m.held !== undefined) expect(m.held).toBe(1000);
+        // 160 prompt positions a step, all of the window (see the fixture).
+        if (m.promptPositions !== undefined) expect(m.promptPositions).toBeGreaterThan(150_000);
         if (m.gcsDuring > 0) continue; // a scavenge in the window makes the figure meaningless
         const perToken = m.newSpaceBytes / m.tokens;
         seen.push(perToken.toFixed(3));

@@ -63,6 +63,11 @@ export interface Collected {
   /** Routing rows flattened, and the absolute position of each row. */
   routing: number[];
   routingPositions: number[];
+  /** Prompt logprobs: per emitted prompt position, its position and its 1 + k entries. */
+  promptPositions: number[];
+  promptIds: number[][];
+  promptLogprobs: number[][];
+  promptRanks: number[][];
   finish: number;
   stopTokenId: number;
   rejectReason: number;
@@ -83,6 +88,10 @@ export function emptyCollected(): Collected {
     masks: [],
     routing: [],
     routingPositions: [],
+    promptPositions: [],
+    promptIds: [],
+    promptLogprobs: [],
+    promptRanks: [],
     finish: 0,
     stopTokenId: -1,
     rejectReason: 0,
@@ -107,6 +116,10 @@ export function observable(c: Collected | undefined) {
     masks: c.masks,
     routing: c.routing,
     routingPositions: c.routingPositions,
+    promptPositions: c.promptPositions,
+    promptIds: c.promptIds,
+    promptLogprobs: c.promptLogprobs,
+    promptRanks: c.promptRanks,
     finish: c.finish,
     stopTokenId: c.stopTokenId,
   };
@@ -127,6 +140,7 @@ export function collect(out: StepOutputs, into: Map<string, Collected>, stepInde
     const start = (out.routingStart[j] as number) * width;
     for (let r = 0; r < rows; r++) c.routingPositions.push((out.routingFirstPos[j] as number) + r);
     for (let e = 0; e < rows * width; e++) c.routing.push(out.routing[start + e] as number);
+    collectPrompt(out, j, c);
     const token = out.token[j] as number;
     if (token >= 0) {
       if (c.firstTokenStep < 0) c.firstTokenStep = stepIndex;
@@ -147,6 +161,19 @@ export function collect(out: StepOutputs, into: Map<string, Collected>, stepInde
       c.stopTokenId = out.stopTokenId[j] as number;
       c.rejectReason = out.rejectReason[j] as number;
     }
+  }
+}
+
+/** Appends row j's prompt-logprob positions to c. */
+function collectPrompt(out: StepOutputs, j: number, c: Collected): void {
+  const width = out.promptWidth[j] as number;
+  let at = out.promptStart[j] as number;
+  for (let q = 0; q < (out.promptPositions[j] as number); q++) {
+    c.promptPositions.push((out.promptFirstPos[j] as number) + q);
+    c.promptIds.push(Array.from(out.promptIds.subarray(at, at + width)));
+    c.promptLogprobs.push(Array.from(out.promptLogprobs.subarray(at, at + width)));
+    c.promptRanks.push(Array.from(out.promptRanks.subarray(at, at + width)));
+    at += width;
   }
 }
 
