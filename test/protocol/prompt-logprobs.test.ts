@@ -27,9 +27,13 @@ const COLUMNS: PromptLogprobColumns = {
 };
 
 function response(prompt: PromptLogprobColumns | null) {
-  return makeResponse([makeChoice({ completion: 1, promptLen: PROMPT.length, seed: 3 })], PROMPT.length, {
-    promptLogprobs: prompt,
-  });
+  return makeResponse(
+    [makeChoice({ completion: 1, promptLen: PROMPT.length, seed: 3 })],
+    PROMPT.length,
+    {
+      promptLogprobs: prompt,
+    },
+  );
 }
 
 const LEGACY_TEXT =

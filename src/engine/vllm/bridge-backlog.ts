@@ -4,16 +4,17 @@
  * a StepOutputs, and step() moves into its `out` those that the API servers' output rings have room
  * for (OutputRoom, the EngineCore.step contract). A server whose ring is full is held: its rows stay
  * here, in order, and go out at a later step; the engine is never asked to wait, so what stays is
- * bounded by what the requests in flight generate meanwhile. A row whose routing rows exceed what
- * one output may carry (a long prompt's) goes out in pieces: routing-only rows (token -1), as the
- * simulator emits a chunked prefill, then the row with its token.
+ * bounded by what the requests in flight generate meanwhile. A row whose routing rows and prompt
+ * logprobs exceed what one output may carry (a long prompt's) goes out in pieces: rows without a
+ * token carrying the first prompt positions and routing rows (bridge-rows.ts splitOff), as the
+ * simulator emits a chunked prefill, then the row with its token, mask, top candidates and the rest.
  *
  * Staging and delivery copy typed-array columns; nothing is allocated per token (drainInto says how
  * rows that stay are left where they are).
  */
-import { copyIds } from '../copy-ids.js';
 import type { OutputRoom } from '../output-room.js';
 import { StepOutputs } from '../step-outputs.js';
+import { copyRow, fitsOneOutput, promptEntries, splitOff } from './bridge-rows.js';
 
 export class BridgeBacklog {
   #rows: StepOutputs;
@@ -79,7 +80,7 @@ export class BridgeBacklog {
       this.#serverWithRoom = true;
       return;
     }
-    // The front row did not go whole: its server is held, or its routing must go in pieces.
+    // The front row did not go whole: its server is held, or it must go in pieces.
     if (this.#allHeld(room!)) {
       this.#serverWithRoom = false;
       this.#compactIfSparse();
@@ -145,17 +146,21 @@ export class BridgeBacklog {
 
   /**
    * Charges the room for the pending rows that go out whole from `head` on (no server held, no
-   * routing to split), in order, and returns how many.
+   * routing or prompt logprobs to split), in order, and returns how many.
    */
   #chargeWhole(src: StepOutputs, head: number, room: OutputRoom | null): number {
     if (room === null) return src.count - head;
     for (let i = head; i < src.count; i++) {
       const server = src.server[i]!;
-      const mask = src.maskCount[i]!;
-      const top = src.topCount[i]!;
-      const rows = src.routingRows[i]!;
-      if (room.isHeld(server) || rows > room.routingRowsWithin(server, mask, top)) return i - head;
-      if (!room.tryCharge(server, mask, rows, top)) return i - head;
+      if (room.isHeld(server) || !fitsOneOutput(room, src, i)) return i - head;
+      const charged = room.tryCharge(
+        server,
+        src.maskCount[i]!,
+        src.routingRows[i]!,
+        src.topCount[i]!,
+        promptEntries(src, i),
+      );
+      if (!charged) return i - head;
     }
     return src.count - head;
   }
@@ -181,30 +186,33 @@ export class BridgeBacklog {
   }
 
   /**
-   * Delivers row i of `src` as far as the room allows: routing-only pieces while its routing rows
-   * exceed one output's limit, then the row itself. What does not fit stays in `src` (its routing
-   * window advanced past what went out) and the server is held. True once the whole row went out.
+   * Delivers row i of `src` as far as the room allows: pieces without a token while the row does
+   * not fit one output (each takes as many prompt positions as fit, then routing rows in the
+   * bytes left; its token, mask and top candidates stay for the last), then the row itself. What
+   * does not fit stays in `src` (its windows advanced past what went out) and the server is held.
+   * True once the whole row went out.
    */
   #deliver(src: StepOutputs, i: number, out: StepOutputs, room: OutputRoom): boolean {
     const server = src.server[i]!;
-    const mask = src.maskCount[i]!;
-    const top = src.topCount[i]!;
-    const limit = room.routingRowsWithin(server, mask, top);
-    while (src.routingRows[i]! > limit) {
-      const piece = Math.min(src.routingRows[i]!, room.routingRowsWithin(server, 0));
-      if (piece <= 0 || !room.tryCharge(server, 0, piece)) return false;
-      const row = copyRow(src, i, out, piece);
-      out.token[row] = -1;
-      out.finish[row] = 0;
-      out.stopTokenId[row] = -1;
-      out.rejectReason[row] = 0;
-      out.maskCount[row] = 0;
-      out.topCount[row] = 0;
-      src.routingStart[i]! += piece;
-      src.routingFirstPos[i]! += piece;
-      src.routingRows[i]! -= piece;
+    while (!fitsOneOutput(room, src, i)) {
+      const width = src.promptWidth[i]!;
+      const positions = Math.min(
+        src.promptPositions[i]!,
+        room.promptPositionsWithin(server, width, 0, 0),
+      );
+      const entries = positions * width;
+      const routing = Math.min(src.routingRows[i]!, room.routingRowsWithin(server, 0, 0, entries));
+      if (positions + routing <= 0 || !room.tryCharge(server, 0, routing, 0, entries)) return false;
+      splitOff(src, i, out, routing, positions);
     }
-    if (!room.tryCharge(server, mask, src.routingRows[i]!, top)) return false;
+    const charged = room.tryCharge(
+      server,
+      src.maskCount[i]!,
+      src.routingRows[i]!,
+      src.topCount[i]!,
+      promptEntries(src, i),
+    );
+    if (!charged) return false;
     copyRow(src, i, out, src.routingRows[i]!);
     return true;
   }
@@ -212,61 +220,3 @@ export class BridgeBacklog {
 
 /** A delivered front shorter than this is never compacted (it is reused when the queue empties). */
 const COMPACT_MIN = 4096;
-
-/** Appends row i of `src` to `dst` with its mask, top area and first `routingRows` routing rows. */
-function copyRow(src: StepOutputs, i: number, dst: StepOutputs, routingRows: number): number {
-  const row = dst.addRow(src.server[i]!, src.slot[i]!, src.weightVersion[i]!);
-  dst.token[row] = src.token[i]!;
-  dst.logprob[row] = src.logprob[i]!;
-  dst.rank[row] = src.rank[i]!;
-  dst.finish[row] = src.finish[i]!;
-  dst.stopTokenId[row] = src.stopTokenId[i]!;
-  dst.numCachedTokens[row] = src.numCachedTokens[i]!;
-  dst.rejectReason[row] = src.rejectReason[i]!;
-  const mask = src.maskCount[i]!;
-  if (mask > 0) {
-    const at = dst.reserveMask(mask);
-    copyRun(src.maskIds, src.maskStart[i]!, dst.maskIds, at, mask);
-    dst.maskStart[row] = at;
-    dst.maskCount[row] = mask;
-    dst.maskLength = at + mask;
-  }
-  const top = src.topCount[i]!;
-  if (top > 0) {
-    const at = dst.reserveTop(top);
-    const from = src.topStart[i]!;
-    for (let k = 0; k < top; k++) {
-      dst.topIds[at + k] = src.topIds[from + k]!;
-      dst.topLogprobs[at + k] = src.topLogprobs[from + k]!;
-    }
-    dst.topStart[row] = at;
-    dst.topCount[row] = top;
-    dst.topLength = at + top;
-  }
-  if (routingRows > 0) {
-    const width = src.routingRowWidth;
-    const at = dst.reserveRoutingRows(routingRows);
-    const from = src.routingStart[i]! * width;
-    copyIds(
-      src.routing,
-      src.routingBytes,
-      from,
-      dst.routing,
-      dst.routingBytes,
-      at,
-      routingRows * width,
-    );
-    dst.routingRows[row] = routingRows;
-    dst.routingFirstPos[row] = src.routingFirstPos[i]!;
-    dst.routingRowCount += routingRows;
-  }
-  return row;
-}
-
-/** Mask runs at least this long are copied with one TypedArray.set (a view each), shorter ones by hand. */
-const BULK_COPY = 512;
-
-function copyRun(src: Int32Array, from: number, dst: Int32Array, at: number, n: number): void {
-  if (n >= BULK_COPY) dst.set(src.subarray(from, from + n), at);
-  else for (let k = 0; k < n; k++) dst[at + k] = src[from + k]!;
-}

@@ -17,6 +17,7 @@
 import { RejectReason } from '../../wire/reject.js';
 import { FinishReason } from '../../wire/types.js';
 import type { StepOutputs } from '../step-outputs.js';
+import { floored, stagePrompt, stageTop } from './bridge-logprobs.js';
 import { VllmFinishReason } from './outputs.js';
 import type { OutputView } from './outputs-reader.js';
 
@@ -49,6 +50,12 @@ export interface BridgeRequest {
   /** The routed_experts_prompt_start vLLM was sent (at most P - 1). */
   readonly sentRoutingStart: number;
   readonly masks: boolean;
+  /** Top candidates asked per token (0: none, or logprobs not asked). */
+  readonly topLogprobs: number;
+  /** prompt_logprobs asked (-1: none). */
+  readonly promptLogprobs: number;
+  /** The prompt position the next prompt logprob row scores (1 until the first arrives). */
+  promptNext: number;
   /** The n of its request id `<nonce>-<server>-<slot>-<n>`. */
   readonly serial: number;
   /** Tokens received so far. */
@@ -65,7 +72,8 @@ export interface RoutingShape {
 
 /**
  * Stages one output's rows for `req` into `rows`; returns false (nothing staged) when its routing
- * does not have the card's shape.
+ * does not have the card's shape. The caller checked that its prompt logprobs fit the prompt
+ * (promptLogprobsFit).
  */
 export function stageOutput(
   o: OutputView,
@@ -89,14 +97,19 @@ export function stageOutput(
   let routingAt = 0;
   if (req.numCachedTokens < 0 && o.hasPrefillStats) req.numCachedTokens = o.numCachedTokens;
   let maskAt = 0;
+  const prompt = req.promptLogprobs >= 0 && o.hasPromptLogprobs && o.promptPositions > 0;
   for (let t = 0; t < Math.max(k, 1); t++) {
-    if (t >= k && finish === FinishReason.None) break;
+    if (t >= k && finish === FinishReason.None && !prompt) break;
     const row = rows.addRow(req.server, req.slot, weightVersion);
     rows.numCachedTokens[row] = Math.max(req.numCachedTokens, 0);
+    if (t === 0 && prompt) {
+      req.promptNext += stagePrompt(o, req.promptLogprobs, req.promptNext, rows, row);
+    }
     if (t < k) {
       rows.token[row] = o.tokenIds[t]!;
-      const lp = o.hasLogprobs ? o.logprobs[t]! : 0;
-      rows.logprob[row] = lp < LOGPROB_FLOOR || Number.isNaN(lp) ? LOGPROB_FLOOR : lp;
+      rows.logprob[row] = o.hasLogprobs ? floored(o.logprobs[t]!) : 0;
+      if (o.hasLogprobs) rows.rank[row] = o.ranks[t]!;
+      if (req.topLogprobs > 0) stageTop(o, t, req.topLogprobs, rows, row);
       if (req.masks && o.hasMask) {
         const n = o.maskCounts[t]!;
         const at = rows.reserveMask(n);
@@ -125,6 +138,16 @@ export function stageOutput(
   return true;
 }
 
+/**
+ * Whether the output's prompt logprob rows, if `req` asked for them, stay within its prompt: an
+ * engine scores positions 1 .. P - 1, never more (false: the request fails, as for a field that
+ * does not decode).
+ */
+export function promptLogprobsFit(o: OutputView, req: BridgeRequest): boolean {
+  if (req.promptLogprobs < 0 || !o.hasPromptLogprobs) return true;
+  return req.promptNext - 1 + o.promptPositions <= req.promptLength - 1;
+}
+
 /** Buffer's copy takes any Uint8Array as its source and target (no view made per call). */
 const COPY = Buffer.prototype.copy;
 
@@ -139,9 +162,6 @@ function bytesOf(a: Uint8Array | Uint16Array): Uint8Array {
   }
   return byteView;
 }
-
-/** Floor of a logprob, as the simulator's (model-runner.ts) and the contract's "missing value". */
-const LOGPROB_FLOOR = -9999;
 
 /**
  * Copies routing rows [from, from + n) of the output, positions pos.., into `row`, dropping those

@@ -10,7 +10,11 @@
  */
 import type { ModelCard } from '../../wire/model-card.js';
 import { RejectReason } from '../../wire/reject.js';
-import { maskableSampling, samplingParamsWellFormed } from '../../wire/sampling-check.js';
+import {
+  MAX_TOP_LOGPROBS,
+  maskableSampling,
+  samplingParamsWellFormed,
+} from '../../wire/sampling-check.js';
 import type { EngineRequest, SamplingParams } from '../../wire/types.js';
 import type { VllmAddRequest, VllmLoraRequest } from './requests.js';
 import type { ResolvedSamplingParams } from './sampling-params.js';
@@ -99,8 +103,10 @@ export function vllmSamplingParams(
     eosTokenId: p.ignoreEos || eos === undefined ? null : eos,
     stopTokenIds: stops,
     allStopTokenIds: [...all],
-    // 0: only the sampled token's logprob (column 0 of LogprobsLists).
-    logprobs: p.logprobs ? 0 : null,
+    // k: the sampled token's logprob and its k best candidates (LogprobsLists columns 0 .. k).
+    logprobs: p.logprobs ? p.topLogprobs : null,
+    // k >= 0: every prompt token's logprob after the first, with its k best candidates.
+    promptLogprobs: p.promptLogprobs >= 0 ? p.promptLogprobs : null,
     routedExpertsPromptStart: Math.min(p.routedExpertsPromptStart, promptLength - 1),
   };
 }
@@ -113,6 +119,9 @@ function paramsInRange(p: SamplingParams, vocabSize: number): boolean {
     if (id < 0 || id >= vocabSize) return false;
   }
   return (
+    Number.isInteger(p.promptLogprobs) &&
+    p.promptLogprobs >= -1 &&
+    p.promptLogprobs <= MAX_TOP_LOGPROBS &&
     p.temperature <= 2 &&
     p.topK <= INT32_MAX &&
     p.presencePenalty >= -2 &&

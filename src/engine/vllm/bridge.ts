@@ -35,7 +35,12 @@ import type { EngineCore } from '../engine-core.js';
 import type { OutputRoom } from '../output-room.js';
 import { StepOutputs } from '../step-outputs.js';
 import { BridgeBacklog } from './bridge-backlog.js';
-import { type BridgeRequest, type RoutingShape, stageOutput } from './bridge-output.js';
+import {
+  type BridgeRequest,
+  promptLogprobsFit,
+  type RoutingShape,
+  stageOutput,
+} from './bridge-output.js';
 import { type BridgeAdd, checkForEngine, toVllmAdd } from './bridge-request.js';
 import type { VllmLayout } from './layouts.js';
 import type { OutputView, SchedulerStatsView } from './outputs-reader.js';
@@ -282,6 +287,15 @@ export class VllmBridge implements EngineCore {
       this.#fail(req);
       return;
     }
+    if (!promptLogprobsFit(o, req)) {
+      this.#counters.undecodable++;
+      this.#options.onEvent?.(
+        `new_prompt_logprobs_tensors: ${o.promptPositions} more positions from position ${req.promptNext} of a ${req.promptLength}-token prompt: the request is failed`,
+        { request_id: req.id },
+      );
+      this.#fail(req);
+      return;
+    }
     const first = req.tokens === 0;
     const rows = this.#backlog.rows;
     if (!stageOutput(o, req, this.#shape, this.#weightVersion, rows)) {
@@ -416,6 +430,9 @@ export class VllmBridge implements EngineCore {
       routingStart: p.routedExpertsPromptStart,
       sentRoutingStart: Math.min(p.routedExpertsPromptStart, request.promptTokenIds.length - 1),
       masks: p.returnSamplingMask,
+      topLogprobs: p.logprobs ? p.topLogprobs : 0,
+      promptLogprobs: p.promptLogprobs,
+      promptNext: 1,
       tokens: 0,
       numCachedTokens: -1,
     };

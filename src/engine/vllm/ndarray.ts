@@ -35,6 +35,19 @@ export const Dtype = {
 } as const;
 export type Dtype = (typeof Dtype)[keyof typeof Dtype];
 
+/**
+ * torch's names for the dtypes of a tensor: vLLM writes a torch.Tensor with
+ * `str(tensor.dtype).removeprefix("torch.")` where an ndarray gets numpy's `dtype.str`
+ * (vllm/v1/serial_utils.py `_encode_tensor`), so LogprobsTensors (prompt logprobs) go out as
+ * `int32` / `float32` (docs/vllm-protocol.md, "Outputs").
+ */
+export const TorchDtype = {
+  i4: 'int32',
+  i8: 'int64',
+  f4: 'float32',
+} as const;
+export type TorchDtype = (typeof TorchDtype)[keyof typeof TorchDtype];
+
 const DTYPE_WIDTH: Readonly<Record<Dtype, number>> = {
   '<f4': 4,
   '<i4': 4,
@@ -52,12 +65,13 @@ export interface Shape {
 }
 
 /**
- * Writes one ndarray of `shape` whose bytes are `src[start .. start + n)`; n of INLINE_LIMIT or
- * more go onto `aux` as a frame of their own (a copy), referenced by index.
+ * Writes one ndarray (or tensor: a torch dtype name) of `shape` whose bytes are
+ * `src[start .. start + n)`; n of INLINE_LIMIT or more go onto `aux` as a frame of their own (a
+ * copy), referenced by index.
  */
 export function writeNdarray(
   w: MsgWriter,
-  dtype: Dtype,
+  dtype: Dtype | TorchDtype,
   shape: Shape,
   src: Uint8Array,
   start: number,

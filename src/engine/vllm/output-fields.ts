@@ -4,7 +4,8 @@ import type { OutputView, SchedulerStatsView } from './output-view.js';
 
 /**
  * The structured fields of one EngineCoreOutput, each read in place into the reused OutputView
- * (docs/vllm-protocol.md, "Outputs"): new_logprobs (LogprobsLists), routed_experts,
+ * (docs/vllm-protocol.md, "Outputs"): new_logprobs (LogprobsLists), new_prompt_logprobs_tensors
+ * (LogprobsTensors), routed_experts,
  * new_sampling_mask (SamplingMaskLists), prefill_stats, and a message's scheduler_stats. A field
  * that does not match vLLM's struct throws RS_ERR_VLLM_DECODE naming it (the reader turns that
  * into a failure of the output's request alone).
@@ -51,6 +52,54 @@ export function readLogprobs(
   for (let i = 3; i < n; i++) r.skip('new_logprobs');
   o.logprobWidth = w;
   o.hasLogprobs = true;
+}
+
+const PL_IDS = 'new_prompt_logprobs_tensors.logprob_token_ids';
+const PL_LOGPROBS = 'new_prompt_logprobs_tensors.logprobs';
+const PL_RANKS = 'new_prompt_logprobs_tensors.selected_token_ranks';
+
+/**
+ * LogprobsTensors (prompt logprobs): [token ids int [P, W], logprobs f4 [P, W], ranks int [P],
+ * cu_num_generated_tokens (nil; absent before vLLM #26060)]: row r scores the prompt token after
+ * the ones before it, column 0 that token, columns 1 .. W-1 the engine's best candidates. torch
+ * tensors, so torch dtype names (`int32`, `float32`; vLLM's default model runner fills int32 ids
+ * and ranks, Model Runner V2 int64 ids of width 1). Copied into the view's scratch, no object per
+ * position.
+ */
+export function readPromptLogprobs(
+  r: MsgReader,
+  frames: readonly Uint8Array[],
+  nd: NdarrayView,
+  o: OutputView,
+): void {
+  const n = r.arrayHeader('new_prompt_logprobs_tensors');
+  if (n < 3) r.fail('new_prompt_logprobs_tensors', `LogprobsTensors has ${n} fields`);
+  readNdarray(r, PL_IDS, frames, nd);
+  if (!isInt(nd.dtype) || nd.dims !== 2 || nd.shape1 < 1)
+    r.fail(PL_IDS, `expected int [P, W >= 1], got ${nd.dtype} of ${nd.dims} dimensions`);
+  const p = nd.shape0;
+  const w = nd.shape1;
+  const total = p * w;
+  if (o.promptIds.length < total) o.promptIds = new Int32Array(grow(total));
+  if (o.promptLogprobs.length < total) o.promptLogprobs = new Float32Array(grow(total));
+  if (o.promptRanks.length < p) o.promptRanks = new Int32Array(grow(p));
+  const iv = viewOf(r, nd);
+  for (let i = 0; i < total; i++) o.promptIds[i] = intAt(iv, nd, i, r, PL_IDS);
+  readNdarray(r, PL_LOGPROBS, frames, nd);
+  if (nd.dtype !== Dtype.f4 || nd.dims !== 2 || nd.shape0 !== p || nd.shape1 !== w)
+    r.fail(PL_LOGPROBS, `expected float32 [${p}, ${w}], got ${nd.dtype}`);
+  const lv = viewOf(r, nd);
+  for (let i = 0; i < total; i++) o.promptLogprobs[i] = lv.getFloat32(nd.offset + i * 4, true);
+  // (Read through the return value: TypeScript keeps nd's narrowing from the checks above.)
+  const ranks = readNdarray(r, PL_RANKS, frames, nd);
+  if (!isInt(ranks.dtype) || ranks.dims !== 1 || ranks.shape0 !== p)
+    r.fail(PL_RANKS, `expected int [${p}], got ${ranks.dtype} of ${ranks.dims} dimensions`);
+  const rv = viewOf(r, nd);
+  for (let i = 0; i < p; i++) o.promptRanks[i] = intAt(rv, nd, i, r, PL_RANKS);
+  for (let i = 3; i < n; i++) r.skip('new_prompt_logprobs_tensors');
+  o.promptPositions = p;
+  o.promptWidth = w;
+  o.hasPromptLogprobs = true;
 }
 
 /** routed_experts: |u1 or <u2 [rows, layers, topk]; the bytes stay where they are. */
@@ -167,12 +216,18 @@ function viewOf(r: MsgReader, nd: NdarrayView): DataView {
 }
 
 /** Element i of an int array (<i4 or <i8, the latter within the int32 range). */
-function intAt(v: DataView, nd: NdarrayView, i: number, r: MsgReader): number {
+function intAt(
+  v: DataView,
+  nd: NdarrayView,
+  i: number,
+  r: MsgReader,
+  field = 'int64 array',
+): number {
   if (nd.dtype === Dtype.i4) return v.getInt32(nd.offset + i * 4, true);
   const lo = v.getUint32(nd.offset + i * 8, true);
   const hi = v.getInt32(nd.offset + i * 8 + 4, true);
   if ((hi !== 0 || lo > 0x7fffffff) && (hi !== -1 || lo < 0x80000000))
-    r.fail('int64 array', `element ${i} is outside the int32 range`);
+    r.fail(field, `element ${i} is outside the int32 range`);
   return lo | 0;
 }
 

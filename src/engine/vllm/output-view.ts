@@ -26,6 +26,18 @@ export class OutputView {
   topLogprobs = new Float32Array(64);
   /** sampled_token_ranks: the sampled token's 1-based rank, ranks[0 .. tokenCount). */
   ranks = new Int32Array(64);
+  /**
+   * new_prompt_logprobs_tensors present: promptPositions rows of promptWidth entries (W = 1 + the
+   * engine's prompt top-k), row-major in promptIds / promptLogprobs [r * W .. (r + 1) * W), and
+   * the prompt token's rank of row r in promptRanks[r]. Row r of the first such output scores
+   * prompt position 1 + r (vLLM's LogprobsTensors; later outputs continue).
+   */
+  hasPromptLogprobs = false;
+  promptPositions = 0;
+  promptWidth = 0;
+  promptIds = new Int32Array(64);
+  promptLogprobs = new Float32Array(64);
+  promptRanks = new Int32Array(64);
   /** -1 while running; else vLLM's FinishReason (0 stop, 1 length, 2 abort, 3 error, 4 repetition). */
   finishReason = -1;
   /** The stop token id, -1 for nil; a string stop_reason sets stopReasonIsText (and -1 here). */

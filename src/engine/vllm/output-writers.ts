@@ -1,5 +1,5 @@
 import type { MsgWriter } from './msgpack-writer.js';
-import { Dtype, type Shape, writeNdarray } from './ndarray.js';
+import { Dtype, type Shape, TorchDtype, writeNdarray } from './ndarray.js';
 import type { OutputRecord, PrefillStats, SchedulerStatsFields } from './outputs.js';
 
 /**
@@ -17,8 +17,22 @@ let scratchI64 = new Int32Array(512);
 let bytesI32 = new Uint8Array(scratchI32.buffer);
 let bytesF32 = new Uint8Array(scratchF32.buffer);
 let bytesI64 = new Uint8Array(scratchI64.buffer);
-let maskSource: Int32Array = new Int32Array(0);
-let maskBytes: Uint8Array = new Uint8Array(0);
+
+/** A byte view of the last typed array asked for, remade only when another array is asked. */
+class ByteView {
+  #source: ArrayBufferView = new Uint8Array(0);
+  #bytes: Uint8Array = new Uint8Array(0);
+  of(a: ArrayBufferView): Uint8Array {
+    if (a !== this.#source) {
+      this.#source = a;
+      this.#bytes = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+    }
+    return this.#bytes;
+  }
+}
+const maskView = new ByteView();
+const promptIdView = new ByteView();
+const promptLogprobView = new ByteView();
 
 function ensure(n: number): void {
   if (scratchI32.length >= n) return;
@@ -79,6 +93,38 @@ export function writeLogprobs(w: MsgWriter, o: OutputRecord, aux: Buffer[]): voi
   w.nil();
 }
 
+/**
+ * LogprobsTensors [token ids int32 [P, W], logprobs float32 [P, W], selected_token_ranks int32
+ * [P], nil]: torch tensors, so torch dtype names, with the dtypes vLLM's default model runner
+ * fills (LogprobsTensors.empty_cpu: int32 ids and ranks). The ids and logprobs go out from the
+ * record's arrays as they are (position-major is row-major); the ranks, one per position, are
+ * gathered into scratch.
+ */
+export function writePromptLogprobs(w: MsgWriter, o: OutputRecord, aux: Buffer[]): void {
+  const lp = o.promptLogprobs;
+  if (lp === null) {
+    w.nil();
+    return;
+  }
+  const p = o.promptPositions;
+  const width = o.promptWidth;
+  const n = p * width;
+  w.arrayHeader(4);
+  shape.dims = 2;
+  shape.d0 = p;
+  shape.d1 = width;
+  const from = o.promptStart * 4;
+  writeNdarray(w, TorchDtype.i4, shape, promptIdView.of(o.promptIds), from, n * 4, aux);
+  writeNdarray(w, TorchDtype.f4, shape, promptLogprobView.of(lp), from, n * 4, aux);
+  ensure(p);
+  // A rank is >= 1 (vLLM's Rust client refuses 0), as for sampled tokens.
+  for (let q = 0; q < p; q++)
+    scratchI32[q] = Math.max(1, o.promptRanks[o.promptStart + q * width]!);
+  shape.dims = 1;
+  writeNdarray(w, TorchDtype.i4, shape, bytesI32, 0, p * 4, aux);
+  w.nil();
+}
+
 /** routed_experts: |u1 or <u2 [rows, num_hidden_layers, topk]. */
 export function writeRouted(w: MsgWriter, o: OutputRecord, aux: Buffer[]): void {
   if (o.routedBytes === null) {
@@ -109,10 +155,7 @@ export function writeMask(w: MsgWriter, o: OutputRecord, aux: Buffer[]): void {
   w.arrayHeader(3);
   shape.dims = 1;
   shape.d0 = o.maskIdCount;
-  if (o.maskIds !== maskSource) {
-    maskSource = o.maskIds;
-    maskBytes = new Uint8Array(maskSource.buffer, maskSource.byteOffset, maskSource.byteLength);
-  }
+  const maskBytes = maskView.of(o.maskIds);
   writeNdarray(w, Dtype.i4, shape, maskBytes, o.maskIdStart * 4, o.maskIdCount * 4, aux);
   if (k === 1) w.nil();
   else {

@@ -5,6 +5,7 @@ import { NdarrayView } from './ndarray.js';
 import {
   readLogprobs,
   readPrefill,
+  readPromptLogprobs,
   readRouted,
   readSamplingMask,
   readSchedulerStats,
@@ -203,6 +204,8 @@ export class OutputsReader {
     o.tokenCount = 0;
     o.hasLogprobs = false;
     o.logprobWidth = 0;
+    o.hasPromptLogprobs = false;
+    o.promptPositions = 0;
     o.finishReason = -1;
     o.stopReason = -1;
     o.stopReasonIsText = false;
@@ -228,6 +231,9 @@ export class OutputsReader {
           break;
         case 'new_logprobs':
           if (!r.nil(field)) readLogprobs(r, frames, this.#nd, o);
+          break;
+        case 'new_prompt_logprobs_tensors':
+          if (!r.nil(field)) readPromptLogprobs(r, frames, this.#nd, o);
           break;
         case 'finish_reason':
           if (!r.nil(field)) {

@@ -5,6 +5,7 @@ import {
   writeLogprobs,
   writeMask,
   writePrefill,
+  writePromptLogprobs,
   writeRouted,
   writeStats,
 } from './output-writers.js';
@@ -46,6 +47,17 @@ export class OutputRecord {
   topIds: Int32Array = new Int32Array(0);
   topLogprobs: Float32Array = new Float32Array(0);
   topStart = 0;
+  /**
+   * Prompt logprobs (new_prompt_logprobs_tensors), or null: nil. promptPositions positions of
+   * promptWidth entries each from promptStart, position-major as StepOutputs keeps them: entry 0
+   * the prompt token, whose rank (promptRanks) is the position's, entries 1.. its best candidates.
+   */
+  promptLogprobs: Float32Array | null = null;
+  promptIds: Int32Array = new Int32Array(0);
+  promptRanks: Int32Array = new Int32Array(0);
+  promptStart = 0;
+  promptPositions = 0;
+  promptWidth = 1;
   /** -1: not finished. */
   finishReason = -1;
   /** -1: nil. */
@@ -141,6 +153,9 @@ export class OutputsEncoder {
           break;
         case 'new_logprobs':
           writeLogprobs(w, o, this.#aux);
+          break;
+        case 'new_prompt_logprobs_tensors':
+          writePromptLogprobs(w, o, this.#aux);
           break;
         case 'finish_reason':
           if (o.finishReason < 0) w.nil();

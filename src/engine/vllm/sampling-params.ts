@@ -29,6 +29,12 @@ export interface VllmSamplingParams {
   allStopTokenIds?: ArrayLike<number>;
   /** Top-k logprob width; 0 = the sampled token's only; null = none. */
   logprobs?: number | null;
+  /**
+   * Prompt logprobs: k best candidates beside each prompt token after the first (0 = the prompt
+   * token's own only; -1 = the whole vocabulary in vLLM); null = none. The same key in every
+   * release series (SamplingParams is a map).
+   */
+  promptLogprobs?: number | null;
   routedExpertsPromptStart?: number;
 }
 
@@ -50,6 +56,7 @@ export const SAMPLING_DEFAULTS: Omit<ResolvedSamplingParams, 'maxTokens'> = {
   stopTokenIds: [],
   allStopTokenIds: [],
   logprobs: null,
+  promptLogprobs: null,
   routedExpertsPromptStart: 0,
 };
 
@@ -102,6 +109,8 @@ export function checkSamplingParams(p: ResolvedSamplingParams, promptLength: num
   checkIds('_all_stop_token_ids', p.allStopTokenIds);
   if (p.logprobs !== null && (!isInt(p.logprobs) || p.logprobs < -1))
     bad('logprobs', 'must be an integer >= -1 or null', p.logprobs);
+  if (p.promptLogprobs !== null && (!isInt(p.promptLogprobs) || p.promptLogprobs < -1))
+    bad('prompt_logprobs', 'must be an integer >= -1 or null', p.promptLogprobs);
   const start = p.routedExpertsPromptStart;
   if (!isInt(start) || start < 0 || start >= promptLength)
     bad('routed_experts_prompt_start', `must be an integer in [0, ${promptLength - 1}]`, start);
@@ -133,6 +142,7 @@ export function writeSamplingParams(w: MsgWriter, p: ResolvedSamplingParams): vo
   if (p.ignoreEos) n++;
   if (p.minTokens !== 0) n++;
   if (p.logprobs !== null) n++;
+  if (p.promptLogprobs !== null) n++;
   if (p.routedExpertsPromptStart !== 0) n++;
   if (p.eosTokenId !== null) n++;
   if (p.allStopTokenIds.length > 0) n++;
@@ -156,6 +166,7 @@ export function writeSamplingParams(w: MsgWriter, p: ResolvedSamplingParams): vo
   intKey(w, 'max_tokens', p.maxTokens);
   if (p.minTokens !== 0) intKey(w, 'min_tokens', p.minTokens);
   if (p.logprobs !== null) intKey(w, 'logprobs', p.logprobs);
+  if (p.promptLogprobs !== null) intKey(w, 'prompt_logprobs', p.promptLogprobs);
   if (p.routedExpertsPromptStart !== 0)
     intKey(w, 'routed_experts_prompt_start', p.routedExpertsPromptStart);
   if (p.eosTokenId !== null) intKey(w, '_eos_token_id', p.eosTokenId);
@@ -226,6 +237,9 @@ export function readSamplingParams(r: MsgReader): ResolvedSamplingParams {
         break;
       case 'logprobs':
         p.logprobs = r.nil(f) ? null : r.int(f);
+        break;
+      case 'prompt_logprobs':
+        p.promptLogprobs = r.nil(f) ? null : r.int(f);
         break;
       case 'routed_experts_prompt_start':
         p.routedExpertsPromptStart = r.int(f);

@@ -13,8 +13,9 @@ export interface EngineWide {
 /**
  * A decoded ADD as the EngineRequest an EngineCore runs, on (server 0, `slot`). vLLM's top_k -1
  * and 0 both mean off (0 in ringserve); `logprobs: k` asks for the sampled token's logprob and k
- * top candidates (-1, the whole vocabulary in vLLM, is capped at MAX_TOP_LOGPROBS); routing rows
- * and sampling masks are engine-wide in vLLM, so they come from the engine's flags.
+ * top candidates, `prompt_logprobs: k` for every prompt token's after the first with k candidates
+ * (-1, the whole vocabulary in vLLM, is capped at MAX_TOP_LOGPROBS for both); routing rows and
+ * sampling masks are engine-wide in vLLM, so they come from the engine's flags.
  */
 export function toEngineRequest(
   req: DecodedAddRequest,
@@ -42,7 +43,7 @@ export function toEngineRequest(
       repetitionPenalty: p.repetitionPenalty,
       logprobs: p.logprobs !== null,
       topLogprobs: Math.min(k, MAX_TOP_LOGPROBS),
-      promptLogprobs: -1,
+      promptLogprobs: promptLogprobsOf(p.promptLogprobs),
       returnSamplingMask: wide.samplingMasks,
       returnRoutedExperts: wide.routedExperts,
       routedExpertsPromptStart: p.routedExpertsPromptStart,
@@ -52,4 +53,10 @@ export function toEngineRequest(
     arrivalTimeMs: req.arrivalTime * 1000,
     loraId: req.lora?.id ?? 0,
   };
+}
+
+/** The prompt_logprobs k an engine computes: -1 none, else at most MAX_TOP_LOGPROBS. */
+export function promptLogprobsOf(k: number | null): number {
+  if (k === null) return -1;
+  return k < 0 ? MAX_TOP_LOGPROBS : Math.min(k, MAX_TOP_LOGPROBS);
 }

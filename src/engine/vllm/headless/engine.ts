@@ -21,7 +21,7 @@ import {
   type VllmLoraRequest,
 } from '../requests.js';
 import type { HeadlessSockets } from './dial.js';
-import { type EngineWide, toEngineRequest } from './engine-request.js';
+import { type EngineWide, promptLogprobsOf, toEngineRequest } from './engine-request.js';
 import { LiveRequests } from './live-requests.js';
 import { StepEncoder } from './step-encoder.js';
 import { collectiveRpc } from './weight-rpc.js';
@@ -280,6 +280,7 @@ export class VllmHeadlessEngine {
       req.promptTokenIds.length,
       p.logprobs !== null,
       wide.samplingMasks,
+      promptLogprobsOf(p.promptLogprobs),
     );
     const request = toEngineRequest(req, live.slot, wide);
     // vLLM refuses greedy sampling and sampling without top_k while its mask capture is on: the

@@ -1,10 +1,11 @@
 import { RS_ERR_VLLM_BAD_FIELD } from '../../../errors.js';
+import { HeldPrompt } from './held-prompt.js';
 
 /**
  * The headless engine's live requests: vLLM request ids (strings the frontend picks) mapped to the
  * (server 0, slot) pairs an EngineCore works with, and the little per-request state the vLLM
  * output rules need (was the first output with tokens sent, did the frontend abort it, the routing
- * rows of prompt chunks held back until that first output).
+ * rows and prompt logprobs of prompt chunks held back until that first output).
  */
 export class LiveRequest {
   id = '';
@@ -20,6 +21,8 @@ export class LiveRequest {
   pendingRouting = new Uint8Array(0);
   pendingBytes = 0;
   pendingRows = 0;
+  /** Prompt logprobs asked (prompt_logprobs k >= 0), held until the first output; null: none. */
+  prompt: HeldPrompt | null = null;
 }
 
 export class LiveRequests {
@@ -47,9 +50,16 @@ export class LiveRequests {
 
   /**
    * A slot for a new request id. A live duplicate id is refused (vLLM's engine would die of it;
-   * the frontend guarantees uniqueness, so it is a caller bug here).
+   * the frontend guarantees uniqueness, so it is a caller bug here). `promptLogprobs`: the k of
+   * the prompt logprobs the engine computes for it (-1: none).
    */
-  add(id: string, promptLength: number, logprobs: boolean, mask: boolean): LiveRequest {
+  add(
+    id: string,
+    promptLength: number,
+    logprobs: boolean,
+    mask: boolean,
+    promptLogprobs = -1,
+  ): LiveRequest {
     if (this.#byId.has(id)) throw new RS_ERR_VLLM_BAD_FIELD('request_id', `${id} is already live`);
     let slot = this.#free.pop();
     if (slot === undefined) {
@@ -65,6 +75,7 @@ export class LiveRequests {
     r.promptLength = promptLength;
     r.logprobs = logprobs;
     r.mask = mask;
+    if (promptLogprobs >= 0) r.prompt = new HeldPrompt(promptLogprobs);
     this.#bySlot[slot] = r;
     this.#byId.set(id, r);
     return r;

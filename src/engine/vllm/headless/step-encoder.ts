@@ -19,7 +19,10 @@ import type { LiveRequest, LiveRequests } from './live-requests.js';
  * the first output with tokens, then one row per forwarded position. Routing rows go out as
  * [rows, num_hidden_layers, topk] like vLLM's capturer: a model whose first layers are dense (GLM)
  * gets zero ids there. LogprobsLists: column 0 the sampled token, then the request's k best
- * candidates (StepOutputs' top area), ranks from the simulator's candidate order.
+ * candidates (StepOutputs' top area), ranks from the simulator's candidate order. Prompt logprobs
+ * (StepOutputs' prompt area, per prefill chunk) are held with the routing rows and go out whole in
+ * that first output, as one LogprobsTensors of every position (held-prompt.ts), for a request that
+ * asked (an empty one for a one-token prompt, as vLLM sends).
  */
 
 const FINISH_TO_VLLM: Readonly<Record<FinishReason, number>> = {
@@ -85,6 +88,7 @@ export class StepEncoder {
       if (r === undefined) continue;
       if ((out.token[i] as number) < 0 && out.finish[i] === FinishReason.None) {
         this.#holdRouting(out, i, r);
+        r.prompt?.hold(out, i);
       } else if (!(r.clientAborted && out.finish[i] === FinishReason.Abort)) count++;
     }
     if (count === 0 && stats === null) {
@@ -148,6 +152,17 @@ export class StepEncoder {
     }
     if (hasToken && (r.pendingRows > 0 || (out.routingRows[i] as number) > 0))
       this.#routing(out, i, r);
+    o.promptLogprobs = null;
+    const prompt = r.prompt;
+    if (hasToken && prompt !== null && !prompt.sent) {
+      prompt.hold(out, i);
+      o.promptLogprobs = prompt.logprobs;
+      o.promptIds = prompt.ids;
+      o.promptRanks = prompt.ranks;
+      o.promptStart = 0;
+      o.promptPositions = prompt.positions;
+      o.promptWidth = prompt.width;
+    }
     o.maskCounts = null;
     if (r.mask && hasToken) {
       o.maskCounts = out.maskCount;
@@ -157,6 +172,7 @@ export class StepEncoder {
       o.maskIdCount = out.maskCount[i] as number;
     }
     this.#encoder.output(o);
+    if (o.promptLogprobs !== null) prompt?.release();
   }
 
   /** The held prompt rows and this row's rows, expanded to vLLM's row shape, into the record. */

@@ -10,6 +10,8 @@ import {
 import {
   logprobRow,
   maskRowAt,
+  promptLogprobRow,
+  promptRankAt,
   promptSum,
   rankAt,
   routedPositions,
@@ -169,6 +171,67 @@ describe('mirror engine: engine-wide options', () => {
       .filter((r) => r.decoded.message.outputs.length > 0 || r.decoded.message.utility_output)
       .map((r) => r.client);
     expect(new Set(clients)).toEqual(new Set([1]));
+  });
+});
+
+describe('mirror engine: prompt_logprobs', () => {
+  const prompt = [4, 9, 16, 25, 36, 49, 64];
+  const rowsOf = (k: number, from: number, to: number) => {
+    const positions = Array.from({ length: to - from }, (_, r) => from + r);
+    const rows = positions.map((p) => promptLogprobRow(prompt[p]!, p, k, VOCAB));
+    return {
+      tokenIds: rows.map((r) => r.ids),
+      logprobs: rows.map((r) => r.logprobs),
+      ranks: positions.map(promptRankAt),
+      idsDtype: 'int32',
+      ranksDtype: 'int32',
+    };
+  };
+
+  it('positions 1..P-1 in the first output with tokens; the frontend assembles them as vLLM', async () => {
+    const { frontend } = await openPair('0.33');
+    const id = await frontend.add('0.33', {
+      prompt_token_ids: prompt,
+      sampling_params: { max_tokens: 2, prompt_logprobs: 3 },
+    });
+    const outs = await frontend.finished(id);
+    expect(outs.map((o) => o.new_token_ids.length)).toEqual([1, 1]);
+    expect(outs[0]?.new_prompt_logprobs_tensors).toEqual(rowsOf(3, 1, prompt.length));
+    expect(outs[1]?.new_prompt_logprobs_tensors).toBeNull();
+    const positions = frontend.promptLogprobsOf(id)!;
+    expect(positions).toHaveLength(prompt.length);
+    expect(positions[0]).toBeNull();
+    const row = promptLogprobRow(prompt[2]!, 2, 3, VOCAB);
+    expect(positions[2]).toEqual(
+      row.ids.map((tokenId, e) => ({
+        tokenId,
+        logprob: row.logprobs[e],
+        rank: e === 0 ? promptRankAt(2) : e,
+      })),
+    );
+  });
+
+  it('in chunks without tokens when told (older vLLM); a narrower engine width is cut to it', async () => {
+    const { frontend } = await openPair('0.22', {
+      promptLogprobsChunk: 2,
+      promptLogprobsTopK: 4,
+      promptLogprobsDtype: 'int64',
+    });
+    const id = await frontend.add('0.22', {
+      prompt_token_ids: prompt,
+      sampling_params: { max_tokens: 1, prompt_logprobs: 1 },
+    });
+    const outs = await frontend.finished(id);
+    expect(outs.map((o) => o.new_token_ids.length)).toEqual([0, 0, 1]);
+    expect(outs.map((o) => o.new_prompt_logprobs_tensors?.tokenIds.length)).toEqual([2, 2, 2]);
+    expect(outs[1]?.new_prompt_logprobs_tensors).toEqual({
+      ...rowsOf(4, 3, 5),
+      idsDtype: 'int64',
+      ranksDtype: 'int64',
+    });
+    // The engine computed 4 candidates; vLLM's frontend keeps 1 + prompt_logprobs of each row.
+    const positions = frontend.promptLogprobsOf(id)!;
+    expect(positions.map((p) => p?.length ?? 0)).toEqual([0, 2, 2, 2, 2, 2, 2]);
   });
 });
 

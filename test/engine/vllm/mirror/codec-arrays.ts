@@ -24,13 +24,23 @@ export interface Logprobs {
   ranksDtype?: string;
 }
 
-/** Prompt logprobs (LogprobsTensors of torch tensors): rows for prompt positions 1..P-1. */
+/**
+ * Prompt logprobs (LogprobsTensors of torch tensors, VM §9a; vllm/v1/outputs.py): row r scores
+ * prompt position 1 + r of the request's prompt logprobs so far (a frontend counts rows on from
+ * chunk to chunk); column 0 the prompt token, then the engine's K best candidates.
+ */
 export interface PromptLogprobs {
   tokenIds: number[][];
   logprobs: number[][];
+  /** The prompt token's 1-based vocabulary rank, one per row (>= 1, as for sampled tokens). */
   ranks: number[];
+  /**
+   * torch dtype names. The encoder's defaults are vLLM's default model runner's
+   * (LogprobsTensors.empty_cpu: 'int32' ids and ranks); Model Runner V2 sends 'int64' ids.
+   */
+  idsDtype?: string;
+  ranksDtype?: string;
 }
-
 /** routed_experts: ids[(row * layers + layer) * topk + k]; `wide` is '<u2' (> 256 experts). */
 export interface RoutedExperts {
   rows: number;
@@ -100,17 +110,28 @@ export function decodeLogprobs(v: unknown, frames: Frames, where: string): Logpr
   return { tokenIds, logprobs, ranks: ranks.values, idsDtype: ids.dtype, ranksDtype: ranks.dtype };
 }
 
-/** Torch tensors, so torch dtype names (VM §9a); the 4th element is nil per request. */
+/**
+ * Torch tensors, so torch dtype names (VM §9a): `[ids [P, W], logprobs float32 [P, W], ranks [P],
+ * cu_num_generated_tokens]`, the 4th nil per request (vLLM >= #26060; every era here has it).
+ */
 export function encodePromptLogprobs(p: PromptLogprobs, frames: Frames): unknown[] {
+  const width = p.tokenIds[0]?.length ?? 1;
+  const rows = p.tokenIds.length;
+  const ids = { dtype: p.idsDtype ?? 'int32', shape: [rows, width], values: p.tokenIds.flat() };
+  const logprobs = { dtype: 'float32', shape: [rows, width], values: p.logprobs.flat() };
+  const ranks = { dtype: p.ranksDtype ?? 'int32', shape: [rows], values: p.ranks };
   return [
-    encodeTensor(fromRows('int64', p.tokenIds), frames),
-    encodeTensor(fromRows('float32', p.logprobs), frames),
-    encodeTensor({ dtype: 'int64', shape: [p.ranks.length], values: p.ranks }, frames),
+    encodeTensor(ids, frames),
+    encodeTensor(logprobs, frames),
+    encodeTensor(ranks, frames),
     null,
   ];
 }
 
-/** 3 elements in older versions, 4 in newer (VM §9a). */
+/**
+ * 3 elements before vLLM #26060, 4 since (VM §9a); ranks one per row and >= 1, and
+ * cu_num_generated_tokens nil, as vLLM's Rust client requires (protocol/logprobs.rs).
+ */
 export function decodePromptLogprobs(v: unknown, frames: Frames, where: string): PromptLogprobs {
   const a = array(v, where);
   if (a.length !== 3 && a.length !== 4) {
@@ -119,10 +140,26 @@ export function decodePromptLogprobs(v: unknown, frames: Frames, where: string):
   const ids = intTensor(decodeTensor(a[0], frames, `${where}.logprob_token_ids`), where);
   const lps = floatTensor(decodeTensor(a[1], frames, `${where}.logprobs`), where);
   const ranks = intTensor(decodeTensor(a[2], frames, `${where}.selected_token_ranks`), where);
-  const tokenIds = rowsOf(ids, where);
-  const logprobs = rowsOf(lps, where);
+  const tokenIds = rowsOf(ids, `${where}.logprob_token_ids`);
+  const logprobs = rowsOf(lps, `${where}.logprobs`);
   sameRows(tokenIds, logprobs, where);
-  return { tokenIds, logprobs, ranks: ranks.values };
+  if (ids.shape[1] !== lps.shape[1]) {
+    throw new MirrorDecodeError(where, 'token_ids and logprobs differ in width');
+  }
+  const oneRankPerRow = ranks.shape.length === 1 && ranks.values.length === tokenIds.length;
+  if (!oneRankPerRow || ranks.values.some((r) => r < 1)) {
+    throw new MirrorDecodeError(`${where}.selected_token_ranks`, 'one rank >= 1 per row wanted');
+  }
+  if (a.length === 4 && a[3] !== null) {
+    throw new MirrorDecodeError(`${where}.cu_num_generated_tokens`, 'not nil per request');
+  }
+  return {
+    tokenIds,
+    logprobs,
+    ranks: ranks.values,
+    idsDtype: ids.dtype,
+    ranksDtype: ranks.dtype,
+  };
 }
 
 export function encodeRoutedExperts(r: RoutedExperts, frames: Frames): unknown[] {

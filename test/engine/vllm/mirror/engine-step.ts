@@ -3,6 +3,7 @@
  * formulas, then the stop checks in vLLM's order (vllm/v1/core/sched/utils.py `check_stop`:
  * length first, then min_tokens, EOS unless ignore_eos, stop_token_ids), then the per-era extras.
  */
+import type { PromptLogprobs } from './codec-arrays.js';
 import type { EngineCoreOutput } from './codec-outputs.js';
 import { FinishReason } from './codec-outputs.js';
 import type { EngineCoreRequest } from './codec-requests.js';
@@ -11,6 +12,8 @@ import { type Era, eraAtLeast } from './eras.js';
 import {
   logprobRow,
   maskRowAt,
+  promptLogprobRow,
+  promptRankAt,
   promptSum,
   rankAt,
   routedPositions,
@@ -29,6 +32,17 @@ export interface StepShape {
   returnRoutedExperts: boolean;
   returnSamplingMask: boolean;
   tokensPerStep: number;
+  /**
+   * Prompt logprobs: 0 sends every position in the first output with tokens, as vLLM (its model
+   * runner hands the whole LogprobsTensors over when the prefill completes, and its scheduler
+   * sends no partial-prefill output); n > 0 sends them n positions a step, in outputs without
+   * tokens, before the first token (as vLLM's v1 scheduler did before that invariant).
+   */
+  promptLogprobsChunk: number;
+  /** The K the engine computes for prompt logprobs whatever was asked (Model Runner V2: 0). */
+  promptLogprobsTopK: number | null;
+  /** torch dtype of the ids and ranks: 'int32' (vLLM's default model runner) or 'int64'. */
+  promptLogprobsDtype: string;
 }
 
 /** A request the engine runs. */
@@ -37,6 +51,8 @@ export class LiveRequest {
   readonly sum: number;
   /** Tokens sent so far (C in the routing formula). */
   emitted = 0;
+  /** Prompt logprob positions sent so far. */
+  promptSent = 0;
 
   constructor(
     readonly request: EngineCoreRequest,
@@ -53,6 +69,12 @@ export class LiveRequest {
   /** The logprobs K asked for, or null. -1 (full vocabulary) is read as 0 here. */
   get logprobs(): number | null {
     const k = this.request.sampling_params?.logprobs;
+    return k === null || k === undefined ? null : Math.max(0, k);
+  }
+
+  /** The prompt_logprobs K asked for, or null. -1 (full vocabulary) is read as 0 here. */
+  get promptLogprobs(): number | null {
+    const k = this.request.sampling_params?.prompt_logprobs;
     return k === null || k === undefined ? null : Math.max(0, k);
   }
 }
@@ -100,6 +122,22 @@ function firstOutputExtras(out: EngineCoreOutput, live: LiveRequest, now: number
   ];
 }
 
+/** Prompt positions from live.promptSent + 1 on, `n` of them, as one LogprobsTensors. */
+function promptRows(shape: StepShape, live: LiveRequest, n: number): PromptLogprobs {
+  const k = shape.promptLogprobsTopK ?? live.promptLogprobs ?? 0;
+  const first = live.promptSent + 1;
+  const positions = Array.from({ length: n }, (_, r) => first + r);
+  const rows = positions.map((p) => promptLogprobRow(live.prompt[p]!, p, k, shape.vocab));
+  live.promptSent += n;
+  return {
+    tokenIds: rows.map((r) => r.ids),
+    logprobs: rows.map((r) => r.logprobs),
+    ranks: positions.map(promptRankAt),
+    idsDtype: shape.promptLogprobsDtype,
+    ranksDtype: shape.promptLogprobsDtype,
+  };
+}
+
 /**
  * The output of `live` for this step, and whether it finished. `logprobsWidth` is the K+1 the step
  * uses for every request that asked logprobs (vLLM makes it the step's largest, VE §5).
@@ -117,9 +155,20 @@ export function stepRequest(
     return { output: { request_id: id, new_token_ids: [], finish_reason: 3 }, finished: true };
   }
   const before = live.emitted;
+  const promptLeft = live.prompt.length - 1 - live.promptSent;
+  const asked = live.promptLogprobs !== null && before === 0;
+  const chunk = shape.promptLogprobsChunk;
+  if (asked && chunk > 0 && promptLeft > chunk) {
+    const prompt = promptRows(shape, live, chunk);
+    return {
+      output: { request_id: id, new_token_ids: [], new_prompt_logprobs_tensors: prompt },
+      finished: false,
+    };
+  }
   const g = generate(shape, live, maxTokens ?? SAMPLING_DEFAULTS.max_tokens);
   live.emitted += g.tokens.length;
   const out: EngineCoreOutput = { request_id: id, new_token_ids: g.tokens };
+  if (asked) out.new_prompt_logprobs_tensors = promptRows(shape, live, Math.max(0, promptLeft));
   if (live.logprobs !== null) {
     const rows = g.tokens.map((t, j) => logprobRow(t, before + j, logprobsWidth - 1, shape.vocab));
     out.new_logprobs = {

@@ -50,6 +50,12 @@ export interface MirrorEngineOptions {
   tokensPerStep?: number;
   /** K+1 of the step's widest request for every request that asked logprobs, as vLLM. */
   stepWideLogprobs?: boolean;
+  /** Prompt logprobs n positions a step before the first token (0: all with it, as vLLM). */
+  promptLogprobsChunk?: number;
+  /** The prompt-logprob K the engine computes whatever was asked (Model Runner V2: 0). */
+  promptLogprobsTopK?: number | null;
+  /** torch dtype of prompt-logprob ids and ranks: 'int32' (vLLM's default) or 'int64'. */
+  promptLogprobsDtype?: 'int32' | 'int64';
   /** The DP rank: the DEALER identity and data_parallel_rank. */
   rank?: number;
   vllmVersion?: string;
@@ -92,6 +98,9 @@ export class MirrorEngine {
       vocab: 510,
       tokensPerStep: 1,
       stepWideLogprobs: false,
+      promptLogprobsChunk: 0,
+      promptLogprobsTopK: null,
+      promptLogprobsDtype: 'int32',
       rank: 0,
       numGpuBlocks: 1000,
       blockSize: 16,

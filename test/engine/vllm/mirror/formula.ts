@@ -53,6 +53,37 @@ export function logprobRow(
   return { ids, logprobs };
 }
 
+/** The logprob of prompt position p (p >= 1) given the tokens before it; exact in float32. */
+export function promptLogprobAt(p: number): number {
+  return -(p + 2) / 8;
+}
+
+/** The 1-based vocabulary rank of prompt token p: 1, 2, 3, 4, 1, ... from position 1 on. */
+export function promptRankAt(p: number): number {
+  return ((p - 1) % 4) + 1;
+}
+
+/**
+ * One LogprobsTensors row of prompt position p (token `token`) with K candidates, as logprobRow:
+ * column 0 the prompt token, then the K most likely, the prompt token in column promptRankAt(p)
+ * when its rank is <= K.
+ */
+export function promptLogprobRow(
+  token: number,
+  p: number,
+  k: number,
+  vocab: number,
+): { ids: number[]; logprobs: number[] } {
+  const rank = promptRankAt(p);
+  const ids = [token];
+  const logprobs = [promptLogprobAt(p)];
+  for (let j = 1; j <= k; j++) {
+    ids.push(j === rank ? token : otherId(token, j, vocab));
+    logprobs.push(promptLogprobAt(p) + (rank - j) / 4);
+  }
+  return { ids, logprobs };
+}
+
 /** The expert of position `pos`, layer `layer`, k-th choice. */
 export function expertAt(pos: number, layer: number, k: number, numExperts: number): number {
   return (pos + 3 * layer + k) % numExperts;

@@ -50,6 +50,13 @@ interface PendingCall {
   resolve(u: UtilityOutput): void;
 }
 
+/** One entry of a position's prompt logprobs, as vLLM's frontend keeps it (a Logprob). */
+export interface PromptLogprobEntry {
+  tokenId: number;
+  logprob: number;
+  rank: number;
+}
+
 /** A call id as Python draws one (uuid1().int >> 64), with the top bit set: always >= 2^63. */
 export function highCallId(): bigint {
   return randomBytes(8).readBigUInt64BE() | (1n << 63n);
@@ -69,6 +76,8 @@ export class MirrorFrontend {
   engineIdentity: Buffer | null = null;
   dead = false;
   readonly #byRequest = new Map<string, EngineCoreOutput[]>();
+  /** prompt_logprobs of each ADD sent (null: not asked). */
+  readonly #promptK = new Map<string, number | null>();
   readonly #calls = new Map<bigint, PendingCall>();
   readonly #listeners = new Set<() => void>();
   readonly #inputs: SendQueue[];
@@ -152,6 +161,7 @@ export class MirrorFrontend {
       data_parallel_rank: null,
       ...input,
     };
+    this.#promptK.set(request.request_id, request.sampling_params?.prompt_logprobs ?? null);
     await this.sendRaw(encodeAdd(era, request), request.client_index ?? 0);
     return request.request_id;
   }
@@ -197,6 +207,33 @@ export class MirrorFrontend {
 
   tokensOf(requestId: string): number[] {
     return this.outputsOf(requestId).flatMap((o) => o.new_token_ids);
+  }
+
+  /**
+   * The request's prompt logprobs as vLLM's frontend assembles them (vllm/v1/engine/logprobs.py
+   * `_update_prompt_logprobs`, vllm/logprobs.py): null for position 0, then every row of every
+   * output's new_prompt_logprobs_tensors in order, each cut to 1 + its prompt_logprobs entries
+   * (the prompt token with its rank, then candidates ranked 1..). null when it did not ask.
+   */
+  promptLogprobsOf(requestId: string): (PromptLogprobEntry[] | null)[] | null {
+    const k = this.#promptK.get(requestId) ?? null;
+    if (k === null) return null;
+    const positions: (PromptLogprobEntry[] | null)[] = [null];
+    for (const o of this.outputsOf(requestId)) {
+      const t = o.new_prompt_logprobs_tensors;
+      if (t === null || t === undefined) continue;
+      t.tokenIds.forEach((ids, r) => {
+        const n = k === -1 ? ids.length : Math.min(ids.length, 1 + k);
+        positions.push(
+          ids.slice(0, n).map((tokenId, e) => ({
+            tokenId,
+            logprob: t.logprobs[r]![e]!,
+            rank: e === 0 ? t.ranks[r]! : e,
+          })),
+        );
+      });
+    }
+    return positions;
   }
 
   /**
