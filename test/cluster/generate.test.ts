@@ -185,7 +185,7 @@ describe('generate on a 2-API-server cluster', () => {
       [{ token_ids: [1] }, 'sampling_params'],
       [{ token_ids: [1], sampling_params: { n: 2 }, stream: true }, 'sampling_params.n'],
       [
-        { token_ids: [1], sampling_params: { prompt_logprobs: 1 } },
+        { token_ids: [1], sampling_params: { prompt_logprobs: 1 }, stream: true },
         'sampling_params.prompt_logprobs',
       ],
       [{ token_ids: [1], sampling_params: {}, priority: 3 }, 'priority'],
