@@ -21,7 +21,8 @@ const ALLOWED: Readonly<Record<string, readonly string[] | 'any'>> = {
   protocol: ['wire', 'errors'],
   server: ['wire', 'shm', 'protocol', 'obs', 'config', 'errors', 'tokenizer'],
   client: ['protocol', 'errors'],
-  router: ['protocol', 'client', 'obs', 'config', 'errors'],
+  // shm: the merge threads' priority (thread-priority.ts), as the server's packers.
+  router: ['protocol', 'client', 'obs', 'config', 'errors', 'shm'],
   tokenizer: ['errors'],
   cluster: 'any',
   cli: 'any',

@@ -4,7 +4,9 @@
  * request with max_tokens 1 and `kv_transfer_params: {"do_remote_decode": true}`, the decode
  * instance the same prompt with the handle the prefill answer returned; the answers are merged
  * (merge.ts) and written in the client's form with protocol/'s writers. The router asks both
- * instances for msgpack (raw bytes, no base64) and decodes into typed arrays only.
+ * instances for msgpack (raw bytes, no base64). Decoding, merging and encoding run in a merge
+ * thread (merge-pool.ts, issue 32): this thread moves the answers' bytes there and the client's
+ * back, and holds no per-token object.
  *
  * An instance's error answer (4xx, 503, ...) is the client's answer, status and body as sent; an
  * instance that cannot be reached or answers something that does not decode is a 502.
@@ -12,21 +14,21 @@
 import { randomUUID } from 'node:crypto';
 import { pack } from 'msgpackr';
 import { request } from 'undici';
-import { decodeGenerateBody, type GenerateResult } from '../client/decode.js';
-import { decodePromptLogprobs } from '../client/prompt-logprobs.js';
-import { RS_ERR_ROUTER_UPSTREAM, toRingserveError } from '../errors.js';
-import { GenerateResponseEncoder, type ResponseForm } from '../protocol/generate-response.js';
-import { mergeAnswers } from './merge.js';
+import { RS_ERR_ROUTER_UPSTREAM } from '../errors.js';
+import type { ResponseForm } from '../protocol/generate-response.js';
+import { KvOutcome, type MergeSpec } from './merge-messages.js';
+import type { MergeJob, MergePool } from './merge-pool.js';
 import type { RouterMetrics } from './router-metrics.js';
+import type { TurnGate } from './turn-gate.js';
 import type { Upstream, UpstreamPool } from './upstreams.js';
 
 export const GENERATE_PATH = '/inference/v1/generate';
 
 type Body = Record<string, unknown>;
 
-/** An instance's answer: decoded when 200, else passed through as is. */
+/** An instance's answer: its bytes when 200 (for a merge thread), else passed through as is. */
 export type UpstreamAnswer =
-  | { ok: true; result: GenerateResult }
+  | { ok: true; url: string; contentType: string; bytes: Uint8Array }
   | { ok: false; status: number; contentType: string; body: Buffer };
 
 /** What the client gets for a non-streamed request. */
@@ -40,9 +42,16 @@ export interface PdPair {
   prefill: UpstreamPool;
   decode: UpstreamPool;
   metrics: RouterMetrics;
+  /** The merge threads; absent: buildRouterApp starts its own (RouterAppOptions.mergeThreads). */
+  merge?: MergePool;
 }
 
-const encoder = new GenerateResponseEncoder();
+/** What the generate route works with beside the pair: merge threads, and turns of the loop. */
+export interface PdWork {
+  merge: MergePool;
+  /** Each step (a call sent, an answer written) passes it first. */
+  turns: TurnGate;
+}
 
 /** The client's form (docs/contract.md): msgpack when accepted, legacy when `"packed": false`. */
 export function clientForm(accept: string | undefined, body: Body): ResponseForm {
@@ -97,13 +106,23 @@ export function decodeBody(body: Body, requestId: string, handle: unknown, strea
   };
 }
 
-/** POSTs a generate body to an instance of `pool` (least outstanding) for msgpack or SSE. */
+/**
+ * A client request's `X-Session-ID` (affinity.ts), kept beside its body so that both of its calls
+ * go to the session's instances; set by the generate route.
+ */
+export const SESSIONS = new WeakMap<Body, string>();
+
+/**
+ * POSTs a generate body to an instance of `pool` for msgpack or SSE: the session's instance when
+ * `session` is given, else the one with the fewest outstanding requests.
+ */
 export async function postGenerate(
   pool: UpstreamPool,
   body: Body,
   signal: AbortSignal,
+  session?: string,
 ): Promise<{ upstream: Upstream; res: Awaited<ReturnType<typeof request>> }> {
-  const upstream = pool.acquire();
+  const upstream = pool.acquire(session);
   try {
     const res = await request(`${upstream.url}${GENERATE_PATH}`, {
       method: 'POST',
@@ -139,67 +158,101 @@ export async function postGenerate(
   }
 }
 
-/** A non-streamed call: the decoded answer, or the instance's error answer. */
+/** A non-streamed call: the answer's bytes, or the instance's error answer. */
 export async function callInstance(
   pool: UpstreamPool,
   body: Body,
   signal: AbortSignal,
+  session?: string,
 ): Promise<UpstreamAnswer> {
-  const { upstream, res } = await postGenerate(pool, body, signal);
+  const { upstream, res } = await postGenerate(pool, body, signal, session);
   try {
-    const bytes = Buffer.from(await res.body.arrayBuffer());
+    // A fresh ArrayBuffer of the body's length (undici copies the chunks once): movable as is.
+    const bytes = new Uint8Array(await res.body.arrayBuffer());
     const contentType = String(res.headers['content-type'] ?? 'application/json');
     if (res.statusCode !== 200)
-      return { ok: false, status: res.statusCode, contentType, body: bytes };
-    try {
-      return { ok: true, result: decodeGenerateBody(bytes, contentType) };
-    } catch (error) {
-      throw new RS_ERR_ROUTER_UPSTREAM(pool.role, upstream.url, toRingserveError(error).message);
-    }
+      return { ok: false, status: res.statusCode, contentType, body: Buffer.from(bytes.buffer) };
+    return { ok: true, url: upstream.url, contentType, bytes };
   } catch (error) {
-    if ((error as { code?: string }).code === 'RS_ERR_ROUTER_UPSTREAM') throw error;
     throw new RS_ERR_ROUTER_UPSTREAM(pool.role, upstream.url, (error as Error).message);
   } finally {
     pool.release(upstream);
   }
 }
 
-/** Prefill then decode then merge, for a non-streamed request. */
+/** What the merge thread needs of the client's request, sent with the prefill answer. */
+export function mergeSpec(
+  body: Body,
+  requestId: string,
+  form: ResponseForm,
+  stream: boolean,
+): MergeSpec {
+  const k = promptLogprobsK(body);
+  return {
+    requestId,
+    form,
+    stream,
+    clientKv: body.kv_transfer_params ?? null,
+    promptLogprobsK: k,
+    promptTokenIds: k >= 0 ? (body.token_ids as number[]) : null,
+  };
+}
+
+/** The decode instance's way to the prompt's KV, counted in the router's metrics. */
+export function noteKv(metrics: RouterMetrics, kv: KvOutcome): void {
+  if (kv === KvOutcome.Imported) metrics.imported++;
+  else if (kv === KvOutcome.Recomputed) metrics.recomputed++;
+}
+
+/** Prefill then decode, merged in a merge thread, for a non-streamed request. */
 export async function proxyGenerate(
   pair: PdPair,
+  work: PdWork,
   body: Body,
   requestId: string,
   form: ResponseForm,
   signal: AbortSignal,
 ): Promise<ProxyReply> {
-  const prefill = await callInstance(pair.prefill, prefillBody(body, requestId, form), signal);
+  const job = work.merge.open();
+  try {
+    return await mergedAnswer(pair, work.turns, job, body, requestId, form, signal);
+  } finally {
+    job.close();
+  }
+}
+
+async function mergedAnswer(
+  pair: PdPair,
+  turns: TurnGate,
+  job: MergeJob,
+  body: Body,
+  requestId: string,
+  form: ResponseForm,
+  signal: AbortSignal,
+): Promise<ProxyReply> {
+  await turns.pass();
+  const session = SESSIONS.get(body);
+  const prefill = await callInstance(
+    pair.prefill,
+    prefillBody(body, requestId, form),
+    signal,
+    session,
+  );
   if (!prefill.ok) return prefill;
-  const handle = prefill.result.kvTransferParams;
+  const spec = mergeSpec(body, requestId, form, false);
+  const handle = await job.prefill(prefill.bytes, prefill.contentType, prefill.url, spec);
+  await turns.pass();
   const decode = await callInstance(
     pair.decode,
     decodeBody(body, requestId, handle, false),
     signal,
+    session,
   );
   if (!decode.ok) return decode;
-  pair.metrics.noteDecode(prefill.result, decode.result);
-  const merged = mergeAnswers(
-    prefill.result,
-    decode.result,
-    requestId,
-    body.kv_transfer_params ?? null,
-  );
-  const k = promptLogprobsK(body);
-  if (k >= 0) {
-    try {
-      merged.promptLogprobs = decodePromptLogprobs(
-        prefill.result.promptLogprobs,
-        body.token_ids as number[],
-        k,
-      );
-    } catch (error) {
-      throw new RS_ERR_ROUTER_UPSTREAM('prefill', '', (error as Error).message);
-    }
-  }
+  const { body: answer, kv } = await job.merge(decode.bytes, decode.contentType, decode.url);
+  noteKv(pair.metrics, kv);
+  // The caller sends it in this step.
+  await turns.pass();
   const contentType = form === 'msgpack' ? 'application/msgpack' : 'application/json';
-  return { status: 200, contentType, body: encoder.encode(merged, form) };
+  return { status: 200, contentType, body: answer };
 }

@@ -5,40 +5,54 @@
  * contract's error body. With an API key, generate needs it as a Bearer key (401 otherwise), as a
  * server's inference routes do; /health and /metrics stay open for load balancers and scrapers.
  * An answer of 5xx the router makes itself (an instance unreachable, a merge that cannot be done) is
- * logged at warn; what instances answer is theirs to log.
+ * logged at warn; what instances answer is theirs to log. Merges run in merge threads
+ * (merge-pool.ts): this thread only moves bytes between sockets and threads.
  */
-import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
 import { unpack } from 'msgpackr';
 import {
   RS_ERR_AUTH_UNAUTHORIZED,
   RS_ERR_HTTP_ROUTE_NOT_FOUND,
   RS_ERR_REQ_INVALID_BODY,
-  RS_ERR_ROUTER_UPSTREAM,
   toErrorBody,
 } from '../errors.js';
 import type { Logger } from '../obs/log.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../obs/text-format.js';
 import { bearerMatches, keyDigest } from '../protocol/bearer.js';
 import { fail, isPlainObject } from '../protocol/fields.js';
+import { sessionKey } from './affinity.js';
+import { DEFAULT_MERGE_NICE, DEFAULT_MERGE_THREADS, MergePool } from './merge-pool.js';
 import {
-  callInstance,
   clientForm,
-  decodeBody,
   GENERATE_PATH,
   type PdPair,
-  postGenerate,
-  prefillBody,
+  type PdWork,
   proxyGenerate,
   requestIdFor,
+  SESSIONS,
 } from './pd-proxy.js';
-import { StreamMerger } from './stream-merge.js';
+import { streamGenerate } from './stream-proxy.js';
+import { TurnGate } from './turn-gate.js';
 
 export interface RouterAppOptions {
   bodyLimitBytes: number;
   /** The Bearer key clients must send on the generate route; null: open. */
   apiKey: string | null;
   log: Logger;
+  /** Merge threads, when `pair.merge` is not given (default DEFAULT_MERGE_THREADS, 1..64). */
+  mergeThreads?: number;
+  /** Their nice above the main thread's (default DEFAULT_MERGE_NICE, 0..19; 0: the same). */
+  mergeNice?: number;
+  /** Generate steps per turn of the event loop (turn-gate.ts; default STEPS_PER_TURN). */
+  stepsPerTurn?: number;
 }
+
+/**
+ * One step a turn: a step costs ~0.3-1 ms of this thread, mostly syscalls (a connect, the write of
+ * an answer). With it and the accept hold, bench/router.ts's /health p99 stayed within 1.04x the
+ * floor process's in 4 runs out of 4; without the gate, it ran past 500 ms in most runs.
+ */
+export const STEPS_PER_TURN = 1;
 
 export function buildRouterApp(pair: PdPair, options: RouterAppOptions): FastifyInstance {
   const { log } = options;
@@ -48,6 +62,11 @@ export function buildRouterApp(pair: PdPair, options: RouterAppOptions): Fastify
     keepAliveTimeout: 75_000,
     forceCloseConnections: true,
   });
+  const work: PdWork = {
+    merge: pair.merge ?? ownMergePool(app, options),
+    turns: new TurnGate(options.stepsPerTurn ?? STEPS_PER_TURN),
+  };
+  app.server.on('connection', () => work.turns.noteAccept());
   app.addContentTypeParser(
     ['application/msgpack', 'application/x-msgpack'],
     { parseAs: 'buffer' },
@@ -105,91 +124,29 @@ export function buildRouterApp(pair: PdPair, options: RouterAppOptions): Fastify
       fail('sampling_params.prompt_logprobs', 'prompt logprobs are answered without stream only');
     const header = request.headers['x-request-id'];
     const requestId = requestIdFor(typeof header === 'string' ? header : undefined, body);
+    // X-Session-ID: both calls go to the session's instances (affinity.ts).
+    const session = sessionKey(request.headers);
+    if (session !== undefined) SESSIONS.set(body, session);
     const aborted = new AbortController();
     reply.raw.on('close', () => {
       if (!reply.raw.writableFinished) aborted.abort();
     });
-    if (body.stream === true) return streamGenerate(pair, body, requestId, reply, aborted.signal);
+    if (body.stream === true)
+      return streamGenerate(pair, work, body, requestId, reply, aborted.signal, log);
     const form = clientForm(request.headers.accept, body);
-    const answer = await proxyGenerate(pair, body, requestId, form, aborted.signal);
+    const answer = await proxyGenerate(pair, work, body, requestId, form, aborted.signal);
     pair.metrics.noteAnswer(answer.status);
     return reply.code(answer.status).type(answer.contentType).send(answer.body);
   });
   return app;
 }
 
-/** Prefill (not streamed), then the decode stream re-written event by event. */
-async function streamGenerate(
-  pair: PdPair,
-  body: Record<string, unknown>,
-  requestId: string,
-  reply: FastifyReply,
-  signal: AbortSignal,
-): Promise<FastifyReply> {
-  const prefill = await callInstance(pair.prefill, prefillBody(body, requestId), signal);
-  if (!prefill.ok) {
-    pair.metrics.noteAnswer(prefill.status);
-    return reply.code(prefill.status).type(prefill.contentType).send(prefill.body);
-  }
-  const p = prefill.result;
-  const handle = p.kvTransferParams;
-  const { upstream, res } = await postGenerate(
-    pair.decode,
-    decodeBody(body, requestId, handle, true),
-    signal,
-  );
-  try {
-    if (res.statusCode !== 200) {
-      const bytes = Buffer.from(await res.body.arrayBuffer());
-      pair.metrics.noteAnswer(res.statusCode);
-      return reply.code(res.statusCode).type(String(res.headers['content-type'])).send(bytes);
-    }
-    const promptTokens = p.usage?.promptTokens ?? 0;
-    const merger = new StreamMerger(
-      requestId,
-      body.packed === false,
-      p.choices[0]?.routedExperts ?? null,
-      promptTokens,
-      p.usage?.cachedTokens ?? null,
-    );
-    reply.hijack();
-    const raw = reply.raw;
-    raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-    pair.metrics.noteAnswer(200);
-    for await (const chunk of res.body) {
-      const out = merger.push(chunk as Buffer);
-      if (out.length > 0 && !raw.write(out)) await onceDrained(raw, signal);
-      if (merger.done) break;
-    }
-    if (!merger.done && !signal.aborted) {
-      const cut = new RS_ERR_ROUTER_UPSTREAM(
-        'decode',
-        upstream.url,
-        'its stream ended before [DONE]',
-      );
-      raw.write(merger.fail(cut));
-    }
-    raw.end();
-    return reply;
-  } catch (error) {
-    if (reply.sent) {
-      reply.raw.destroy();
-      return reply;
-    }
-    throw error;
-  } finally {
-    pair.decode.release(upstream);
-  }
-}
-
-function onceDrained(raw: NodeJS.WritableStream, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const done = (): void => {
-      raw.off('drain', done);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    raw.on('drain', done);
-    signal.addEventListener('abort', done);
+/** The app's own merge threads, closed with it. */
+function ownMergePool(app: FastifyInstance, options: RouterAppOptions): MergePool {
+  const merge = new MergePool({
+    threads: options.mergeThreads ?? DEFAULT_MERGE_THREADS,
+    priority: { nice: options.mergeNice ?? DEFAULT_MERGE_NICE, policy: 'other' },
   });
+  app.addHook('onClose', () => merge.close());
+  return merge;
 }

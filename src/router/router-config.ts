@@ -1,6 +1,6 @@
 /**
  * `ringserve router` flags: the instances of each role, where to listen, how often to check the
- * instances' health, its keys and its log level. A table like src/config.ts's CONFIG_FIELDS (the
+ * instances' health, its keys, how long a removed instance may drain and its log level. A table like src/config.ts's CONFIG_FIELDS (the
  * router is not a server and takes none of its other flags), with --help generated from it; a bad
  * value names its flag. As a server, the router refuses a non-loopback --host without --api-key
  * unless --allow-unauthenticated: anyone who reaches it may generate on the instances behind it.
@@ -15,10 +15,19 @@ export interface RouterConfig {
   port: number;
   healthIntervalMs: number;
   bodyLimitMb: number;
-  /** Clients must send it as a Bearer key on the generate route; null: open. */
+  /** Clients must send it as a Bearer key on generate and the /v1 routes; null: open. */
   apiKey: string | null;
   /** Sent as a Bearer key to every instance; --upstream-api-key, else the router's own key. */
   upstreamApiKey: string | null;
+  /**
+   * Clients must send it on the admin routes (fan-out, /instances); null: the --api-key does, and
+   * with neither they are open (only on loopback, or with --allow-unauthenticated).
+   */
+  adminApiKey: string | null;
+  /** How long DELETE /instances waits for a removed instance's requests before its 503. */
+  instanceDrainTimeoutS: number;
+  /** Threads that merge prefill and decode answers off the event loop (merge-pool.ts). */
+  mergeThreads: number;
   allowUnauthenticated: boolean;
   logLevel: RingserveConfig['logLevel'];
 }
@@ -44,8 +53,11 @@ const ROUTER_FLAGS: readonly RouterFlag[] = [
   { flag: '--port', key: 'port', kind: 'int', default: 8000, min: 0, max: 65535, help: 'TCP port (0 = any free port)' },
   { flag: '--health-interval-ms', key: 'healthIntervalMs', kind: 'int', default: 2000, min: 100, max: 600_000, help: "how often each instance's /health is checked" },
   { flag: '--body-limit-mb', key: 'bodyLimitMb', kind: 'int', default: 32, min: 1, max: 1024, help: 'largest request body in MiB (413 above)' },
-  { flag: '--api-key', key: 'apiKey', kind: 'string', default: null, env: 'VLLM_API_KEY', help: 'require "Authorization: Bearer <key>" on /inference/v1/generate (/health and /metrics stay open)' },
+  { flag: '--api-key', key: 'apiKey', kind: 'string', default: null, env: 'VLLM_API_KEY', help: 'require "Authorization: Bearer <key>" on /inference/v1/generate and the /v1 routes (/health, /liveness and /metrics stay open)' },
   { flag: '--upstream-api-key', key: 'upstreamApiKey', kind: 'string', default: null, env: 'RINGSERVE_UPSTREAM_API_KEY', help: "the Bearer key sent to the instances (when unset: the router's --api-key, if any)" },
+  { flag: '--admin-api-key', key: 'adminApiKey', kind: 'string', default: null, env: 'RINGSERVE_ADMIN_API_KEY', help: 'require this key on the admin routes (pause, update_weights, ..., /instances; when unset: the --api-key, if any)' },
+  { flag: '--merge-threads', key: 'mergeThreads', kind: 'int', default: 1, min: 1, max: 64, help: 'threads that merge prefill and decode answers off the event loop (a request stays on one)' },
+  { flag: '--instance-drain-timeout-s', key: 'instanceDrainTimeoutS', kind: 'int', default: 300, min: 0, max: 86_400, help: 'how long DELETE /instances waits for a removed instance to finish its requests (503 after; it is dropped once they finish)' },
   { flag: '--allow-unauthenticated', key: 'allowUnauthenticated', kind: 'bool', default: false, help: 'allow a non-loopback --host without --api-key' },
   { flag: '--log-level', key: 'logLevel', kind: 'enum', default: 'info', choices: LOG_LEVELS, help: 'pino log level' },
 ];

@@ -1,11 +1,12 @@
 /**
  * The router's own /metrics: requests by outcome, the decode answers that recomputed the prompt
- * (a failed or expired KV load: their rows start before P-1), and per instance its outstanding
- * requests and health. Prometheus text written with obs/'s helpers, as the server's families are.
+ * (a failed or expired KV load: their rows start before P-1), per role its instances (all, and
+ * those taking requests: healthy and not draining), and per instance its outstanding requests,
+ * health and whether it drains. Prometheus text written with obs/'s helpers, as the server's families are.
  */
 import type { GenerateResult } from '../client/decode.js';
 import { familyHeader, labelText, sampleValue } from '../obs/text-format.js';
-import type { UpstreamPool } from './upstreams.js';
+import type { Upstream, UpstreamPool } from './upstreams.js';
 
 export class RouterMetrics {
   readonly #byCode = new Map<number, number>();
@@ -41,32 +42,68 @@ export class RouterMetrics {
     );
     out += `ringserve_router_kv_imports_total{outcome="imported"} ${this.imported}\n`;
     out += `ringserve_router_kv_imports_total{outcome="recomputed"} ${this.recomputed}\n`;
-    out += familyHeader(
+    out += perRole(
+      pools,
+      'ringserve_router_instances',
+      'Instances per role, draining ones included.',
+      (p) => p.instances.length,
+    );
+    out += perRole(
+      pools,
+      'ringserve_router_instances_serving',
+      'Instances per role that take new requests (healthy, not draining).',
+      (p) => p.instances.filter((u) => u.healthy && !u.draining).length,
+    );
+    out += perInstance(
+      pools,
       'ringserve_router_upstream_outstanding',
       'Requests in flight per instance.',
-      'gauge',
+      (u) => u.outstanding,
     );
-    for (const pool of pools) {
-      for (const u of pool.instances) {
-        out += `ringserve_router_upstream_outstanding{${labelText([
-          ['role', pool.role],
-          ['url', u.url],
-        ])}} ${sampleValue(u.outstanding)}\n`;
-      }
-    }
-    out += familyHeader(
+    out += perInstance(
+      pools,
       'ringserve_router_upstream_healthy',
       '1 while the instance passes its /health check.',
-      'gauge',
+      (u) => (u.healthy ? 1 : 0),
     );
-    for (const pool of pools) {
-      for (const u of pool.instances) {
-        out += `ringserve_router_upstream_healthy{${labelText([
-          ['role', pool.role],
-          ['url', u.url],
-        ])}} ${u.healthy ? 1 : 0}\n`;
-      }
-    }
+    out += perInstance(
+      pools,
+      'ringserve_router_upstream_draining',
+      '1 while the instance is being removed (no new requests).',
+      (u) => (u.draining ? 1 : 0),
+    );
     return out;
   }
+}
+
+/** A gauge family with one sample per role. */
+function perRole(
+  pools: readonly UpstreamPool[],
+  name: string,
+  help: string,
+  value: (pool: UpstreamPool) => number,
+): string {
+  let out = familyHeader(name, help, 'gauge');
+  for (const pool of pools) out += `${name}{${labelText([['role', pool.role]])}} ${value(pool)}\n`;
+  return out;
+}
+
+/** A gauge family with one sample per instance, labelled by role and URL. */
+function perInstance(
+  pools: readonly UpstreamPool[],
+  name: string,
+  help: string,
+  value: (u: Upstream) => number,
+): string {
+  let out = familyHeader(name, help, 'gauge');
+  for (const pool of pools) {
+    for (const u of pool.instances) {
+      const labels = labelText([
+        ['role', pool.role],
+        ['url', u.url],
+      ]);
+      out += `${name}{${labels}} ${sampleValue(value(u))}\n`;
+    }
+  }
+  return out;
 }

@@ -1,12 +1,14 @@
 /**
  * `ringserve router`: a P/D proxy in front of prefill and decode instances (DESIGN.md, "Roles and
- * the router"). Starts the health checks and the HTTP server; close() stops both.
+ * the router"). Starts the health checks and the HTTP server; close() stops both, and answers any
+ * DELETE /instances still waiting for a drain.
  */
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from '../obs/log.js';
 import { buildRouterApp } from './router-app.js';
 import type { RouterConfig } from './router-config.js';
 import { RouterMetrics } from './router-metrics.js';
+import { registerRouterRoutes } from './router-routes.js';
 import { UpstreamPool } from './upstreams.js';
 
 export class Router {
@@ -24,6 +26,14 @@ export class Router {
     this.#app = buildRouterApp(pair, {
       bodyLimitBytes: config.bodyLimitMb * 1024 * 1024,
       apiKey: config.apiKey,
+      mergeThreads: config.mergeThreads,
+      log,
+    });
+    // Fan-out control routes, the OpenAI routes, membership and /liveness (router-routes.ts).
+    registerRouterRoutes(this.#app, pair, {
+      apiKey: config.apiKey,
+      adminApiKey: config.adminApiKey,
+      instanceDrainTimeoutMs: config.instanceDrainTimeoutS * 1000,
       log,
     });
   }

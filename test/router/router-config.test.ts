@@ -32,6 +32,9 @@ describe('router flags', () => {
       bodyLimitMb: 32,
       apiKey: null,
       upstreamApiKey: null,
+      adminApiKey: null,
+      instanceDrainTimeoutS: 300,
+      mergeThreads: 1,
       allowUnauthenticated: false,
       logLevel: 'info',
     });
