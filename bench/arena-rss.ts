@@ -84,6 +84,7 @@ function writeStep(producer: RingProducer, requests: number, step: number, last:
     i32[rec.at(StepColumn.RoutingRows, j)] = 1;
     i32[rec.at(StepColumn.RoutingFirstPos, j)] = 16 + step;
     i32[rec.at(StepColumn.RejectReason, j)] = 0;
+    i32[rec.at(StepColumn.KvParamsBytes, j)] = 0;
     for (let k = 0; k < MASK_IDS; k++) i32[mask++] = (step + k) % 900;
     u8.fill((step + j) & 0x7f, routing, routing + rowIds);
     routing += rowIds;

@@ -85,16 +85,18 @@ export const stepPayload: fc.Arbitrary<Int32Array> = fc.oneof(
         masks += maskCounts[j]!;
         rows += rowCounts[j]!;
       }
-      const words = new Int32Array(12 + stride * 12 + masks + 64);
-      words.set([count, masks, rows, layers, topk, idBytes, 0, 0], 0);
-      for (let k = 12; k < words.length; k++) words[k] = noise[k % noise.length]!;
-      const col = (c: number, j: number) => 12 + c * stride + j;
+      // The header: i32[10] and f64[2] (14 words); then 17 columns.
+      const words = new Int32Array(14 + stride * 17 + masks + 64);
+      words.set([count, masks, rows, layers, topk, idBytes, 0, 0, 0, 0], 0);
+      for (let k = 14; k < words.length; k++) words[k] = noise[k % noise.length]!;
+      const col = (c: number, j: number) => 14 + c * stride + j;
       for (let j = 0; j < count; j++) {
         words[col(0, j)] = Math.abs(words[col(0, j)]!) % SLOTS;
         words[col(3, j)] = finishes[j]!;
         words[col(7, j)] = maskCounts[j]!;
         words[col(8, j)] = rowCounts[j]!;
         words[col(10, j)] = GEN;
+        words[col(16, j)] = 0;
       }
       // A few words anywhere replaced by any 32-bit value.
       for (const lie of lies) words[Math.abs(lie) % words.length] = lie;

@@ -8,7 +8,7 @@
  */
 import type { RingserveConfig } from '../config.js';
 import type { LayoutParams } from '../shm/layout.js';
-import { stepOutputBytesBound, stepRecordBytes } from '../wire/messages.js';
+import { MAX_KV_PARAMS_BYTES, stepOutputBytesBound, stepRecordBytes } from '../wire/messages.js';
 import { expertIdBytes, getModelCard } from '../wire/model-card.js';
 
 // 32 MiB: a burst of 300 prompts of 16k tokens (19 MiB) is taken without waiting for the engine.
@@ -27,7 +27,8 @@ export function layoutParamsFor(config: RingserveConfig): LayoutParams {
   const card = getModelCard(config.model);
   const rowIds = card.routingLayers * card.expertsPerToken;
   const idBytes = expertIdBytes(card);
-  const largestAdd = 256 + config.maxModelLen * 4;
+  // A prompt of max_model_len tokens and the largest kv_transfer_params a request hands an engine.
+  const largestAdd = 256 + config.maxModelLen * 4 + MAX_KV_PARAMS_BYTES;
   const rows = config.maxNumBatchedTokens + config.maxNumSeqs;
   const largestStep = stepRecordBytes(
     config.maxNumSeqs,
@@ -41,6 +42,9 @@ export function layoutParamsFor(config: RingserveConfig): LayoutParams {
     config.maxNumBatchedTokens,
     rowIds,
     idBytes,
+    0,
+    0,
+    MAX_KV_PARAMS_BYTES,
   );
   const outputRing = Math.max(largestStep, largestOutput) * RECORDS_PER_RING;
   return {

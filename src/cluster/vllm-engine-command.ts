@@ -3,6 +3,8 @@ import { parseArgs } from '../cli-args.js';
 import { CONFIG_FIELDS, type ConfigField, describeRange, type RingserveConfig } from '../config.js';
 import { dialFrontend } from '../engine/vllm/headless/dial.js';
 import { VllmHeadlessEngine } from '../engine/vllm/headless/engine.js';
+import { type NixlConfig, parseKvTransferConfig } from '../engine/vllm/headless/nixl-config.js';
+import { NixlConnector } from '../engine/vllm/headless/nixl-connector.js';
 import {
   getVllmLayout,
   NEWEST_VLLM_LAYOUT,
@@ -41,6 +43,7 @@ const ENGINE_FLAGS: readonly EngineFlag[] = [
   { flag: '--vllm-version', kind: 'string', default: NEWEST_VLLM_LAYOUT.name, help: `the vLLM release series whose message layouts to speak: ${VLLM_VERSION_NAMES.join(', ')}` },
   { flag: '--enable-return-routed-experts', kind: 'bool', default: false, help: 'every output carries MoE routing rows (vLLM: engine-wide)' },
   { flag: '--enable-return-sampling-mask', kind: 'bool', default: false, help: 'every output carries sampling masks as new_sampling_mask (vLLM >= 0.28, engine-wide); requests must sample with temperature > 0 and top_k > 0' },
+  { flag: '--kv-transfer-config', kind: 'string', default: null, help: 'vLLM\'s KVTransferConfig as JSON: {"kv_connector":"NixlConnector","kv_role":"kv_both"} makes the engine one side of a NIXL P/D pair (engine_id, kv_load_failure_policy; kv_connector_extra_config: kv_lease_s, side_channel_host, side_channel_port)' },
 ];
 
 /** The simulator's flags `engine` takes from CONFIG_FIELDS. */
@@ -57,6 +60,7 @@ const SIM_FLAGS: readonly (keyof RingserveConfig)[] = [
   'schedulingPolicy',
   'lengthProfile',
   'logLevel',
+  'kvTransferBandwidthGbs',
 ];
 
 export interface EngineCommandArgs {
@@ -65,6 +69,8 @@ export interface EngineCommandArgs {
   layout: VllmLayout;
   returnRoutedExperts: boolean;
   returnSamplingMask: boolean;
+  /** --kv-transfer-config: a NIXL side; null: none. */
+  nixl: NixlConfig | null;
   config: RingserveConfig;
 }
 
@@ -115,6 +121,7 @@ export function parseEngineArgs(argv: readonly string[]): EngineCommandArgs {
   const version = own.get('--vllm-version');
   const layout = typeof version === 'string' ? getVllmLayout(version) : NEWEST_VLLM_LAYOUT;
   const returnSamplingMask = own.get('--enable-return-sampling-mask') === true;
+  const kvConfig = own.get('--kv-transfer-config');
   if (returnSamplingMask && !layout.output.includes('new_sampling_mask')) {
     throw new RS_ERR_CONFIG_INVALID(
       '--enable-return-sampling-mask',
@@ -127,6 +134,7 @@ export function parseEngineArgs(argv: readonly string[]): EngineCommandArgs {
     layout,
     returnRoutedExperts: own.get('--enable-return-routed-experts') === true,
     returnSamplingMask,
+    nixl: typeof kvConfig === 'string' ? parseKvTransferConfig(kvConfig) : null,
     config: parseArgs(rest, {}),
   };
 }
@@ -180,7 +188,24 @@ export async function runEngineCommand(argv: readonly string[]): Promise<ExitCod
   const collect = shareMemoryCollect();
   const log = createLogger(config.logLevel, { name: 'ringserve-vllm-engine' });
   collect.onSignal(log);
-  const sim = new SimEngine(engineConfigFrom(config));
+  const nixlConfig = args.nixl;
+  // A NIXL prefill keeps a prompt's blocks for its lease (the simulator's pin timeout).
+  const sim = new SimEngine({
+    ...engineConfigFrom(config),
+    ...(nixlConfig === null ? {} : { kvTransferTimeoutS: nixlConfig.leaseS }),
+  });
+  const nixl = nixlConfig === null ? null : await NixlConnector.start(nixlConfig, sim, log);
+  if (nixl !== null && nixlConfig !== null) {
+    const { engineId, role, failurePolicy } = nixlConfig;
+    log.info(
+      { engine_id: engineId, kv_role: role, kv_load_failure_policy: failurePolicy },
+      'NIXL connector',
+    );
+    // Not a log record: scripts and tests read the side channel's address from stderr.
+    console.error(
+      `ringserve: NIXL side channel of engine ${engineId} on ${nixlConfig.sideChannelHost}:${nixl.port}`,
+    );
+  }
   log.info(
     { vllm_layout: layout.name, series: layout.series, source: layout.source, model: config.model },
     'vLLM message layout',
@@ -201,8 +226,10 @@ export async function runEngineCommand(argv: readonly string[]): Promise<ExitCod
     wide: { routedExperts: args.returnRoutedExperts, samplingMasks: args.returnSamplingMask },
     rank: 0,
     log,
+    nixl,
   });
   const outcome = await engine.run();
+  nixl?.close();
   if (outcome === 'frontend-gone') log.warn('the frontend is gone: exiting');
   else if (outcome === 'fatal') log.error('fatal error: sent ENGINE_CORE_DEAD, exiting');
   else log.info('stopped');

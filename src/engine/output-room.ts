@@ -8,7 +8,7 @@
  * server never makes the engine wait, drop a request or buffer anything.
  *
  * The bound. An output costs stepOutputBytesBound(mask ids, routing rows, top candidates, prompt
- * entries) (wire/messages.ts): a step's records take at most the sum S of its outputs' costs. The ring may also lose the end of its
+ * entries, kv bytes) (wire/messages.ts): a step's records take at most the sum S of its outputs' costs. The ring may also lose the end of its
  * data area to a padding record when a record does not fit before the wrap, which happens at most
  * once per step and wastes less than that record: less than min(S, the largest record), where a
  * record holding several outputs is at most the writer's record budget and a record holding one is
@@ -77,10 +77,16 @@ export class OutputRoom {
   }
 
   /**
-   * The most ring bytes one output with these mask ids, routing rows, top candidates and
-   * prompt-logprob entries can take.
+   * The most ring bytes one output with these mask ids, routing rows, top candidates,
+   * prompt-logprob entries and kv_transfer_params bytes can take.
    */
-  outputBytes(maskIds: number, routingRows: number, topEntries = 0, promptEntries = 0): number {
+  outputBytes(
+    maskIds: number,
+    routingRows: number,
+    topEntries = 0,
+    promptEntries = 0,
+    kvBytes = 0,
+  ): number {
     return stepOutputBytesBound(
       maskIds,
       routingRows,
@@ -88,6 +94,7 @@ export class OutputRoom {
       this.#idBytes,
       topEntries,
       promptEntries,
+      kvBytes,
     );
   }
 
@@ -151,10 +158,11 @@ export class OutputRoom {
     routingRows: number,
     topEntries = 0,
     promptEntries = 0,
+    kvBytes = 0,
   ): boolean {
     if (server < 0 || server >= this.servers) return true;
     if (this.#held[server] === 1) return false;
-    const cost = this.outputBytes(maskIds, routingRows, topEntries, promptEntries);
+    const cost = this.outputBytes(maskIds, routingRows, topEntries, promptEntries, kvBytes);
     const used = this.#used[server]! + cost;
     const largest = Math.max(this.#largest[server]!, cost);
     if (cost > this.#maxOutput[server]!) {

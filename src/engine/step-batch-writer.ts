@@ -39,6 +39,7 @@ export class StepBatchWriter {
   readonly #routingRows: Int32Array;
   readonly #topEntries: Int32Array;
   readonly #promptEntries: Int32Array;
+  readonly #kvBytes: Int32Array;
   readonly #view = new StepRecordView();
   readonly #layers: number;
   readonly #topk: number;
@@ -51,6 +52,7 @@ export class StepBatchWriter {
     this.#routingRows = new Int32Array(servers);
     this.#topEntries = new Int32Array(servers);
     this.#promptEntries = new Int32Array(servers);
+    this.#kvBytes = new Int32Array(servers);
     this.#layers = layers;
     this.#topk = topk;
     this.#idBytes = routingIdBytes;
@@ -117,6 +119,7 @@ export class StepBatchWriter {
     let rows = 0;
     let top = 0;
     let prompt = 0;
+    let kv = 0;
     let to = from;
     for (; to < out.count; to++) {
       if (out.server[to] !== k) continue;
@@ -124,18 +127,24 @@ export class StepBatchWriter {
       const nextRows = rows + out.routingRows[to]!;
       const nextTop = top + out.topCount[to]!;
       const nextPrompt = prompt + out.promptPositions[to]! * out.promptWidth[to]!;
-      if (
-        count > 0 &&
-        stepRecordBytes(count + 1, nextMask, nextRows, rowIds, this.#idBytes, nextTop, nextPrompt) >
-          budget
-      ) {
-        break;
-      }
+      const nextKv = kv + out.kvCount[to]!;
+      const bytes = stepRecordBytes(
+        count + 1,
+        nextMask,
+        nextRows,
+        rowIds,
+        this.#idBytes,
+        nextTop,
+        nextPrompt,
+        nextKv,
+      );
+      if (count > 0 && bytes > budget) break;
       count++;
       maskIds = nextMask;
       rows = nextRows;
       top = nextTop;
       prompt = nextPrompt;
+      kv = nextKv;
     }
     if (count === 0) return out.count;
     this.#count[k] = count;
@@ -143,6 +152,7 @@ export class StepBatchWriter {
     this.#routingRows[k] = rows;
     this.#topEntries[k] = top;
     this.#promptEntries[k] = prompt;
+    this.#kvBytes[k] = kv;
     this.#writeServer(out, k, from, to, producer, sink, clockMs, stepMs);
     return to;
   }
@@ -166,6 +176,7 @@ export class StepBatchWriter {
       this.#idBytes,
       this.#topEntries[k]!,
       this.#promptEntries[k]!,
+      this.#kvBytes[k]!,
     );
     // A timeout of 0: no waiting. It throws RS_ERR_RING_PEER_GONE if the consumer is gone, else
     // RS_ERR_RING_FULL (the room was budgeted: a bug).
@@ -184,6 +195,7 @@ export class StepBatchWriter {
       stepMs,
       this.#topEntries[k]!,
       this.#promptEntries[k]!,
+      this.#kvBytes[k]!,
     );
     const rec = this.#view.attach(v, at);
     const i32 = v.i32;
@@ -192,6 +204,7 @@ export class StepBatchWriter {
     let maskAt = rec.maskBase;
     let topAt = 0;
     let promptAt = 0;
+    let kvAt = rec.kvByteOffset;
     let routingAt = this.#idBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
     const routingDst = this.#idBytes === 1 ? v.bytes : v.u16;
     for (let j = from; j < to; j++) {
@@ -238,6 +251,14 @@ export class StepBatchWriter {
         );
         i32.set(out.promptRanks.subarray(pFrom, pFrom + entries), rec.promptRankBase + promptAt);
         promptAt += entries;
+      }
+      const kv = out.kvCount[j]!;
+      i32[rec.at(StepColumn.KvParamsBytes, n)] = kv;
+      if (kv > 0) {
+        // Per request (a prefill's handle), never per token.
+        const kvFrom = out.kvStart[j]!;
+        v.bytes.set(out.kvBytes.subarray(kvFrom, kvFrom + kv), kvAt);
+        kvAt += kv;
       }
       const ids = rows * rowIds;
       if (ids > 0) {

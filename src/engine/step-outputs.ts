@@ -15,6 +15,8 @@ import { bytesOfBuffer } from './copy-ids.js';
  *             promptStart[i] + promptPositions[i] * promptWidth[i])              (CSR, shared)
  *   routing:  routing[(routingStart[i] + r) * rowWidth + layer * topk + k]
  *             for r < routingRows[i]; row r is sequence position routingFirstPos[i] + r
+ *   kv:       kvBytes[kvStart[i] .. kvStart[i] + kvCount[i])   (CSR, shared; a vLLM engine's
+ *             kv_transfer_params, one msgpack map, per request: the simulator writes none)
  */
 export class StepOutputs {
   count = 0;
@@ -73,6 +75,12 @@ export class StepOutputs {
   promptRanks: Int32Array;
   /** Used length of promptIds / promptLogprobs / promptRanks. */
   promptLength = 0;
+  /** kv_transfer_params an engine answered with this output (bytes; 0: none). */
+  kvStart: Int32Array;
+  kvCount: Int32Array;
+  kvBytes: Uint8Array;
+  /** Used length of kvBytes. */
+  kvLength = 0;
   /** Row index (not element index) of this output's first routing row. */
   routingStart: Int32Array;
   routingRows: Int32Array;
@@ -110,6 +118,8 @@ export class StepOutputs {
     this.promptPositions = new Int32Array(n);
     this.promptFirstPos = new Int32Array(n);
     this.promptWidth = new Int32Array(n);
+    this.kvStart = new Int32Array(n);
+    this.kvCount = new Int32Array(n);
     this.routingStart = new Int32Array(n);
     this.routingRows = new Int32Array(n);
     this.routingFirstPos = new Int32Array(n);
@@ -119,6 +129,7 @@ export class StepOutputs {
     this.promptIds = new Int32Array(0);
     this.promptLogprobs = new Float32Array(0);
     this.promptRanks = new Int32Array(0);
+    this.kvBytes = new Uint8Array(0);
     this.routing = new Uint8Array(0);
     this.routingBytes = bytesOfBuffer(this.routing);
   }
@@ -148,6 +159,7 @@ export class StepOutputs {
     this.maskLength = 0;
     this.topLength = 0;
     this.promptLength = 0;
+    this.kvLength = 0;
     this.routingRowCount = 0;
   }
 
@@ -173,6 +185,8 @@ export class StepOutputs {
     this.promptPositions[i] = 0;
     this.promptFirstPos[i] = 0;
     this.promptWidth[i] = 0;
+    this.kvStart[i] = this.kvLength;
+    this.kvCount[i] = 0;
     this.routingStart[i] = this.routingRowCount;
     this.routingRows[i] = 0;
     this.routingFirstPos[i] = 0;
@@ -228,6 +242,30 @@ export class StepOutputs {
     return this.promptLength;
   }
 
+  /**
+   * Copies `bytes` (kv_transfer_params, per request: not a hot path) into the kv area as row i's,
+   * which must be the last row added.
+   */
+  setKv(i: number, bytes: Uint8Array, from = 0, to = bytes.length): void {
+    const at = this.#appendKv(bytes, from, to);
+    this.kvStart[i] = at;
+    this.kvCount[i] = to - from;
+  }
+
+  /** Appends bytes [from, to) of `src` to the kv area; returns where they start. */
+  #appendKv(src: Uint8Array, from: number, to: number): number {
+    const at = this.kvLength;
+    const need = at + to - from;
+    if (need > this.kvBytes.length) {
+      const grown = new Uint8Array(Math.max(need, this.kvBytes.length * 2, 256));
+      grown.set(this.kvBytes.subarray(0, at));
+      this.kvBytes = grown;
+    }
+    if (to > from) this.kvBytes.set(src.subarray(from, to), at);
+    this.kvLength = need;
+    return at;
+  }
+
   /** Makes room for n more routing rows; returns the element offset of the first one. */
   reserveRoutingRows(n: number): number {
     const need = (this.routingRowCount + n) * this.routingRowWidth;
@@ -265,6 +303,9 @@ export class StepOutputs {
     const promptTo = src.promptStart[last]! + src.promptPositions[last]! * src.promptWidth[last]!;
     const routingFrom = src.routingStart[from]!;
     const routingTo = src.routingStart[last]! + src.routingRows[last]!;
+    const kvFrom = src.kvStart[from]!;
+    const kvTo = src.kvStart[last]! + src.kvCount[last]!;
+    const kvAt = this.#appendKv(src.kvBytes, kvFrom, kvTo);
     const maskAt = this.reserveMask(maskTo - maskFrom);
     this.maskIds.set(src.maskIds.subarray(maskFrom, maskTo), maskAt);
     const topAt = this.reserveTop(topTo - topFrom);
@@ -285,6 +326,7 @@ export class StepOutputs {
       this.topStart[at + i] = src.topStart[from + i]! - topFrom + topAt;
       this.promptStart[at + i] = src.promptStart[from + i]! - promptFrom + promptAt;
       this.routingStart[at + i] = src.routingStart[from + i]! - routingFrom + routingAt;
+      this.kvStart[at + i] = src.kvStart[from + i]! - kvFrom + kvAt;
     }
     this.count = at + n;
     this.maskLength = maskAt + maskTo - maskFrom;
@@ -336,6 +378,8 @@ export class StepOutputs {
     this.promptPositions = grow(this.promptPositions, i32);
     this.promptFirstPos = grow(this.promptFirstPos, i32);
     this.promptWidth = grow(this.promptWidth, i32);
+    this.kvStart = grow(this.kvStart, i32);
+    this.kvCount = grow(this.kvCount, i32);
     this.routingStart = grow(this.routingStart, i32);
     this.routingRows = grow(this.routingRows, i32);
     this.routingFirstPos = grow(this.routingFirstPos, i32);
@@ -372,6 +416,10 @@ const SWAPPED = [
   'promptLogprobs',
   'promptRanks',
   'promptLength',
+  'kvStart',
+  'kvCount',
+  'kvBytes',
+  'kvLength',
   'routingStart',
   'routingRows',
   'routingFirstPos',
@@ -401,6 +449,7 @@ const ROW_COLUMNS = [
   'promptPositions',
   'promptFirstPos',
   'promptWidth',
+  'kvCount',
   'routingRows',
   'routingFirstPos',
 ] as const;

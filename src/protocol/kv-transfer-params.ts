@@ -18,6 +18,20 @@ export interface KvImportHandle {
 
 const FIELD = 'kv_transfer_params';
 
+/**
+ * What a prefill leg hands a vLLM engine (vLLM's toy proxy,
+ * tests/v1/kv_connector/nixl_integration/toy_proxy_server.py): keep the prompt's KV for a decode
+ * engine and answer the handle naming it on the final output.
+ */
+export const NIXL_PREFILL_LEG: Readonly<Record<string, unknown>> = {
+  do_remote_decode: true,
+  do_remote_prefill: false,
+  remote_engine_id: null,
+  remote_block_ids: null,
+  remote_host: null,
+  remote_port: null,
+};
+
 /** The request asks for a handle (a prefill instance with --role prefill always gives one). */
 export function wantsRemoteDecode(params: Readonly<Record<string, unknown>> | null): boolean {
   return params?.do_remote_decode === true;

@@ -29,6 +29,7 @@ import type { RingConsumer } from '../shm/ring.js';
 import { RecordType, StepColumn, StepRecordView } from '../wire/messages.js';
 import { getModelCard } from '../wire/model-card.js';
 import { FinishReason } from '../wire/types.js';
+import { decodeKvParams } from './engine-kv-params.js';
 import { legacyStreamEvent, stringifyLegacyResponse } from './inline-legacy.js';
 import {
   choiceColumns,
@@ -171,14 +172,18 @@ export class InlineOutputPath implements OutputPath {
     let mask = rec.maskBase;
     let top = 0;
     let prompt = 0;
+    let kv = rec.kvByteOffset;
     let routing = rec.routingIdBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
     for (let j = 0; j < rec.count; j++) {
       const slot = i32[rec.at(StepColumn.Slot, j)]!;
       const s = this.#sequences[slot];
+      const kvBytes = i32[rec.at(StepColumn.KvParamsBytes, j)]!;
       if (s !== undefined && s.gen === i32[rec.at(StepColumn.SlotGen, j)]) {
         if (s.prompt !== null && !s.done) promptEntries(c, rec, j, prompt, s.prompt);
+        if (kvBytes > 0 && !s.done) this.#kvParams(c, rec, j, slot, s, kv, kvBytes);
         this.#row(c, rec, j, slot, s, mask, routing, top);
       }
+      kv += kvBytes;
       mask += i32[rec.at(StepColumn.MaskCount, j)]!;
       top += i32[rec.at(StepColumn.TopCount, j)]!;
       prompt +=
@@ -240,6 +245,33 @@ export class InlineOutputPath implements OutputPath {
     else if (finish !== FinishReason.None) this.#finish(slot, s, finish, rec, j, i32);
     else if (s.record.stream && s.tokenIds.length > s.streamed)
       this.#streamDelta(slot, s, null, null);
+  }
+
+  /**
+   * The engine's kv_transfer_params on output j (a prefill leg through a vLLM engine): the answer
+   * carries them; bytes that do not decode fail the choice (and stop it in the engine).
+   */
+  #kvParams(
+    c: RingConsumer,
+    rec: StepRecordView,
+    j: number,
+    slot: number,
+    s: InlineSequence,
+    at: number,
+    length: number,
+  ): void {
+    const request = s.record.request;
+    try {
+      request.kvTransferParams = decodeKvParams(
+        c.bytes.slice(at, at + length),
+        s.record.identity.requestId,
+      );
+    } catch (error) {
+      s.done = true;
+      this.#events.finished(slot, s.gen, error as Error);
+      if (c.i32[rec.at(StepColumn.Finish, j)] === FinishReason.None)
+        this.#events.stopped(slot, s.gen);
+    }
   }
 
   /**

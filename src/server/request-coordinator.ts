@@ -230,6 +230,7 @@ export class RequestCoordinator implements OutputEvents {
         arrivalTimeMs: record.timings.arrivalMs,
         pinKv: kv.pinKv,
         importKvTokens: kv.importKvTokens,
+        kvParams: kv.kvParams,
         loraId: request.loraId ?? 0,
       });
       this.table.slots.sent(slot, gen);

@@ -13,9 +13,10 @@ import { outputRingOffset } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
 import type { SharedTokenBytes } from '../tokenizer/token-bytes.js';
 import { getModelCard } from '../wire/model-card.js';
+import { decodeKvParams } from './engine-kv-params.js';
 import { AccumulatorTable } from './output/accumulators.js';
 import { reserveArenaBuffer } from './output/block-arena.js';
-import type { OutputBatch } from './output/messages.js';
+import type { KvParamsBatch, OutputBatch } from './output/messages.js';
 import { OutputWorker } from './output/output-worker-handle.js';
 import { PackerPool, type PackOpenAi } from './output/packer-pool.js';
 import type { ResponsePoolStats } from './output/response-pool.js';
@@ -179,8 +180,13 @@ export class WorkerOutputPath implements OutputPath {
     for (let i = 0; i < batch.stopped.length; i++) {
       events.stopped(batch.stopped[i]!, batch.stoppedGenerations[i]!);
     }
+    const kvFailures = batch.kvParams === null ? null : setKvParams(events, batch.kvParams);
     for (let i = 0; i < batch.finished.length; i++) {
-      this.#finished(batch.finished[i]!, batch.finishedGenerations[i]!);
+      const slot = batch.finished[i]!;
+      const gen = batch.finishedGenerations[i]!;
+      const failure = kvFailures?.get(slot);
+      if (failure !== undefined) events.finished(slot, gen, failure);
+      else this.#finished(slot, gen);
     }
     for (let i = 0; i < batch.released.length; i++) {
       events.released(batch.released[i]!, batch.releasedGenerations[i]!);
@@ -192,6 +198,33 @@ export class WorkerOutputPath implements OutputPath {
     if (record === undefined) return;
     this.#events.finished(slot, gen, requestFailure(this.#acc, slot, record.identity.requestId));
   }
+}
+
+/**
+ * Sets the kv_transfer_params engines answered on their requests (the packers write them); those
+ * that do not decode fail their request (returned by slot).
+ */
+function setKvParams(events: OutputEvents, kv: KvParamsBatch): Map<number, Error> | null {
+  let failures: Map<number, Error> | null = null;
+  let from = 0;
+  for (let i = 0; i < kv.slots.length; i++) {
+    const slot = kv.slots[i]!;
+    const to = kv.ends[i]!;
+    const record = events.record(slot, kv.generations[i]!);
+    if (record !== undefined) {
+      try {
+        record.request.kvTransferParams = decodeKvParams(
+          kv.bytes.subarray(from, to),
+          record.identity.requestId,
+        );
+      } catch (error) {
+        failures ??= new Map();
+        failures.set(slot, error as Error);
+      }
+    }
+    from = to;
+  }
+  return failures;
 }
 
 /** What a packer needs besides the columns to write an OpenAI answer (nothing for generate). */

@@ -145,6 +145,24 @@ export class Scheduler {
     this.pinned.length = kept;
   }
 
+  /** The request of (server, slot) pinned last, while its pin holds; undefined if none. */
+  pinnedAt(server: number, slot: number): Sequence | undefined {
+    for (let i = this.pinned.length - 1; i >= 0; i--) {
+      const seq = this.pinned[i] as Sequence;
+      if (seq.server === server && seq.slot === slot) return seq;
+    }
+    return undefined;
+  }
+
+  /** Frees the blocks of the pin of request `id` now (imported, or its lease ran out); false if gone. */
+  releasePin(id: number): boolean {
+    const i = this.pinned.findIndex((seq) => seq.id === id);
+    if (i < 0) return false;
+    this.#freeBlocks(this.pinned[i] as Sequence);
+    this.pinned.splice(i, 1);
+    return true;
+  }
+
   /** Frees a request's blocks and takes it out of the queues (finish, abort). */
   remove(seq: Sequence, free = true): void {
     if (free) this.#freeBlocks(seq);

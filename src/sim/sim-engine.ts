@@ -369,6 +369,28 @@ export class SimEngine implements EngineCore {
     return this.#counters;
   }
 
+  /**
+   * P/D: the KV a request of (server, slot) that finished in the last step kept pinned (it was
+   * added with pinKv), for a decode engine to read: the blocks of its prompt, until `untilMs`
+   * (performance.now() time). null when it kept none (it did not finish normally).
+   */
+  heldKv(server: number, slot: number): HeldKv | null {
+    const seq = this.#scheduler.pinnedAt(server, slot);
+    if (seq === undefined) return null;
+    const blocks = Math.min(seq.numBlocks, Math.ceil(seq.numPromptTokens / this.config.blockSize));
+    return {
+      id: seq.id,
+      blockIds: Array.from(seq.blocks.subarray(0, blocks)),
+      numTokens: seq.numPromptTokens,
+      untilMs: seq.pinnedUntilMs,
+    };
+  }
+
+  /** Frees the pinned KV of request `id` (heldKv's) now; false if it was gone already. */
+  releaseHeldKv(id: number): boolean {
+    return this.#scheduler.releasePin(id);
+  }
+
   /** Blocks currently free in the KV pool (tests check all are free after finish/abort). */
   get numFreeBlocks(): number {
     return this.#pool.numFree;
@@ -402,6 +424,17 @@ export class SimEngine implements EngineCore {
     const hi = combine(lo, n) & 0x1fffff;
     return hi * TWO_POW_32 + (lo >>> 0);
   }
+}
+
+/** A finished request's pinned KV (SimEngine.heldKv). */
+export interface HeldKv {
+  /** The engine's id of the request (for releaseHeldKv). */
+  id: number;
+  /** Its prompt's KV blocks, in order. */
+  blockIds: number[];
+  numTokens: number;
+  /** The pin's end (performance.now() time); the blocks are freed after it. */
+  untilMs: number;
 }
 
 function slotKey(server: number, slot: number): number {

@@ -12,26 +12,35 @@
  *                   presence, frequency, repetition penalties
  *           i32[16] slot, top_k, max_tokens, min_tokens, flags, routed_experts_prompt_start,
  *                   priority, prompt_len, stop_ids_len, salt_bytes, slot_gen, import_kv_tokens,
- *                   top_logprobs, prompt_logprobs (-1: none), lora_id (0: none), (1 reserved)
- *           i32[prompt_len] prompt ids, i32[stop_ids_len] stop ids, u8[salt_bytes] cache salt (UTF-8)
+ *                   top_logprobs, prompt_logprobs (-1: none), lora_id (0: none), kv_params_bytes
+ *           i32[prompt_len] prompt ids, i32[stop_ids_len] stop ids, u8[salt_bytes] cache salt (UTF-8),
+ *           u8[kv_params_bytes] kv_transfer_params (one msgpack map, at most MAX_KV_PARAMS_BYTES)
  *   ABORT   i32 slot, i32 reserved
  *
  * Output ring (engine -> API server k), one STEP record per engine step that has outputs for k:
  *
- *   STEP    i32[8]  count, mask_ids_total, routing_rows_total, layers, topk, routing_id_bytes (1|2),
- *                   top_total, prompt_total
+ *   STEP    i32[10] count, mask_ids_total, routing_rows_total, layers, topk, routing_id_bytes (1|2),
+ *                   top_total, prompt_total, kv_total, (1 reserved)
  *           f64[2]  engine clock ms at step end, modelled step duration ms
- *           i32[count] x 16 columns: slot, token, logprob (f32), finish, stop_token_id, num_cached,
+ *           i32[count] x 17 columns: slot, token, logprob (f32), finish, stop_token_id, num_cached,
  *                   weight_version, mask_count, routing_rows, routing_first_pos, slot_gen,
  *                   reject_reason (why a finish=Error request was refused, reject.ts), top_count,
- *                   prompt_positions, prompt_first_pos, prompt_width
+ *                   prompt_positions, prompt_first_pos, prompt_width, kv_params_bytes
  *           i32[mask_ids_total] mask ids, rows in output order
  *           i32[top_total], f32[top_total] top candidates: ids, then their logprobs, rows in order
  *           i32[prompt_total], f32[prompt_total], i32[prompt_total] prompt logprobs: ids, logprobs,
  *                   ranks, rows in order
  *           u8|u16[routing_rows_total * layers * topk] routing rows, in output order
+ *           u8[kv_total] kv_transfer_params the engine answered (msgpack maps), rows in order
  *
- * Every area starts 8-byte aligned (each is padded to a multiple of 8 bytes).
+ * Every area starts 8-byte aligned (each is padded to a multiple of 8 bytes). The STEP record's
+ * code is in step-record.ts (re-exported here).
+ *
+ * kv_transfer_params (prefill/decode through a vLLM engine, docs/vllm-protocol.md): the ADD's blob
+ * is what the API server hands the engine unchanged (the bridge puts it in the EngineCoreRequest's
+ * SamplingParams.extra_args), and an output's kv_params_bytes are what the engine answered on it
+ * (vLLM: on a request's final output), which the API server answers as the response's
+ * kv_transfer_params. Free-form and per request, never per token; the simulator writes none.
  *
  * Top candidates (a request's top_logprobs k > 0): top_count entries for the output's token, the
  * engine's best candidates in descending logprob (vLLM's logprob columns 1..k; the sampled token
@@ -47,6 +56,8 @@
  * whose generation is not the slot's current one. No reset handshake is needed on any restart.
  */
 import type { EngineRequest, SamplingParams } from './types.js';
+
+export * from './step-record.js';
 
 export const RecordType = {
   Add: 1,
@@ -74,9 +85,12 @@ export function regionViews(sab: SharedArrayBuffer): RegionViews {
   };
 }
 
-// Not `(n + 7) & ~7`: that wraps at 2^31, so a corrupt STEP header declaring 2^30 outputs would pass
-// the length check that stepRecordBytes serves (found by ops/fuzz). `-n & 7` keeps the low bits right.
-const pad8 = (n: number): number => n + (-n & 7);
+/**
+ * The most bytes of kv_transfer_params one request or one output carries (vLLM's NixlConnector
+ * answers a few hundred: ids, a host, a port and one block id per 16 prompt tokens, 64 KiB is a
+ * 250,000-token prompt's). A larger one fails its request with an error naming the limit.
+ */
+export const MAX_KV_PARAMS_BYTES = 64 * 1024;
 
 // ---- ADD ---------------------------------------------------------------------------------------
 
@@ -107,6 +121,7 @@ const A_IMPORT_KV_TOKENS = 11;
 const A_TOP_LOGPROBS = 12;
 const A_PROMPT_LOGPROBS = 13;
 const A_LORA_ID = 14;
+const A_KV_BYTES = 15;
 
 /** What the API server knows of a request when it writes its ADD record. */
 export interface AddFields {
@@ -123,11 +138,14 @@ export interface AddFields {
   importKvTokens?: number;
   /** The LoRA adapter (see EngineRequest); 0 or absent: none. */
   loraId?: number;
+  /** kv_transfer_params for the engine, one msgpack map (see EngineRequest); absent: none. */
+  kvParams?: Uint8Array | null;
 }
 
 export function addRecordBytes(fields: AddFields): number {
   const ints = fields.promptTokenIds.length + fields.params.stopTokenIds.length;
-  return ADD_FIXED_BYTES + ints * 4 + (fields.cacheSalt?.length ?? 0);
+  const bytes = (fields.cacheSalt?.length ?? 0) + (fields.kvParams?.length ?? 0);
+  return ADD_FIXED_BYTES + ints * 4 + bytes;
 }
 
 export function writeAdd(v: RegionViews, offset: number, f: AddFields): void {
@@ -162,12 +180,14 @@ export function writeAdd(v: RegionViews, offset: number, f: AddFields): void {
   v.i32[i + A_TOP_LOGPROBS] = p.topLogprobs;
   v.i32[i + A_PROMPT_LOGPROBS] = p.promptLogprobs;
   v.i32[i + A_LORA_ID] = f.loraId ?? 0;
-  v.i32[i + A_LORA_ID + 1] = 0;
+  v.i32[i + A_KV_BYTES] = f.kvParams?.length ?? 0;
   const promptAt = i + ADD_I32;
   v.i32.set(f.promptTokenIds, promptAt);
   const stopAt = promptAt + f.promptTokenIds.length;
   v.i32.set(p.stopTokenIds, stopAt);
-  if (f.cacheSalt) v.bytes.set(f.cacheSalt, (stopAt + p.stopTokenIds.length) * 4);
+  const saltAt = (stopAt + p.stopTokenIds.length) * 4;
+  if (f.cacheSalt) v.bytes.set(f.cacheSalt, saltAt);
+  if (f.kvParams) v.bytes.set(f.kvParams, saltAt + (f.cacheSalt?.length ?? 0));
 }
 
 const saltDecoder = new TextDecoder();
@@ -189,13 +209,16 @@ export function readAdd(
   const promptLen = v.i32[i + A_PROMPT_LEN]!;
   const stopLen = v.i32[i + A_STOP_LEN]!;
   const saltBytes = v.i32[i + A_SALT_BYTES]!;
+  const kvBytes = v.i32[i + A_KV_BYTES]!;
   if (promptLen < 0 || stopLen < 0 || saltBytes < 0) return null;
-  if (ADD_FIXED_BYTES + (promptLen + stopLen) * 4 + saltBytes > length) return null;
+  if (kvBytes < 0 || kvBytes > MAX_KV_PARAMS_BYTES) return null;
+  if (ADD_FIXED_BYTES + (promptLen + stopLen) * 4 + saltBytes + kvBytes > length) return null;
   const flags = v.i32[i + A_FLAGS]!;
   const seed = v.f64[d]!;
   const promptAt = i + ADD_I32;
   const stopAt = promptAt + promptLen;
   const saltAt = (stopAt + stopLen) * 4;
+  const kvAt = saltAt + saltBytes;
   return {
     server,
     slot: v.i32[i + A_SLOT]!,
@@ -226,6 +249,7 @@ export function readAdd(
     pinKv: (flags & AddFlag.PinKv) !== 0,
     importKvTokens: v.i32[i + A_IMPORT_KV_TOKENS]!,
     loraId: v.i32[i + A_LORA_ID]!,
+    kvParams: kvBytes > 0 ? v.bytes.slice(kvAt, kvAt + kvBytes) : null,
   };
 }
 
@@ -250,191 +274,4 @@ export function writeAbort(v: RegionViews, offset: number, slot: number): void {
 
 export function readAbortSlot(v: RegionViews, offset: number): number {
   return v.i32[offset >> 2]!;
-}
-
-// ---- STEP --------------------------------------------------------------------------------------
-
-const STEP_HEADER_BYTES = 8 * 4 + 2 * 8;
-const STEP_COLUMNS = 16;
-
-export const StepColumn = {
-  Slot: 0,
-  Token: 1,
-  Logprob: 2,
-  Finish: 3,
-  StopTokenId: 4,
-  NumCached: 5,
-  WeightVersion: 6,
-  MaskCount: 7,
-  RoutingRows: 8,
-  RoutingFirstPos: 9,
-  SlotGen: 10,
-  RejectReason: 11,
-  /** Top candidates of this output's token in the top area (0: none). */
-  TopCount: 12,
-  /** Prompt positions this output carries in the prompt area (0: none). */
-  PromptPositions: 13,
-  PromptFirstPos: 14,
-  /** Entries per prompt position: 1 + the request's prompt_logprobs k. */
-  PromptWidth: 15,
-} as const;
-
-/**
- * Bytes of a STEP record's payload. `topEntries` and `promptEntries` are the top and prompt areas'
- * entry counts (top_total, prompt_total).
- */
-export function stepRecordBytes(
-  count: number,
-  maskIds: number,
-  routingRows: number,
-  routingRowIds: number,
-  routingIdBytes: number,
-  topEntries = 0,
-  promptEntries = 0,
-): number {
-  return (
-    STEP_HEADER_BYTES +
-    pad8(count * 4) * STEP_COLUMNS +
-    pad8(maskIds * 4) +
-    pad8(topEntries * 4) * 2 +
-    pad8(promptEntries * 4) * 3 +
-    pad8(routingRows * routingRowIds * routingIdBytes)
-  );
-}
-
-/** A ring record's header (payload length, type): RECORD_HEADER_BYTES in src/shm/ring-endpoint.ts. */
-const RING_RECORD_HEADER_BYTES = 8;
-
-/**
- * What one output adds to a step's records whatever it shares a record with: its 16 column values
- * with each column's padding (8 bytes a column) and a whole record's fixed part (ring header, STEP
- * header, the padding of the mask, top, prompt and routing areas: at most 4 bytes for each of the
- * five 4-byte areas, 7 for routing). A step has at most one record per output, so its records
- * never take more than the sum of stepOutputBytesBound over its outputs.
- */
-const STEP_OUTPUT_FIXED_BYTES =
-  RING_RECORD_HEADER_BYTES + STEP_HEADER_BYTES + STEP_COLUMNS * 8 + 32;
-
-/** Ring bytes one top candidate takes (id and logprob). */
-export const TOP_ENTRY_BYTES = 8;
-/** Ring bytes one prompt-logprob entry takes (id, logprob and rank). */
-export const PROMPT_ENTRY_BYTES = 12;
-
-/**
- * The most ring bytes one output of a step can take: `maskIds` kept-token ids, `routingRows`
- * routing rows, `topEntries` top candidates and `promptEntries` prompt-logprob entries, with its
- * share of headers and padding (see STEP_OUTPUT_FIXED_BYTES). The engine budgets each API server's
- * output ring with it before a step (src/engine/output-room.ts).
- */
-export function stepOutputBytesBound(
-  maskIds: number,
-  routingRows: number,
-  routingRowIds: number,
-  routingIdBytes: number,
-  topEntries = 0,
-  promptEntries = 0,
-): number {
-  return (
-    STEP_OUTPUT_FIXED_BYTES +
-    maskIds * 4 +
-    topEntries * TOP_ENTRY_BYTES +
-    promptEntries * PROMPT_ENTRY_BYTES +
-    routingRows * routingRowIds * routingIdBytes
-  );
-}
-
-/**
- * Where the columns of one STEP record sit, as element indices into the region views. One reader is
- * kept per consumer and re-attached to each record: reading a step allocates nothing.
- */
-export class StepRecordView {
-  count = 0;
-  maskIdsTotal = 0;
-  routingRowsTotal = 0;
-  layers = 0;
-  topk = 0;
-  routingIdBytes = 1;
-  topTotal = 0;
-  promptTotal = 0;
-  clockMs = 0;
-  stepMs = 0;
-  /** i32 index of column c's first element is `colBase + c * colStride`. */
-  colBase = 0;
-  colStride = 0;
-  /** i32 index of the first mask id. */
-  maskBase = 0;
-  /** i32 (f32) indices of the first top id and the first top logprob. */
-  topIdBase = 0;
-  topLogprobBase = 0;
-  /** i32 (f32) indices of the first prompt id, prompt logprob and prompt rank. */
-  promptIdBase = 0;
-  promptLogprobBase = 0;
-  promptRankBase = 0;
-  /** Byte offset of the first routing id (a u16 index is half of it when routingIdBytes is 2). */
-  routingByteOffset = 0;
-
-  attach(v: RegionViews, offset: number): this {
-    const h = offset >> 2;
-    this.count = v.i32[h]!;
-    this.maskIdsTotal = v.i32[h + 1]!;
-    this.routingRowsTotal = v.i32[h + 2]!;
-    this.layers = v.i32[h + 3]!;
-    this.topk = v.i32[h + 4]!;
-    this.routingIdBytes = v.i32[h + 5]!;
-    this.topTotal = v.i32[h + 6]!;
-    this.promptTotal = v.i32[h + 7]!;
-    this.clockMs = v.f64[(offset >> 3) + 4]!;
-    this.stepMs = v.f64[(offset >> 3) + 5]!;
-    const colBytes = pad8(this.count * 4);
-    this.colBase = (offset + STEP_HEADER_BYTES) >> 2;
-    this.colStride = colBytes >> 2;
-    this.maskBase = this.colBase + this.colStride * STEP_COLUMNS;
-    // Areas in 4-byte words; a corrupt header's counts only move indices (the reader checks the
-    // record's length with stepRecordBytes before it reads anything).
-    const topWords = pad8(this.topTotal * 4) >> 2;
-    const promptWords = pad8(this.promptTotal * 4) >> 2;
-    this.topIdBase = this.maskBase + (pad8(this.maskIdsTotal * 4) >> 2);
-    this.topLogprobBase = this.topIdBase + topWords;
-    this.promptIdBase = this.topLogprobBase + topWords;
-    this.promptLogprobBase = this.promptIdBase + promptWords;
-    this.promptRankBase = this.promptLogprobBase + promptWords;
-    this.routingByteOffset = (this.promptRankBase + promptWords) << 2;
-    return this;
-  }
-
-  /** i32 (or f32, for Logprob) index of output `j`'s value in column `c`. */
-  at(c: number, j: number): number {
-    return this.colBase + c * this.colStride + j;
-  }
-}
-
-/**
- * Writes a STEP record header. The caller then fills the columns through `StepRecordView.at` after
- * attaching a view at the same offset (the engine process gathers each server's outputs that way).
- */
-export function writeStepHeader(
-  v: RegionViews,
-  offset: number,
-  count: number,
-  maskIdsTotal: number,
-  routingRowsTotal: number,
-  layers: number,
-  topk: number,
-  routingIdBytes: number,
-  clockMs: number,
-  stepMs: number,
-  topTotal = 0,
-  promptTotal = 0,
-): void {
-  const h = offset >> 2;
-  v.i32[h] = count;
-  v.i32[h + 1] = maskIdsTotal;
-  v.i32[h + 2] = routingRowsTotal;
-  v.i32[h + 3] = layers;
-  v.i32[h + 4] = topk;
-  v.i32[h + 5] = routingIdBytes;
-  v.i32[h + 6] = topTotal;
-  v.i32[h + 7] = promptTotal;
-  v.f64[(offset >> 3) + 4] = clockMs;
-  v.f64[(offset >> 3) + 5] = stepMs;
 }

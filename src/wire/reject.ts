@@ -23,6 +23,8 @@ export enum RejectReason {
   RoutingShape = 11,
   /** The request's LoRA adapter is not loaded (it was unloaded while the request was on its way). */
   LoraNotLoaded = 12,
+  /** The engine answered kv_transfer_params larger than MAX_KV_PARAMS_BYTES (messages.ts). */
+  KvParamsTooLarge = 13,
 }
 
 const MESSAGES: readonly string[] = [
@@ -39,6 +41,7 @@ const MESSAGES: readonly string[] = [
   'the engine failed the request (vLLM finish reason ERROR; retryable)',
   "the engine's routing rows have another shape than --model's config gives (the engine-core log names both)",
   "the request's LoRA adapter is not loaded (it was unloaded before the request ran)",
+  "the engine's kv_transfer_params for the request are larger than 65536 bytes of msgpack",
 ];
 
 /** The human-readable reason for a reject code (for the API server's error message). */

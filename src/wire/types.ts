@@ -87,6 +87,12 @@ export interface EngineRequest {
   importKvTokens?: number;
   /** The LoRA adapter the request runs with (its lora_int_id, from the engine's table); 0: none. */
   loraId?: number;
+  /**
+   * kv_transfer_params for an engine that takes them itself (a vLLM engine behind the bridge: its
+   * KV connector reads them from SamplingParams.extra_args), one msgpack map, passed on unchanged.
+   * null or absent: none. The simulator ignores it (its P/D fields are pinKv / importKvTokens).
+   */
+  kvParams?: Uint8Array | null;
 }
 
 /** The figures the engine publishes in the shared stats block (names after vLLM's metrics). */

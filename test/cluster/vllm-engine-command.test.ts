@@ -59,11 +59,33 @@ describe('ringserve engine flags', () => {
     expect(
       errorOf(['--vllm-protocol', '--vllm-version', '0.26', '--enable-return-sampling-mask']),
     ).toMatchObject({ param: '--enable-return-sampling-mask' });
+    expect(
+      errorOf(['--vllm-protocol', '--kv-transfer-config', '{"kv_connector":"P2pNcclConnector"}']),
+    ).toMatchObject({ param: '--kv-transfer-config' });
+  });
+
+  it("--kv-transfer-config: vLLM's NixlConnector JSON, and the modelled bandwidth", () => {
+    const a = parseEngineArgs([
+      '--vllm-protocol',
+      '--kv-transfer-config',
+      '{"kv_connector":"NixlConnector","kv_role":"kv_both","engine_id":"p-0"}',
+      '--kv-transfer-bandwidth-gbs',
+      '50',
+    ]);
+    expect(a.nixl).toMatchObject({ engineId: 'p-0', role: 'kv_both', failurePolicy: 'fail' });
+    expect(a.config.kvTransferBandwidthGbs).toBe(50);
+    expect(parseEngineArgs(['--vllm-protocol']).nixl).toBeNull();
   });
 
   it('--help lists both kinds of flags', () => {
     const help = engineHelp();
-    for (const flag of ['--vllm-protocol', '--data-parallel-rpc-port', '--model', '--max-speed']) {
+    for (const flag of [
+      '--vllm-protocol',
+      '--data-parallel-rpc-port',
+      '--model',
+      '--max-speed',
+      '--kv-transfer-config',
+    ]) {
       expect(help).toContain(flag);
     }
   });

@@ -12,13 +12,18 @@ import { type Cluster, startCluster } from './harness.js';
 
 const CLI = join(import.meta.dirname, '..', '..', 'dist', 'src', 'cli.js');
 const engines = new Set<ChildProcess>();
+/** Engines a beforeAll started: killed after the file. */
+const fileEngines = new Set<ChildProcess>();
 
-afterEach(() => killAll());
-afterAll(() => killAll());
+afterEach(() => killAll(engines));
+afterAll(() => {
+  killAll(engines);
+  killAll(fileEngines);
+});
 
-function killAll(): void {
-  for (const child of engines) if (child.exitCode === null) child.kill('SIGKILL');
-  engines.clear();
+function killAll(set: Set<ChildProcess>): void {
+  for (const child of set) if (child.exitCode === null) child.kill('SIGKILL');
+  set.clear();
 }
 
 export interface BridgePair {
@@ -47,13 +52,15 @@ export async function startBridgeCluster(args: string[]): Promise<BridgePair> {
 }
 
 /**
- * Starts `ringserve engine --vllm-protocol` dialling `endpoint`; it is killed after the test. Its
- * log (stdout) is dropped unless `pipeLog`, when the caller reads child.stdout.
+ * Starts `ringserve engine --vllm-protocol` dialling `endpoint`; it is killed after the test (or,
+ * `scope` 'file', after the file). Its log (stdout) is dropped unless `pipeLog`, when the caller
+ * reads child.stdout.
  */
 export function startHeadlessEngine(
   endpoint: string,
   args: string[],
   pipeLog = false,
+  scope: 'test' | 'file' = 'test',
 ): ChildProcess {
   const url = new URL(endpoint.replace('tcp://', 'http://'));
   const child = spawn(
@@ -71,7 +78,7 @@ export function startHeadlessEngine(
     ],
     { stdio: ['ignore', pipeLog ? 'pipe' : 'ignore', 'inherit'] },
   );
-  engines.add(child);
+  (scope === 'file' ? fileEngines : engines).add(child);
   return child;
 }
 

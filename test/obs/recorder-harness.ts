@@ -68,8 +68,9 @@ export function makeRecorderHarness(maxModelLen = 4096): RecorderHarness {
     step(clockMs, stepMs, nowMs, rows) {
       const offset = 64;
       const length = writeStep(records, offset, rows, TINY_GEOMETRY);
-      records.f64[(offset >> 3) + 4] = clockMs;
-      records.f64[(offset >> 3) + 5] = stepMs;
+      // The STEP header's f64 pair follows its i32[10] (messages.ts).
+      records.f64[(offset >> 3) + 5] = clockMs;
+      records.f64[(offset >> 3) + 6] = stepMs;
       now.ms = nowMs;
       scatter.clearEvents();
       scatter.scatterStep(records, offset, length);

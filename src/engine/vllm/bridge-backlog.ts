@@ -159,6 +159,7 @@ export class BridgeBacklog {
         src.routingRows[i]!,
         src.topCount[i]!,
         promptEntries(src, i),
+        src.kvCount[i]!,
       );
       if (!charged) return i - head;
     }
@@ -211,6 +212,7 @@ export class BridgeBacklog {
       src.routingRows[i]!,
       src.topCount[i]!,
       promptEntries(src, i),
+      src.kvCount[i]!,
     );
     if (!charged) return false;
     copyRow(src, i, out, src.routingRows[i]!);

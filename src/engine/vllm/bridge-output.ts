@@ -5,8 +5,9 @@
  * scratch typed arrays or byte ranges of the message; turning it into rows allocates nothing.
  *
  * Routing rows (VLLM-ENGINE.md section 5): the first output with tokens carries the prompt's rows
- * from the routed_experts_prompt_start that was sent, each later one a row per forwarded position
- * from P + C - 1 (C tokens before it). The simulator emits the rows of position p with the step
+ * from the routed_experts_prompt_start that was sent (or, after a P/D import, from P - 1: the
+ * rows end at P + k - 1 either way), each later one a row per forwarded position from P + C - 1
+ * (C tokens before it). The simulator emits the rows of position p with the step
  * that forwards p, so with k tokens in one output the first token's row takes all rows but the last
  * k - 1, each later token one. Rows before the client's own start (the bridge sends at most P - 1,
  * vLLM dies on more) are dropped, as are all rows of a request that did not ask for routing (vLLM
@@ -92,7 +93,13 @@ export function stageOutput(
   }
   const finish = finishFromVllm(o.finishReason);
   // The routing rows' positions: the prompt's from the start sent, then one per forwarded token.
-  let pos = req.tokens === 0 ? req.sentRoutingStart : req.promptLength + req.tokens - 1;
+  // The first output's rows end where its tokens' do (P + k - 1): fewer than P - start + k - 1 of
+  // them are the last ones (a decode instance that imported the prompt's KV from a prefill one
+  // forwards, and so routes, only from P - 1 on).
+  let pos =
+    req.tokens === 0
+      ? Math.max(req.sentRoutingStart, req.promptLength + k - 1 - (routed ? o.routedRows : 0))
+      : req.promptLength + req.tokens - 1;
   let routingLeft = routed ? o.routedRows : 0;
   let routingAt = 0;
   if (req.numCachedTokens < 0 && o.hasPrefillStats) req.numCachedTokens = o.numCachedTokens;

@@ -69,7 +69,11 @@ export function toVllmAdd(
     lora,
     requestId,
     promptTokenIds: req.promptTokenIds,
-    params: vllmSamplingParams(req.params, req.promptTokenIds.length, card),
+    params: {
+      ...vllmSamplingParams(req.params, req.promptTokenIds.length, card),
+      // P/D: the API server's handle (or a prefill's request for one), unchanged.
+      kvTransferParams: req.kvParams ?? null,
+    },
     arrivalTime: req.arrivalTimeMs / 1000,
     cacheSalt: req.cacheSalt,
     priority: req.priority,
@@ -108,6 +112,7 @@ export function vllmSamplingParams(
     // k >= 0: every prompt token's logprob after the first, with its k best candidates.
     promptLogprobs: p.promptLogprobs >= 0 ? p.promptLogprobs : null,
     routedExpertsPromptStart: Math.min(p.routedExpertsPromptStart, promptLength - 1),
+    kvTransferParams: null,
   };
 }
 

@@ -22,13 +22,14 @@ export function fitsOneOutput(room: OutputRoom, src: StepOutputs, i: number): bo
     src.routingRows[i]!,
     src.topCount[i]!,
     promptEntries(src, i),
+    src.kvCount[i]!,
   );
   return bytes <= room.outputLimit(src.server[i]!);
 }
 
 /**
- * Appends row i of `src` to `dst` with its mask, top area, first `routingRows` routing rows and
- * its prompt positions.
+ * Appends row i of `src` to `dst` with its mask, top area, kv_transfer_params, first
+ * `routingRows` routing rows and its prompt positions.
  */
 export function copyRow(
   src: StepOutputs,
@@ -64,6 +65,8 @@ export function copyRow(
     dst.topCount[row] = top;
     dst.topLength = at + top;
   }
+  const kv = src.kvCount[i]!;
+  if (kv > 0) dst.setKv(row, src.kvBytes, src.kvStart[i]!, src.kvStart[i]! + kv);
   copyWindows(src, i, dst, row, routingRows, src.promptPositions[i]!);
   return row;
 }

@@ -23,6 +23,7 @@ import {
   type LoraAdapter,
 } from '../../wire/admin-args.js';
 import { ControlRefusal, ControlResult } from '../../wire/control-channel.js';
+import { MAX_KV_PARAMS_BYTES } from '../../wire/messages.js';
 import type { ModelCard } from '../../wire/model-card.js';
 import { RejectReason } from '../../wire/reject.js';
 import {
@@ -296,8 +297,17 @@ export class VllmBridge implements EngineCore {
       this.#fail(req);
       return;
     }
+    if (o.kvParamsLength > MAX_KV_PARAMS_BYTES) {
+      this.#options.onEvent?.(
+        `kv_transfer_params of ${o.kvParamsLength} bytes, more than ${MAX_KV_PARAMS_BYTES}: the request is failed`,
+        { request_id: req.id },
+      );
+      this.#fail(req, RejectReason.KvParamsTooLarge);
+      return;
+    }
     const first = req.tokens === 0;
     const rows = this.#backlog.rows;
+    const before = rows.count;
     if (!stageOutput(o, req, this.#shape, this.#weightVersion, rows)) {
       const s = this.#shape;
       this.#options.onEvent?.(
@@ -306,6 +316,11 @@ export class VllmBridge implements EngineCore {
       );
       this.#fail(req, RejectReason.RoutingShape);
       return;
+    }
+    // The engine's handle (vLLM: on a prefill's final output), as it sent it, for the API server.
+    if (o.kvParamsLength > 0 && rows.count > before) {
+      const at = o.kvParamsOffset;
+      rows.setKv(rows.count - 1, o.body, at, at + o.kvParamsLength);
     }
     if (first && o.tokenCount > 0) this.#counters.promptTokens += req.promptLength;
     this.#counters.generationTokens += o.tokenCount;

@@ -195,6 +195,13 @@ export class MsgWriter {
     this.length = p + n;
   }
 
+  /** Bytes already msgpack-encoded (one whole value, checked by the caller), copied as they are. */
+  raw(bytes: Uint8Array): void {
+    this.#reserve(bytes.length);
+    this.#buf.set(bytes, this.length);
+    this.length += bytes.length;
+  }
+
   /** The underlying buffer (valid until the next write that grows it). */
   get bytes(): Uint8Array {
     return this.#buf;

@@ -67,6 +67,12 @@ export class OutputView {
   maskCounts = new Int32Array(64);
   maskIdCount = 0;
   maskIds = new Int32Array(256);
+  /**
+   * kv_transfer_params (a map, as the engine encoded it) is body[kvParamsOffset ..
+   * kvParamsOffset + kvParamsLength); 0 length: nil.
+   */
+  kvParamsOffset = 0;
+  kvParamsLength = 0;
 
   requestId(): string {
     const b = this.body;

@@ -1,6 +1,7 @@
 import { RS_ERR_VLLM_DECODE, RS_ERR_VLLM_LAYOUT } from '../../errors.js';
+import { isMapByte } from './kv-params.js';
 import { describeLayouts, layoutForOutputFields, type VllmLayout } from './layouts.js';
-import { MsgReader } from './msgpack-reader.js';
+import { MsgReader, typeName } from './msgpack-reader.js';
 import { NdarrayView } from './ndarray.js';
 import {
   readLogprobs,
@@ -214,6 +215,7 @@ export class OutputsReader {
     o.numNansInLogits = 0;
     o.hasMask = false;
     o.maskIdCount = 0;
+    o.kvParamsLength = 0;
     for (let i = 0; i < n; i++) {
       const field = fields[i];
       if (field === undefined) {
@@ -258,6 +260,9 @@ export class OutputsReader {
         case 'new_sampling_mask':
           if (!r.nil(field)) readSamplingMask(r, frames, this.#nd, o);
           break;
+        case 'kv_transfer_params':
+          if (!r.nil(field)) this.#kvParams(r);
+          break;
         case 'num_nans_in_logits':
           o.numNansInLogits = r.nil(field) ? 0 : r.int(field);
           break;
@@ -265,6 +270,17 @@ export class OutputsReader {
           r.skip(field);
       }
     }
+  }
+
+  /** kv_transfer_params (vLLM: dict[str, Any] | None) is kept as its bytes, for the API server. */
+  #kvParams(r: MsgReader): void {
+    const o = this.#o;
+    const at = r.pos;
+    const b = r.peek('kv_transfer_params');
+    if (!isMapByte(b)) r.fail('kv_transfer_params', `expected a map or nil, got ${typeName(b)}`);
+    r.skip('kv_transfer_params');
+    o.kvParamsOffset = at;
+    o.kvParamsLength = r.pos - at;
   }
 
   #readTokens(r: MsgReader): void {

@@ -80,6 +80,8 @@ export class OutputRecord {
   maskIds: Int32Array = new Int32Array(0);
   maskIdStart = 0;
   maskIdCount = 0;
+  /** kv_transfer_params (a P/D prefill's handle, on its final output), or null: nil. */
+  kvTransferParams: Readonly<Record<string, unknown>> | null = null;
 }
 
 export interface PrefillStats {
@@ -174,6 +176,10 @@ export class OutputsEncoder {
           break;
         case 'new_sampling_mask':
           writeMask(w, o, this.#aux);
+          break;
+        case 'kv_transfer_params':
+          if (o.kvTransferParams === null) w.nil();
+          else writeAny(w, o.kvTransferParams, field);
           break;
         case 'num_nans_in_logits':
           w.int(0);

@@ -1,4 +1,5 @@
 import { RS_ERR_VLLM_BAD_FIELD } from '../../errors.js';
+import { checkKvParams, readKvParamsBytes } from './kv-params.js';
 import type { MsgReader } from './msgpack-reader.js';
 import type { MsgWriter } from './msgpack-writer.js';
 
@@ -36,6 +37,12 @@ export interface VllmSamplingParams {
    */
   promptLogprobs?: number | null;
   routedExpertsPromptStart?: number;
+  /**
+   * `extra_args["kv_transfer_params"]`: where vLLM's KV connector reads a request's P/D handle
+   * (there is no EngineCoreRequest field for it), as the msgpack bytes of one map, passed through
+   * unchanged; null: no extra_args.
+   */
+  kvTransferParams?: Uint8Array | null;
 }
 
 /** Every field present: what the engine side decodes (vLLM's defaults filled in). */
@@ -58,6 +65,7 @@ export const SAMPLING_DEFAULTS: Omit<ResolvedSamplingParams, 'maxTokens'> = {
   logprobs: null,
   promptLogprobs: null,
   routedExpertsPromptStart: 0,
+  kvTransferParams: null,
 };
 
 function bad(field: string, what: string, value: unknown): never {
@@ -114,6 +122,8 @@ export function checkSamplingParams(p: ResolvedSamplingParams, promptLength: num
   const start = p.routedExpertsPromptStart;
   if (!isInt(start) || start < 0 || start >= promptLength)
     bad('routed_experts_prompt_start', `must be an integer in [0, ${promptLength - 1}]`, start);
+  if (p.kvTransferParams !== null)
+    checkKvParams(p.kvTransferParams, 'sampling_params.extra_args.kv_transfer_params');
 }
 
 export function resolveSamplingParams(p: VllmSamplingParams): ResolvedSamplingParams {
@@ -146,6 +156,7 @@ export function writeSamplingParams(w: MsgWriter, p: ResolvedSamplingParams): vo
   if (p.routedExpertsPromptStart !== 0) n++;
   if (p.eosTokenId !== null) n++;
   if (p.allStopTokenIds.length > 0) n++;
+  if (p.kvTransferParams !== null) n++;
   w.mapHeader(n);
   for (const [key, v, def] of floats) {
     if (v === def) continue;
@@ -171,6 +182,12 @@ export function writeSamplingParams(w: MsgWriter, p: ResolvedSamplingParams): vo
     intKey(w, 'routed_experts_prompt_start', p.routedExpertsPromptStart);
   if (p.eosTokenId !== null) intKey(w, '_eos_token_id', p.eosTokenId);
   if (p.allStopTokenIds.length > 0) idsKey(w, '_all_stop_token_ids', p.allStopTokenIds);
+  if (p.kvTransferParams !== null) {
+    w.str('extra_args');
+    w.mapHeader(1);
+    w.str('kv_transfer_params');
+    w.raw(p.kvTransferParams);
+  }
 }
 
 function intKey(w: MsgWriter, key: string, v: number): void {
@@ -244,6 +261,9 @@ export function readSamplingParams(r: MsgReader): ResolvedSamplingParams {
       case 'routed_experts_prompt_start':
         p.routedExpertsPromptStart = r.int(f);
         break;
+      case 'extra_args':
+        if (!r.nil(f)) p.kvTransferParams = readExtraArgs(r);
+        break;
       default:
         r.skip(f);
     }
@@ -251,6 +271,18 @@ export function readSamplingParams(r: MsgReader): ResolvedSamplingParams {
   // A SamplingParams without max_tokens is vLLM's default of 16 here; the frontend always sends it.
   if (!maxTokensSeen) p.maxTokens = 16;
   return p;
+}
+
+/** extra_args (a map): its kv_transfer_params as bytes (a map; nil: null); other keys skipped. */
+function readExtraArgs(r: MsgReader): Uint8Array | null {
+  let kv: Uint8Array | null = null;
+  for (let n = r.mapHeader('sampling_params.extra_args'); n > 0; n--) {
+    const key = r.str('sampling_params.extra_args key');
+    const f = `sampling_params.extra_args.${key}`;
+    if (key === 'kv_transfer_params') kv = readKvParamsBytes(r, f);
+    else r.skip(f);
+  }
+  return kv;
 }
 
 function readIds(r: MsgReader, field: string): number[] {

@@ -85,6 +85,17 @@ export interface StreamBytes {
   bytes: ArrayBuffer;
 }
 
+/**
+ * kv_transfer_params an engine answered this pass (a prefill leg through a vLLM engine): entry i
+ * is bytes[ends[i-1] (0 for the first) .. ends[i]), one msgpack map, for (slots[i], generations[i]).
+ */
+export interface KvParamsBatch {
+  slots: Int32Array;
+  generations: Int32Array;
+  ends: Int32Array;
+  bytes: Uint8Array;
+}
+
 /** One drain pass's outcome (posted only when something happened). */
 export interface OutputBatch {
   type: 'batch';
@@ -98,6 +109,8 @@ export interface OutputBatch {
   stopped: Int32Array;
   stoppedGenerations: Int32Array;
   streams: StreamBytes | null;
+  /** Set on the requests before `finished` is handled (their answers carry them). */
+  kvParams: KvParamsBatch | null;
 }
 
 export interface OutputReady {

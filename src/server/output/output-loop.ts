@@ -138,8 +138,10 @@ export class OutputLoop {
     }
     if (records > 0) consumer.release();
     const streams = this.#streams.encode(scatter.streamed, this.#lookupHeaders);
+    const kvParams = scatter.kvParams.toBatch();
     if (
       streams !== null ||
+      kvParams !== null ||
       scatter.finished.count + scatter.released.count + scatter.stopped.count > 0
     ) {
       const finished = scatter.finished.toArrays();
@@ -154,6 +156,7 @@ export class OutputLoop {
         stopped: stopped.slots,
         stoppedGenerations: stopped.generations,
         streams,
+        kvParams,
       };
       this.#port.postMessage(batch, streams === null ? [] : [streams.bytes]);
     }

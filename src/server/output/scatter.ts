@@ -27,6 +27,7 @@ import type { BlockArena } from './block-arena.js';
 import { ColumnWriter } from './column-writer.js';
 import { StopStringMatcher, type TokenByteSource } from './detokenizer.js';
 import { RS_ERR_OUTPUT_BAD_STEP } from './errors.js';
+import { KvParamsList } from './kv-params-list.js';
 import { SlotEventList } from './slot-events.js';
 import { SlotFlag, type SlotMetaTable } from './slot-meta.js';
 import { tokenTextSource } from './token-text.js';
@@ -51,6 +52,8 @@ export class StepScatter {
   readonly stopped: SlotEventList;
   /** Streaming requests with new positions or a finish during this pass. */
   readonly streamed: SlotEventList;
+  /** kv_transfer_params engines answered during this pass (kv-params-list.ts). */
+  readonly kvParams = new KvParamsList();
   /** Rows dropped because their slot was out of range (engine bug), since the start. */
   badRows = 0;
   readonly #meta: SlotMetaTable;
@@ -88,6 +91,7 @@ export class StepScatter {
     this.released.clear();
     this.stopped.clear();
     this.streamed.clear();
+    this.kvParams.clear();
   }
 
   /** Scatters one STEP record (payload at byte `offset`, `length` bytes) of region views `v`. */
@@ -103,6 +107,7 @@ export class StepScatter {
       rec.topk < 0 ||
       rec.topTotal < 0 ||
       rec.promptTotal < 0 ||
+      rec.kvTotal < 0 ||
       (rec.routingIdBytes !== 1 && rec.routingIdBytes !== 2) ||
       stepRecordBytes(
         rec.count,
@@ -112,6 +117,7 @@ export class StepScatter {
         rec.routingIdBytes,
         rec.topTotal,
         rec.promptTotal,
+        rec.kvTotal,
       ) > length
     ) {
       throw new RS_ERR_OUTPUT_BAD_STEP(
@@ -126,13 +132,17 @@ export class StepScatter {
     let routingRow = 0;
     let topAt = 0;
     let promptAt = 0;
+    let kvAt = 0;
     for (let j = 0; j < rec.count; j++) {
       const maskCount = i32[rec.at(StepColumn.MaskCount, j)]!;
       const rows = i32[rec.at(StepColumn.RoutingRows, j)]!;
       const top = i32[rec.at(StepColumn.TopCount, j)]!;
       const positions = i32[rec.at(StepColumn.PromptPositions, j)]!;
       const width = i32[rec.at(StepColumn.PromptWidth, j)]!;
+      const kv = i32[rec.at(StepColumn.KvParamsBytes, j)]!;
       if (
+        kv < 0 ||
+        kvAt + kv > rec.kvTotal ||
         maskCount < 0 ||
         rows < 0 ||
         top < 0 ||
@@ -144,10 +154,12 @@ export class StepScatter {
         promptAt + positions * width > rec.promptTotal
       ) {
         throw new RS_ERR_OUTPUT_BAD_STEP(
-          `output ${j} of a STEP record runs past its mask, top, prompt or routing entries`,
+          `output ${j} of a STEP record runs past its mask, top, prompt, routing or kv entries`,
         );
       }
       this.#row(v, j, maskAt, routingRow, topAt, promptAt);
+      if (kv > 0) this.#kvParams(v, j, rec.kvByteOffset + kvAt, kv);
+      kvAt += kv;
       maskAt += maskCount;
       routingRow += rows;
       topAt += top;
@@ -227,6 +239,16 @@ export class StepScatter {
       this.#setState(slot, state === SlotState.Finished ? SlotState.Done : SlotState.Idle);
       this.released.push(slot, gen);
     }
+  }
+
+  /** An engine's kv_transfer_params on output j: kept for the request if it is the slot's current one. */
+  #kvParams(v: RegionViews, j: number, at: number, length: number): void {
+    const i32 = v.i32;
+    const slot = i32[this.#rec.at(StepColumn.Slot, j)]!;
+    const gen = i32[this.#rec.at(StepColumn.SlotGen, j)]!;
+    if (!(slot >= 0 && slot < this.#acc.slots) || gen === 0) return;
+    if (this.#words[slot * WORDS_PER_SLOT + AccWord.Gen] !== gen) return;
+    this.kvParams.push(slot, gen, v.bytes, at, length);
   }
 
   #begin(slot: number, gen: number): void {

@@ -29,6 +29,7 @@ import {
   type RegistrationValues,
   type VllmAddRequest,
 } from '../../../src/engine/vllm/index.js';
+import { decodeKvParams, encodeKvParams } from '../../../src/engine/vllm/kv-params.js';
 import * as m from './mirror/codec.js';
 import { registrationFor } from './mirror/engine-registration.js';
 
@@ -46,6 +47,8 @@ interface Seen {
   cached: number | null;
   routed: number[] | null;
   masks: number[][] | null;
+  /** kv_transfer_params, from the bytes the reader kept. */
+  kv: Record<string, unknown> | null;
 }
 
 function seen(o: OutputView): Seen {
@@ -62,7 +65,9 @@ function seen(o: OutputView): Seen {
     }
   }
   const routedBytes = o.routedData.subarray(o.routedOffset, o.routedOffset + o.routedLength);
+  const kvBytes = o.body.subarray(o.kvParamsOffset, o.kvParamsOffset + o.kvParamsLength);
   return {
+    kv: o.kvParamsLength === 0 ? null : decodeKvParams(kvBytes, 'kv'),
     id: o.requestId(),
     tokens: Array.from(o.tokenIds.subarray(0, k)),
     logprobs: o.hasLogprobs ? Array.from(o.logprobs.subarray(0, k)) : null,
@@ -201,6 +206,7 @@ describe.each(m.ERAS)('layout %s', (era) => {
               [12, 31, 32],
             ]
           : null,
+        kv: { do_remote_decode: true },
       },
       {
         id: 'req-b',
@@ -213,6 +219,7 @@ describe.each(m.ERAS)('layout %s', (era) => {
         cached: null,
         routed: [9, 8, 7, 6],
         masks: masks ? [[7]] : null,
+        kv: null,
       },
     ]);
   });
@@ -246,6 +253,7 @@ describe.each(m.ERAS)('layout %s', (era) => {
       o.maskIds = Int32Array.from([21, 9, 22]);
       o.maskIdCount = 3;
     }
+    o.kvTransferParams = { do_remote_prefill: true, remote_block_ids: [[4, 5]], remote_port: 5600 };
     e.begin(0, 1);
     e.output(o);
     const frames = e.end(
@@ -280,6 +288,7 @@ describe.each(m.ERAS)('layout %s', (era) => {
     expect(out.finish_reason).toBe(1);
     expect(out.prefill_stats?.num_prompt_tokens).toBe(4);
     expect(out.routed_experts?.rows).toBe(3);
+    expect(out.kv_transfer_params).toEqual(o.kvTransferParams);
     expect(out.routed_experts?.ids.slice(0, 3)).toEqual([0, 1, 2]);
     if (layout.output.includes('new_sampling_mask')) {
       expect(out.new_sampling_mask?.rows).toEqual([[21, 9], [22]]);
@@ -312,6 +321,9 @@ describe.each(m.ERAS)('layout %s', (era) => {
       priority: 2,
       clientIndex: 0,
     };
+    // A prefill leg's kv_transfer_params (vLLM's toy proxy), in extra_args as vLLM reads them.
+    const kv = { do_remote_decode: true, remote_block_ids: null, remote_port: null, ratio: 0.5 };
+    req.params.kvTransferParams = encodeKvParams(kv);
     const payload = encodeAdd(layout, req);
     const d = m.decodeAdd(era, payload);
     expect(d.length).toBe(m.REQUEST_FIELDS[era].length);
@@ -332,6 +344,7 @@ describe.each(m.ERAS)('layout %s', (era) => {
       _eos_token_id: 999,
       stop_token_ids: [998],
       routed_experts_prompt_start: 1,
+      extra_args: { kv_transfer_params: kv },
     });
     const [type, back] = m.encodeAdd(era, { ...d.request, request_id: 'add-2' });
     expect(Array.from(type!)).toEqual([0]);
@@ -347,6 +360,10 @@ describe.each(m.ERAS)('layout %s', (era) => {
       eosTokenId: 999,
       routedExpertsPromptStart: 1,
     });
+    expect(decodeKvParams(r.params.kvTransferParams!, 'kv')).toEqual(kv);
+    // Bytes that are not one plain map are never sent (vLLM's input thread would die of them).
+    req.params.kvTransferParams = Uint8Array.from([0x91, 0x01]);
+    expect(() => encodeAdd(layout, req)).toThrow(/kv_transfer_params/);
   });
 
   it('registration both ways; the bridge tells this layout from what the engine registers with', () => {

@@ -32,6 +32,8 @@ export interface StepRow {
     width: number;
     entries: readonly (readonly [number, number, number])[];
   };
+  /** kv_transfer_params the engine answered with this output (msgpack bytes). */
+  kv?: Uint8Array;
 }
 
 export interface StepGeometry {
@@ -55,7 +57,12 @@ export function stepBytes(rows: readonly StepRow[], g: StepGeometry): number {
     g.idBytes,
     top,
     prompt,
+    kvTotal(rows),
   );
+}
+
+function kvTotal(rows: readonly StepRow[]): number {
+  return rows.reduce((n, r) => n + (r.kv?.length ?? 0), 0);
 }
 
 /** Writes a STEP record's payload at byte `offset` (8-aligned) of `v`; returns its byte length. */
@@ -81,11 +88,13 @@ export function writeStep(
     0,
     rows.reduce((n, r) => n + (r.top?.length ?? 0), 0),
     rows.reduce((n, r) => n + (r.prompt?.entries.length ?? 0), 0),
+    kvTotal(rows),
   );
   const rec = new StepRecordView().attach(v, offset);
   let maskAt = rec.maskBase;
   let topAt = 0;
   let promptAt = 0;
+  let kvAt = rec.kvByteOffset;
   let routingAt = g.idBytes === 1 ? rec.routingByteOffset : rec.routingByteOffset >> 1;
   const routingDst = g.idBytes === 1 ? v.bytes : v.u16;
   rows.forEach((r, j) => {
@@ -117,6 +126,11 @@ export function writeStep(
       v.i32[rec.promptRankBase + promptAt++] = rank;
     }
     for (const id of r.routing ?? []) routingDst[routingAt++] = id;
+    v.i32[rec.at(StepColumn.KvParamsBytes, j)] = r.kv?.length ?? 0;
+    if (r.kv !== undefined) {
+      v.bytes.set(r.kv, kvAt);
+      kvAt += r.kv.length;
+    }
   });
   return stepBytes(rows, g);
 }

@@ -15,12 +15,14 @@ export interface EngineWide {
  * and 0 both mean off (0 in ringserve); `logprobs: k` asks for the sampled token's logprob and k
  * top candidates, `prompt_logprobs: k` for every prompt token's after the first with k candidates
  * (-1, the whole vocabulary in vLLM, is capped at MAX_TOP_LOGPROBS for both); routing rows and
- * sampling masks are engine-wide in vLLM, so they come from the engine's flags.
+ * sampling masks are engine-wide in vLLM, so they come from the engine's flags. `kv`: what the
+ * NIXL connector asks of the simulator (keep the prompt's blocks; import this many tokens).
  */
 export function toEngineRequest(
   req: DecodedAddRequest,
   slot: number,
   wide: EngineWide,
+  kv: { pinKv: boolean; importKvTokens: number } = NO_KV,
 ): EngineRequest {
   const p = req.params;
   const k = p.logprobs === null ? 0 : p.logprobs < 0 ? MAX_TOP_LOGPROBS : p.logprobs;
@@ -52,8 +54,13 @@ export function toEngineRequest(
     cacheSalt: req.cacheSalt,
     arrivalTimeMs: req.arrivalTime * 1000,
     loraId: req.lora?.id ?? 0,
+    // P/D through the NIXL connector (nixl-connector.ts): the simulator's prefill pin and import.
+    pinKv: kv.pinKv,
+    importKvTokens: kv.importKvTokens,
   };
 }
+
+const NO_KV = { pinKv: false, importKvTokens: 0 };
 
 /** The prompt_logprobs k an engine computes: -1 none, else at most MAX_TOP_LOGPROBS. */
 export function promptLogprobsOf(k: number | null): number {

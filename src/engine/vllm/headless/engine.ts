@@ -23,6 +23,7 @@ import {
 import type { HeadlessSockets } from './dial.js';
 import { type EngineWide, promptLogprobsOf, toEngineRequest } from './engine-request.js';
 import { LiveRequests } from './live-requests.js';
+import { type AdmitKv, type KvPlan, type NixlConnector, PLAIN_KV } from './nixl-connector.js';
 import { StepEncoder } from './step-encoder.js';
 import { collectiveRpc } from './weight-rpc.js';
 
@@ -86,6 +87,8 @@ export interface HeadlessEngineOptions {
   /** The DP rank: EngineCoreOutputs.engine_index. */
   rank: number;
   log: HeadlessLog;
+  /** --kv-transfer-config's NIXL side of a prefill/decode pair; absent: kv_transfer_params ignored. */
+  nixl?: NixlConnector | null;
 }
 
 export class VllmHeadlessEngine {
@@ -103,6 +106,9 @@ export class VllmHeadlessEngine {
   /** ADDs whose LoRA adapter is being loaded (vLLM loads one from lora_path when a request needs it). */
   #loading: DecodedAddRequest[] = [];
   readonly #loads = new Map<number, Promise<void>>();
+  readonly #nixl: NixlConnector | null;
+  /** Requests whose remote KV load has settled, until admitted. */
+  readonly #kvReady = new WeakMap<DecodedAddRequest, AdmitKv>();
   #paused = false;
   #pending: PendingReply[] = [];
   #sending: Promise<void> = Promise.resolve();
@@ -128,6 +134,7 @@ export class VllmHeadlessEngine {
     this.#wide = o.wide;
     this.#rank = o.rank;
     this.#log = o.log;
+    this.#nixl = o.nixl ?? null;
     this.#out = o.engine.newStepOutputs();
     const card = o.engine.model;
     this.#encoder = new StepEncoder(o.layout, {
@@ -184,6 +191,7 @@ export class VllmHeadlessEngine {
       const started = performance.now();
       out.clear();
       const timing = sim.step(out);
+      this.#nixl?.afterStep(out, this.#table);
       const frames = this.#encoder.encode(
         out,
         this.#table,
@@ -273,6 +281,16 @@ export class VllmHeadlessEngine {
       this.#loadThenAdmit(req, lora);
       return;
     }
+    let kv = this.#kvReady.get(req);
+    if (kv === undefined) {
+      const plan = this.#nixl?.plan(req.params.kvTransferParams, req.requestId) ?? null;
+      if (plan !== null && plan.handle !== null) {
+        this.#loadKvThenAdmit(req, plan);
+        return;
+      }
+      kv = plan?.remoteDecode === true ? { ...PLAIN_KV, pinKv: true } : PLAIN_KV;
+    }
+    this.#kvReady.delete(req);
     const p = req.params;
     const wide = this.#wide;
     const live = this.#table.add(
@@ -282,7 +300,15 @@ export class VllmHeadlessEngine {
       wide.samplingMasks,
       promptLogprobsOf(p.promptLogprobs),
     );
-    const request = toEngineRequest(req, live.slot, wide);
+    live.remoteDecode = kv.pinKv;
+    live.importedTokens = Math.min(kv.importKvTokens, req.promptTokenIds.length - 1);
+    live.kvDone = kv.done;
+    if (kv.failed) {
+      // kv_load_failure_policy "fail": the request finishes with ERROR, as vLLM's does.
+      this.#sim.reject(0, live.slot, RejectReason.EngineFailed);
+      return;
+    }
+    const request = toEngineRequest(req, live.slot, wide, kv);
     // vLLM refuses greedy sampling and sampling without top_k while its mask capture is on: the
     // request ends with finish_reason ERROR, the engine carries on.
     if (wide.samplingMasks && !maskableSampling(request.params)) {
@@ -328,6 +354,27 @@ export class VllmHeadlessEngine {
         settle(false);
       },
     );
+  }
+
+  /**
+   * Reads the remote KV a decode request's handle names (nixl-connector.ts), then admits it with
+   * the import, or as kv_load_failure_policy says when the load failed.
+   */
+  #loadKvThenAdmit(req: DecodedAddRequest, plan: KvPlan): void {
+    const nixl = this.#nixl as NixlConnector;
+    this.#loading.push(req);
+    void nixl.loadFor(req.requestId, plan).then((kv) => {
+      const at = this.#loading.indexOf(req);
+      if (at < 0) {
+        kv.done?.(); // aborted meanwhile: the prefill engine may free the blocks
+        return;
+      }
+      this.#loading.splice(at, 1);
+      this.#kvReady.set(req, kv);
+      if (this.#paused) this.#held.push(req);
+      else this.#admit(req);
+      this.#wake?.();
+    });
   }
 
   #abort(ids: string[]): void {

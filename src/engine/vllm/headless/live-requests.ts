@@ -23,6 +23,14 @@ export class LiveRequest {
   pendingRows = 0;
   /** Prompt logprobs asked (prompt_logprobs k >= 0), held until the first output; null: none. */
   prompt: HeldPrompt | null = null;
+  /** P/D prefill (do_remote_decode): its final output answers a handle (nixl-connector.ts). */
+  remoteDecode = false;
+  /** The handle its final output carries, once made; null: none. */
+  kvTransferParams: Record<string, unknown> | null = null;
+  /** P/D decode: prompt tokens imported from a prefill engine (prefill_stats' external ones). */
+  importedTokens = 0;
+  /** P/D decode: tells the prefill engine its blocks were read; null once called (or none). */
+  kvDone: (() => void) | null = null;
 }
 
 export class LiveRequests {

@@ -136,6 +136,8 @@ export class StepEncoder {
     o.topStart = out.topStart[i] as number;
     const finish = out.finish[i] as FinishReason;
     o.finishReason = FINISH_TO_VLLM[finish];
+    // vLLM's connector answers kv_transfer_params on the request's final output only.
+    o.kvTransferParams = finish === FinishReason.None ? null : r.kvTransferParams;
     o.stopReason = out.stopTokenId[i] as number;
     o.prefill = null;
     o.routedBytes = null;
@@ -144,10 +146,13 @@ export class StepEncoder {
       this.startedLastStep++;
       const p = this.#prefill;
       const cached = out.numCachedTokens[i] as number;
+      // A P/D import counts as cached: its tokens came from the prefill engine (NixlConnector's).
+      const external = Math.min(r.importedTokens, cached);
       p.numPromptTokens = r.promptLength;
       p.numComputedTokens = r.promptLength - cached;
       p.numCachedTokens = cached;
-      p.numLocalCachedTokens = cached;
+      p.numLocalCachedTokens = cached - external;
+      p.numExternalCachedTokens = external;
       o.prefill = p;
     }
     if (hasToken && (r.pendingRows > 0 || (out.routingRows[i] as number) > 0))

@@ -20,6 +20,7 @@ import {
   routingIds,
   tokenAt,
 } from './formula.js';
+import { finishKv, loadsRemote, type MirrorNixl } from './nixl.js';
 
 /** The engine-wide settings a step depends on. */
 export interface StepShape {
@@ -43,6 +44,8 @@ export interface StepShape {
   promptLogprobsTopK: number | null;
   /** torch dtype of the ids and ranks: 'int32' (vLLM's default model runner) or 'int64'. */
   promptLogprobsDtype: string;
+  /** A NixlConnector (nixl.ts): P/D legs of kv_transfer_params; null: they are ignored. */
+  nixl: MirrorNixl | null;
 }
 
 /** A request the engine runs. */
@@ -106,15 +109,20 @@ function generate(shape: StepShape, live: LiveRequest, maxTokens: number): Gener
   return { tokens, finish: null, stopReason: null };
 }
 
-function firstOutputExtras(out: EngineCoreOutput, live: LiveRequest, now: number): void {
+function firstOutputExtras(
+  out: EngineCoreOutput,
+  live: LiveRequest,
+  now: number,
+  loaded: number,
+): void {
   const p = live.prompt.length;
   out.prefill_stats = {
     num_prompt_tokens: p,
-    num_computed_tokens: p,
-    num_cached_tokens: 0,
+    num_computed_tokens: p - loaded,
+    num_cached_tokens: loaded,
     num_local_cached_tokens: 0,
-    num_external_cached_tokens: 0,
-    num_cache_creation_tokens: p,
+    num_external_cached_tokens: loaded,
+    num_cache_creation_tokens: p - loaded,
   };
   out.events = [
     { type: 1, timestamp: live.arrivedAt },
@@ -177,8 +185,11 @@ export function stepRequest(
       ranks: g.tokens.map((_, j) => rankAt(before + j)),
     };
   }
+  // A decode leg loaded all of the prompt but its last token: only P - 1 on is forwarded.
+  const sp = live.request.sampling_params;
+  const loaded = shape.nixl !== null && loadsRemote(sp) ? live.prompt.length - 1 : 0;
   if (shape.returnRoutedExperts) {
-    const start = live.request.sampling_params?.routed_experts_prompt_start ?? 0;
+    const start = Math.max(sp?.routed_experts_prompt_start ?? 0, loaded);
     const positions = routedPositions(live.prompt.length, start, before, g.tokens.length);
     out.routed_experts = {
       rows: positions.length,
@@ -191,8 +202,9 @@ export function stepRequest(
   if (shape.returnSamplingMask && eraAtLeast(shape.era, '0.28')) {
     out.new_sampling_mask = { rows: g.tokens.map((t, j) => maskRowAt(t, before + j, shape.vocab)) };
   }
-  if (before === 0) firstOutputExtras(out, live, now);
+  if (before === 0) firstOutputExtras(out, live, now, loaded);
   out.finish_reason = g.finish;
   out.stop_reason = g.stopReason;
+  finishKv(shape.nixl, out, sp, live.prompt.length);
   return { output: out, finished: g.finish !== null };
 }

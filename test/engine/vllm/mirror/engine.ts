@@ -27,6 +27,7 @@ import { type Addressed, EngineControl, type PauseMode } from './engine-control.
 import { registrationFor } from './engine-registration.js';
 import { LiveRequest, type StepShape, stepRequest } from './engine-step.js';
 import { DEFAULT_VLLM_VERSION, type Era, eraAtLeast } from './eras.js';
+import type { MirrorNixl } from './nixl.js';
 import { SendQueue, withTimeout } from './wait.js';
 
 export * from './formula.js';
@@ -63,6 +64,8 @@ export interface MirrorEngineOptions {
   blockSize?: number;
   /** Registration keys to set (or, with undefined, to drop) over the era's. */
   registration?: Readonly<Record<string, unknown>>;
+  /** vLLM's NixlConnector (nixl.ts): P/D handles in and out; absent: kv_transfer_params ignored. */
+  nixl?: MirrorNixl | null;
 }
 
 const LINGER_MS = 500;
@@ -77,7 +80,7 @@ export class MirrorEngine {
   init: InitMessage | null = null;
   registration: Registration | null = null;
   readonly #shape: StepShape;
-  readonly #opts: Required<Omit<MirrorEngineOptions, 'registration' | 'vllmVersion'>>;
+  readonly #opts: Required<Omit<MirrorEngineOptions, 'registration' | 'vllmVersion' | 'nixl'>>;
   readonly #version: string;
   readonly #overrides: Readonly<Record<string, unknown>>;
   readonly #control: EngineControl;
@@ -108,7 +111,7 @@ export class MirrorEngine {
     };
     this.#version = options.vllmVersion ?? DEFAULT_VLLM_VERSION[options.era];
     this.#overrides = options.registration ?? {};
-    this.#shape = { ...this.#opts };
+    this.#shape = { ...this.#opts, nixl: options.nixl ?? null };
     this.#control = new EngineControl({
       era: options.era,
       reply: (call, failure, value) => this.#reply(call, failure, value),
