@@ -24,7 +24,12 @@ const perToken = (m: Probe): number =>
 
 describe('router main thread allocation', () => {
   it(`allocates under ${BYTES_PER_TOKEN_BUDGET} bytes per merged token while it proxies long answers`, () => {
-    const control = runAllocProbe<Probe>(FIXTURE, ['--control']);
+    // The control allocates a young object per token, so a scavenge may land inside its window
+    // (seen on Node 24 in CI) and hide its growth: up to three processes for one without.
+    let control = runAllocProbe<Probe>(FIXTURE, ['--control']);
+    for (let attempt = 1; attempt < 3 && control.gcsDuring > 0; attempt++) {
+      control = runAllocProbe<Probe>(FIXTURE, ['--control']);
+    }
     expect(control.ok).toBe(true);
     expect(control.gcsDuring).toBe(0);
     expect(perToken(control)).toBeGreaterThan(16);
