@@ -5,7 +5,7 @@ import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 
 /**
- * The layers of src/ and which others each may import (DESIGN.md, "Layout"; README, "How it is
+ * The layers of src/ and which others each may import (README, "How it is
  * built"). A layer is a folder of src/ or one of the root modules; a file may always import its own
  * layer. cluster/ and the CLI are the composition roots: they may import anything in src/.
  * Nothing in src/ imports bench/ or test/.

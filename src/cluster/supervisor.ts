@@ -4,7 +4,7 @@
  * hands each connection to a live API server (connection-distributor.ts), restarts whichever child
  * crashes (restart-backoff.ts), drains on SIGTERM and unlinks the region on the way out.
  *
- * Restart rules (DESIGN.md, Processes):
+ * Restart rules (README, "Restarts"):
  * - an API server dies: the engine drops that server's requests and frees their blocks (server-down),
  *   then a new API server takes the same index; the others keep serving;
  * - the engine dies: every API server is told (engine-down: /health 503, in-flight requests fail

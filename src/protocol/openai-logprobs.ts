@@ -1,5 +1,5 @@
 import type { JsonWriter } from './json-writer.js';
-import type { TopColumns } from './response-columns.js';
+import { LOGPROB_FLOOR, type TopColumns } from './response-columns.js';
 import { countChars, sequenceAt } from './utf8.js';
 
 /**
@@ -23,7 +23,7 @@ export interface TokenBytes {
   write(tokenId: number, out: Uint8Array, offset: number): number;
 }
 
-const FLOOR = -9999;
+const FLOOR = LOGPROB_FLOOR;
 
 export class LogprobsWriter {
   readonly #tokens: TokenBytes;

@@ -1,4 +1,5 @@
 import { RS_ERR_PROTOCOL_BAD_COLUMNS } from '../errors.js';
+import { LOGPROB_FLOOR } from '../wire/sampling-check.js';
 import { type FinishReasonName, finishReasonName } from '../wire/types.js';
 
 /**
@@ -27,7 +28,7 @@ export interface RoutingColumns {
 }
 
 /** The lowest logprob the answers write (vLLM's floor for -inf and everything below). */
-export const LOGPROB_FLOOR = -9999;
+export { LOGPROB_FLOOR };
 
 /** A logprob as the answers write it: floored at LOGPROB_FLOOR, NaN (no value) as the floor. */
 export function floorLogprob(lp: number): number {

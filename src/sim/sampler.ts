@@ -1,4 +1,4 @@
-import { MAX_TOP_LOGPROBS } from '../wire/sampling-check.js';
+import { LOGPROB_FLOOR, MAX_TOP_LOGPROBS } from '../wire/sampling-check.js';
 import type { SamplingParams } from '../wire/types.js';
 import { CandidateSet, SORT_HORIZON_RANKS } from './candidates.js';
 import type { PositionShape, SimModel } from './model.js';
@@ -7,8 +7,8 @@ import type { TokenCounts } from './token-counts.js';
 /** Below this temperature sampling is greedy (vLLM's _SAMPLING_EPS). */
 export const GREEDY_TEMPERATURE = 1e-5;
 
-/** Floor of an emitted logprob (the contract's "missing value"; vLLM's processed mode has -inf). */
-export const LOGPROB_FLOOR = -9999;
+/** Re-exported: the one floor (wire/sampling-check.ts); vLLM's processed mode has -inf there. */
+export { LOGPROB_FLOOR };
 
 /**
  * The most kept-token ids (the sampling mask) one sampled position of a request can carry, known

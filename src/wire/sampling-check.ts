@@ -4,6 +4,12 @@ import type { SamplingParams } from './types.js';
  * The most top logprobs a request may ask per position: vLLM's default --max-logprobs (20, its
  * ModelConfig.max_logprobs), which also bounds the OpenAI routes (`logprobs`, `top_logprobs`).
  */
+/**
+ * The lowest logprob anything reports (the contract's "missing value"; vLLM clamps -inf to it):
+ * the simulator, the vLLM bridge and the answers' writers floor with this one constant.
+ */
+export const LOGPROB_FLOOR = -9999;
+
 export const MAX_TOP_LOGPROBS = 20;
 
 /**

@@ -8,11 +8,12 @@
  * vLLM's own frontend keeps 1 + num_logprobs of each row (vllm/logprobs.py
  * append_logprobs_for_next_position). Copies between typed arrays; nothing is allocated.
  */
+import { LOGPROB_FLOOR } from '../../wire/sampling-check.js';
 import type { StepOutputs } from '../step-outputs.js';
 import type { OutputView } from './output-view.js';
 
 /** Floor of a logprob, as the simulator's (model-runner.ts) and the contract's "missing value". */
-export const LOGPROB_FLOOR = -9999;
+export { LOGPROB_FLOOR };
 
 /** A logprob as the rows carry it: -inf (a token outside the kept set) and NaN floored. */
 export function floored(lp: number): number {

@@ -4,7 +4,7 @@
  * engines apart. The codec's reader hands over one reused OutputView per output, its fields in
  * scratch typed arrays or byte ranges of the message; turning it into rows allocates nothing.
  *
- * Routing rows (VLLM-ENGINE.md section 5): the first output with tokens carries the prompt's rows
+ * Routing rows (docs/vllm-protocol.md, "Outputs"): the first output with tokens carries the prompt's rows
  * from the routed_experts_prompt_start that was sent (or, after a P/D import, from P - 1: the
  * rows end at P + k - 1 either way), each later one a row per forwarded position from P + C - 1
  * (C tokens before it). The simulator emits the rows of position p with the step

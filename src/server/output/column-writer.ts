@@ -11,6 +11,7 @@
 // per-token calls carry only small integers: element indices (byte offsets / 4, which stay below
 // 2^30 for buffers under 4 GiB) and the record's views, and floats are read where they are stored.
 import type { RegionViews, StepRecordView } from '../../wire/messages.js';
+import { LOGPROB_FLOOR } from '../../wire/sampling-check.js';
 import { type AccumulatorTable, AccWord, COLUMN_COUNT, Column } from './accumulators.js';
 import { type BlockArena, CLASS_COUNT, classBytes, classForBytes } from './block-arena.js';
 import type { TokenByteSource } from './detokenizer.js';
@@ -111,7 +112,7 @@ export class ColumnWriter {
     }
     for (let t = n; t < k; t++) {
       dstIds[ids + t] = -1;
-      dstLps[lps + t] = -9999;
+      dstLps[lps + t] = LOGPROB_FLOOR;
     }
   }
 

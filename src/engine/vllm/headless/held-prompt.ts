@@ -1,3 +1,4 @@
+import { LOGPROB_FLOOR } from '../../../wire/sampling-check.js';
 import type { StepOutputs } from '../../step-outputs.js';
 
 /**
@@ -45,7 +46,7 @@ export class HeldPrompt {
       for (let e = 0; e < width; e++) {
         const inRow = e < rowWidth;
         this.ids[to + e] = inRow ? out.promptIds[from + e]! : 0;
-        this.logprobs[to + e] = inRow ? out.promptLogprobs[from + e]! : PROMPT_FLOOR;
+        this.logprobs[to + e] = inRow ? out.promptLogprobs[from + e]! : LOGPROB_FLOOR;
         this.ranks[to + e] = inRow ? out.promptRanks[from + e]! : e;
       }
       from += rowWidth;
@@ -76,6 +77,3 @@ export class HeldPrompt {
     this.ranks = ranks;
   }
 }
-
-/** The logprob of a candidate the simulator did not give (StepOutputs' floor). */
-const PROMPT_FLOOR = -9999;

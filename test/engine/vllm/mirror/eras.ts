@@ -1,7 +1,8 @@
 /**
- * vLLM v1's engine-core wire layouts per release era, written from vLLM's struct definitions as the
- * research notes read them (/tmp/research/vllm-messages.md "VM", /tmp/research/vllm-handshake.md
- * "VH", /work/shared/VLLM-ENGINE.md "VE"; each cites the vLLM or downstream commit it rests on).
+ * vLLM v1's engine-core wire layouts per release era, written from vLLM's struct definitions.
+ * "VM", "VH" and "VE" with a section number, here and across the mirror, tag the reading notes it
+ * was written from (messages, handshake, engine); what they established is in
+ * docs/vllm-protocol.md, each fact with the vLLM or downstream commit it rests on.
  *
  * msgspec writes every field of an `array_like` struct (msgspec issue #720: omit_defaults is ignored
  * for them), so a real engine's EngineCoreOutput has a fixed element count per era, and that count
