@@ -3,8 +3,10 @@
  * test starts a cluster and throws (it.fails: the throw is what it asserts); the next one finds
  * the primary, its children and its region gone.
  */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { describe, expect, it } from 'vitest';
-import { regionExists, regionNameOf, startCluster } from './harness.js';
+import { processStart, regionExists, regionNameOf, startCluster } from './harness.js';
 
 let left: { pids: number[]; region: string } | null = null;
 
@@ -31,5 +33,18 @@ describe('test/cluster/harness.ts', () => {
     expect(left!.pids.length).toBeGreaterThanOrEqual(3); // primary, engine, API server
     expect(left!.pids.filter(alive)).toEqual([]);
     expect(regionExists(left!.region)).toBe(false);
+  });
+
+  it('names a process by pid and start time, so a reused pid is not taken for it', async () => {
+    const child = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 60_000)']);
+    await once(child, 'spawn');
+    const start = await processStart(child.pid!);
+    expect(start).toMatch(/^\d+$/);
+    expect(await processStart(child.pid!)).toBe(start);
+    // A process started later (this one started before the child) has a start time >= its own.
+    expect(Number(await processStart(process.pid))).toBeLessThanOrEqual(Number(start));
+    child.kill('SIGKILL');
+    await once(child, 'exit');
+    expect(await processStart(child.pid!)).toBeUndefined();
   });
 });

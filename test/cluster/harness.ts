@@ -128,18 +128,37 @@ async function stopRegistered(scope: Registered['scope']): Promise<void> {
 
 async function stopAndSweep(cluster: Cluster): Promise<void> {
   const primary = cluster.process.pid!;
-  const children = [...(await clusterPids(primary)).values()];
+  const children = await Promise.all(
+    [...(await clusterPids(primary)).values()].map(async (pid) => ({
+      pid,
+      start: await processStart(pid),
+    })),
+  );
   await cluster.stop();
   // A primary SIGKILLed after the bound leaves its children to exit on their own and its region.
-  for (const pid of children) {
+  // The usual case is that they are gone and their pids free: one may already be another process's
+  // (pids wrap at 32768 several times in a run), so only the same process is signalled.
+  for (const { pid, start } of children) {
+    if (start === undefined || (await processStart(pid)) !== start) continue;
     try {
       process.kill(pid, 'SIGKILL');
     } catch {
-      // already gone: the usual case
+      // gone between the check and the signal
     }
   }
   const name = readdirSync('/dev/shm').find((n) => n.startsWith(`ringserve-${primary}-`));
   if (name !== undefined) shmAddon().unlink(name);
+}
+
+/**
+ * When the process now holding `pid` started (/proc/<pid>/stat field 22, in clock ticks since
+ * boot), or undefined when no process holds it: with the pid, what names one process and not a
+ * later one that got its number.
+ */
+export async function processStart(pid: number): Promise<string | undefined> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
+  // Fields after the command (which may hold spaces and parentheses) start at field 3.
+  return stat?.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
 }
 
 /** The cluster's processes, found through /proc by parent pid and process title. */

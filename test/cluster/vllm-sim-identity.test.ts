@@ -132,10 +132,12 @@ describe('serve --engine vllm + engine --vllm-protocol', () => {
   it('fails the request in flight with 503 when the engine is SIGKILLed, and takes a new one back', async () => {
     // The previous test's engine was killed after it: the bridge notices (ping), then a new one.
     await until(async () => (await healthStatus(bridge)) === 503);
+    // tiny's steps are ~1 ms, and an engine does not sleep a rest under 1 ms: at --speedup 1 the
+    // 3000 tokens took under 300 ms on Node 24. At 0.02 a step is ~50 ms, 3000 of them ~150 s.
     const first = startHeadlessEngine(endpoint, [
       ...ENGINE.filter((a) => a !== '--max-speed'),
       '--speedup',
-      '1',
+      '0.02',
     ]);
     await until(async () => (await healthStatus(bridge)) === 200);
     const inFlight = generate(bridge.url, body(9, { max_tokens: 3000, ignore_eos: true })).then(
