@@ -373,6 +373,33 @@ export const RS_ERR_ROUTER_NO_INSTANCE = createError(
   'no healthy %s instance',
   503,
 );
+/** An admin call the router sent to every instance failed on some of them (fan-out.ts). */
+export const RS_ERR_ROUTER_FAN_OUT = createError(
+  'RS_ERR_ROUTER_FAN_OUT',
+  '%s failed on %s of %s instances: %s',
+  502,
+);
+/** POST/DELETE /instances names no member of that role. */
+export const RS_ERR_ROUTER_INSTANCE_NOT_FOUND = createError(
+  'RS_ERR_ROUTER_INSTANCE_NOT_FOUND',
+  'no %s instance %s',
+  404,
+  { param: 'url' },
+);
+/** A membership change that would leave the router unable to serve, or races a removal. */
+export const RS_ERR_ROUTER_INSTANCE_CONFLICT = createError(
+  'RS_ERR_ROUTER_INSTANCE_CONFLICT',
+  '%s',
+  409,
+  { param: 'url' },
+);
+/** DELETE /instances: the removed instance still had requests when the drain timeout ran out. */
+export const RS_ERR_ROUTER_DRAIN_TIMEOUT = createError(
+  'RS_ERR_ROUTER_DRAIN_TIMEOUT',
+  '%s instance %s still has %s requests in flight after %s s: it takes no new ones and is dropped once they finish',
+  503,
+  { param: 'url' },
+);
 
 // The OpenAI routes.
 export const RS_ERR_OPENAI_INLINE_OUTPUT = createError(

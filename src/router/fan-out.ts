@@ -16,6 +16,7 @@
  * once. GET /v1/models asks the instances that take requests and lists their models once by id.
  */
 import type { FastifyInstance, onRequestHookHandler } from 'fastify';
+import { RS_ERR_ROUTER_FAN_OUT, toErrorBody } from '../errors.js';
 import type { Logger } from '../obs/log.js';
 import { callJson, errorBody } from './instance-call.js';
 import type { PdPair } from './pd-proxy.js';
@@ -127,10 +128,13 @@ export function fanOutAnswer(route: string, results: InstanceResult[]): [number,
         : errorBody(status, String(first.body)).error;
     return [status, { error, instances: results }];
   }
-  const message =
-    `${route} failed on ${failed.length} of ${results.length} instances: ` +
-    failed.map(describeFailure).join('; ');
-  return [502, { ...errorBody(502, message), instances: results }];
+  const error = new RS_ERR_ROUTER_FAN_OUT(
+    route,
+    failed.length,
+    results.length,
+    failed.map(describeFailure).join('; '),
+  );
+  return [502, { ...toErrorBody(error), instances: results }];
 }
 
 export function registerFanOutRoutes(
@@ -147,8 +151,10 @@ export function registerFanOutRoutes(
       const results = await callEach(targets(pair, false), 'POST', path, request.body, timeout);
       const [status, body] = fanOutAnswer(route, results);
       pair.metrics.noteAnswer(status);
-      if (status >= 500)
-        log.warn({ status, route }, (body as { error: { message: string } }).error.message);
+      if (status >= 500) {
+        const { message } = (body as { error: { message: string } }).error;
+        log.warn({ status, route, code: RS_ERR_ROUTER_FAN_OUT.code }, message);
+      }
       return reply.code(status).send(body);
     });
   }

@@ -15,8 +15,13 @@
  */
 import type { FastifyInstance, FastifyReply, onRequestHookHandler } from 'fastify';
 import type { Logger } from '../obs/log.js';
+import {
+  RS_ERR_ROUTER_DRAIN_TIMEOUT,
+  RS_ERR_ROUTER_INSTANCE_CONFLICT,
+  RS_ERR_ROUTER_INSTANCE_NOT_FOUND,
+  toErrorBody,
+} from '../errors.js';
 import { fail, isPlainObject } from '../protocol/fields.js';
-import { errorBody } from './instance-call.js';
 import type { PdPair } from './pd-proxy.js';
 import { normalizeUrl, type Role, type UpstreamPool } from './upstreams.js';
 
@@ -58,7 +63,7 @@ export function registerMembershipRoutes(
     const member = pool.find(url);
     if (member?.draining === true) {
       const message = `${role} instance ${url} is being removed: add it again once its DELETE answered`;
-      return answer(reply, 409, errorBody(409, message, 'url'));
+      return answer(reply, 409, toErrorBody(new RS_ERR_ROUTER_INSTANCE_CONFLICT(message)));
     }
     if (member !== undefined) {
       return answer(reply, 200, { status: 'ok', role, url, healthy: member.healthy, added: false });
@@ -80,21 +85,24 @@ export function registerMembershipRoutes(
     const pool = poolOf(pair, role);
     const u = pool.find(url);
     if (u === undefined)
-      return answer(reply, 404, errorBody(404, `no ${role} instance ${url}`, 'url'));
+      return answer(reply, 404, toErrorBody(new RS_ERR_ROUTER_INSTANCE_NOT_FOUND(role, url)));
     if (!u.draining && !pool.instances.some((o) => o !== u && !o.draining)) {
       const message = `${url} is the last ${role} instance: add another before removing it`;
-      return answer(reply, 409, errorBody(409, message, 'url'));
+      return answer(reply, 409, toErrorBody(new RS_ERR_ROUTER_INSTANCE_CONFLICT(message)));
     }
     log.info({ role, url, outstanding: u.outstanding }, 'instance draining');
     if (await pool.drain(u, options.drainTimeoutMs)) {
       log.info({ role, url }, 'instance removed');
       return answer(reply, 200, { status: 'ok', role, url, removed: true });
     }
-    const message =
-      `${role} instance ${url} still has ${u.outstanding} requests in flight after ` +
-      `${options.drainTimeoutMs / 1000} s: it takes no new ones and is dropped once they finish`;
-    log.warn({ role, url, outstanding: u.outstanding }, message);
-    return answer(reply, 503, errorBody(503, message, 'url'));
+    const error = new RS_ERR_ROUTER_DRAIN_TIMEOUT(
+      role,
+      url,
+      u.outstanding,
+      options.drainTimeoutMs / 1000,
+    );
+    log.warn({ role, url, outstanding: u.outstanding, code: error.code }, error.message);
+    return answer(reply, 503, toErrorBody(error));
   });
 
   app.get('/liveness', async () => {
