@@ -142,6 +142,7 @@ export class ModelRunner {
     // out rather than through unitFloat(): a double returned from a call V8 does not inline is
     // boxed, and this runs once per token.
     sampler.uniform = (combine(seq.seedKey, position) >>> 0) * UINT32_TO_UNIT;
+    sampler.forced = this.#forcedToken(seq, outputIndex);
     sampler.sample(this.#shape, p, seq.counts, outputIndex < p.minTokens);
     const token = sampler.token;
     const row =
@@ -159,6 +160,21 @@ export class ModelRunner {
       out.finish[row] = finish;
       this.finished[this.finishedCount++] = seq;
     }
+  }
+
+  /**
+   * The token a scripted answer (EngineRequest.script) puts at output index `outputIndex`, or -1
+   * (sampled): the script's tokens, then, when it ends the answer, the model's EOS at the first
+   * index where it may end (min_tokens holds it back as it holds back a sampled EOS; ignore_eos
+   * lets sampling go on instead). The stop rules then apply to it as to any sampled token.
+   */
+  #forcedToken(seq: Sequence, outputIndex: number): number {
+    const script = seq.script;
+    if (script === null) return -1;
+    if (outputIndex < script.length) return script[outputIndex] as number;
+    const p = seq.params;
+    if (!seq.scriptEnds || p.ignoreEos || outputIndex < p.minTokens) return -1;
+    return this.#model.primaryEos;
   }
 
   /** The row's kept set (when asked and something truncated) and top candidates (when asked). */

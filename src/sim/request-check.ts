@@ -1,3 +1,4 @@
+import { MAX_SCRIPT_TOKENS } from '../wire/messages.js';
 import { RejectReason } from '../wire/reject.js';
 import { MAX_TOP_LOGPROBS, samplingParamsWellFormed } from '../wire/sampling-check.js';
 import type { EngineRequest } from '../wire/types.js';
@@ -7,7 +8,8 @@ const INT32_MAX = 0x7fffffff;
 
 /**
  * The engine's own check of a request (the API server validates first; this is what keeps a bad
- * record from a buggy or stale producer from hurting the engine). O(prompt length), no allocation.
+ * record from a buggy or stale producer from hurting the engine). O(prompt + script length), no
+ * allocation.
  */
 export function checkRequest(req: EngineRequest, cfg: ResolvedEngineConfig): RejectReason {
   if (!isIndex(req.server) || !isIndex(req.slot)) return RejectReason.BadRoute;
@@ -27,6 +29,17 @@ export function checkRequest(req: EngineRequest, cfg: ResolvedEngineConfig): Rej
   for (let i = 0; i < prompt.length; i++) {
     const t = prompt[i] as number;
     if (t < 0 || t >= vocab) return RejectReason.TokenOutOfRange;
+  }
+  // A scripted answer's ids are emitted as sampled ones: each must be a vocabulary id.
+  const script = req.script;
+  if (script !== undefined && script !== null) {
+    if (!(script instanceof Int32Array) || script.length > MAX_SCRIPT_TOKENS) {
+      return RejectReason.BadParams;
+    }
+    for (let i = 0; i < script.length; i++) {
+      const t = script[i] as number;
+      if (t < 0 || t >= vocab) return RejectReason.TokenOutOfRange;
+    }
   }
   // A request that cannot fit even alone would preempt itself forever (vLLM checks this at
   // startup against max_model_len; here num_gpu_blocks may be set low on purpose).

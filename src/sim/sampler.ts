@@ -31,6 +31,12 @@ export function maxKeptIds(params: SamplingParams, vocabSize: number): number {
 export const TOP_LOGIT = 20;
 
 /**
+ * The least logit margin a forced token gets over every other candidate (see Sampler.forced): a
+ * position's own top gap can be 0, and a tie would leave the top to the sort.
+ */
+export const FORCED_MIN_GAP = 0.05;
+
+/**
  * The sampler, in vLLM v1's order: penalties (repetition on prompt + output tokens, then frequency
  * and presence on output tokens) -> min_tokens suppression of EOS and stop ids -> temperature ->
  * min_p -> top_k -> top_p (on the renormalised top-k set) -> draw.
@@ -46,6 +52,15 @@ export const TOP_LOGIT = 20;
  *
  * Rank and top candidates (vLLM's sampled_token_ranks and LogprobsLists columns 1..k) are read off
  * the candidate set after the draw, under the same processed distribution; they never change it.
+ *
+ * Forced tokens (a scripted answer, EngineRequest.script): the position's distribution is the
+ * model's with the forced token moved to the top, its logit raised (when it is not that high
+ * already) to the best other candidate's plus the position's own top gap (at least
+ * FORCED_MIN_GAP), as a model that means to write the script would have it. Everything after
+ * that is the ordinary sampler on that distribution (penalties, min_tokens, temperature,
+ * truncation); the token is its top candidate, so it is always in the kept set (the mask holds
+ * it, as a client's invariants require), its rank is 1, its logprob is the top candidate's
+ * processed logprob (0 when greedy) and the top candidates start with it. No draw is made.
  */
 export class Sampler {
   readonly candidates: CandidateSet;
@@ -54,6 +69,8 @@ export class Sampler {
   eosLogit = 0;
   /** Input, set before sample(): the uniform in [0, 1) for this (request seed, position). */
   uniform = 0;
+  /** Input, set before sample(): the token id the position emits (see the class comment); -1 none. */
+  forced = -1;
   /** Output: the token drawn. */
   token = -1;
   /**
@@ -112,6 +129,7 @@ export class Sampler {
       ev.addSpecial(model.primaryEos);
     }
     if (suppressStops) this.#addStopHoles(shape, params.stopTokenIds, counts);
+    if (this.forced >= 0) this.#addForced(shape);
     cs.finalize();
     this.#decide(params);
   }
@@ -199,17 +217,25 @@ export class Sampler {
       keptMass = cs.walkMass;
     }
     const kept = cs.walkCount;
-    cs.limitCount = kept;
-    cs.limitMass = this.uniform * keptMass;
-    cs.walk(null, 0);
-    if (cs.walkCount === 0) {
+    if (this.forced >= 0) {
+      // The forced token is the top candidate (#addForced): taken as a draw that stops at once,
+      // its logprob as writeTop() writes the top's (0 - ln 1 is +0, where -ln 1 would be -0).
       this.token = cs.topId;
-      this.logprobOut[0] = -Math.log(keptMass);
+      this.logprobOut[0] = 0 - Math.log(keptMass);
       this.rank = 1;
     } else {
-      this.token = cs.lastId;
-      this.logprobOut[0] = (cs.lastLogit - cs.topLogit) / t - Math.log(keptMass);
-      this.rank = cs.walkCount;
+      cs.limitCount = kept;
+      cs.limitMass = this.uniform * keptMass;
+      cs.walk(null, 0);
+      if (cs.walkCount === 0) {
+        this.token = cs.topId;
+        this.logprobOut[0] = -Math.log(keptMass);
+        this.rank = 1;
+      } else {
+        this.token = cs.lastId;
+        this.logprobOut[0] = (cs.lastLogit - cs.topLogit) / t - Math.log(keptMass);
+        this.rank = cs.walkCount;
+      }
     }
     const truncated = params.topK > 0 || params.minP > 0 || params.topP < 1;
     // Greedy keeps exactly one; otherwise 0 means "no truncation: the whole vocabulary".
@@ -217,6 +243,43 @@ export class Sampler {
     this.#keptLogitFloor = cs.limitLogit;
     this.#keptMass = keptMass;
     this.#temperature = t;
+  }
+
+  /**
+   * Moves the forced token to the top (see the class comment): its own special's logit is raised
+   * when it has one (EOS, a penalised token), else it becomes a special, its stream rank a hole
+   * (unless a hole already: a suppressed stop id). Any id in the vocabulary can be forced, one
+   * with no mass of its own too (another EOS id, a non-text special, a suppressed one).
+   */
+  #addForced(shape: PositionShape): void {
+    const ev = this.candidates.events;
+    const id = this.forced;
+    const rank = this.#model.rankOfToken(id, shape);
+    const hole = rank >= 0 && hasHole(ev.holes, ev.numHoles, rank);
+    // The best other candidate's logit, or a bound above it: the stream's top (rank 1's when the
+    // token is rank 0; holes only lower it), then every other special. The token's own logit:
+    // its special's, its stream rank's, or none (no mass).
+    let best = rank === 0 ? -shape.topGap : 0;
+    let own = Number.NEGATIVE_INFINITY;
+    if (rank === 0 && !hole) own = 0;
+    else if (rank > 0 && !hole) own = -shape.topGap - (rank - 1) * shape.decay;
+    let special = -1;
+    for (let i = 0; i < ev.numSpecials; i++) {
+      const logit = ev.specialLogit[i] as number;
+      if (ev.specialId[i] === id) {
+        special = i;
+        own = logit;
+      } else if (logit > best) best = logit;
+    }
+    // Raised to a margin over the rest when it is not that far on top already (then it keeps
+    // the model's own distribution: the script says what the model would have).
+    ev.specialLogitIn = Math.max(own, best + Math.max(shape.topGap, FORCED_MIN_GAP));
+    if (special >= 0) {
+      ev.specialLogit[special] = ev.specialLogitIn;
+      return;
+    }
+    if (rank >= 0 && !hole) ev.addHole(rank);
+    ev.addSpecial(id);
   }
 
   /** min_tokens not reached: stop ids get no mass. Holes stay distinct (totalMass needs it). */
@@ -274,6 +337,12 @@ export class Sampler {
     }
     return eosSeen;
   }
+}
+
+/** Whether rank is among holes[0 .. n) (unsorted before finalize()). */
+function hasHole(holes: Int32Array, n: number, rank: number): boolean {
+  for (let i = 0; i < n; i++) if (holes[i] === rank) return true;
+  return false;
 }
 
 /** Whether id is among stops[0 .. end). */

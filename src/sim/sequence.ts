@@ -63,6 +63,13 @@ export class Sequence {
   /** Not scheduled before this engine time: its KV is still being loaded (external-kv.ts). */
   readyAtMs = 0;
   readonly counts: TokenCounts | null;
+  /**
+   * The scripted answer (EngineRequest.script): output token k < script.length is script[k]
+   * (model-runner.ts), null for none. Held, not copied: the request's own array (readAdd's copy).
+   */
+  readonly script: Int32Array | null;
+  /** With a script: the model's EOS follows it (once min_tokens allows), unless ignore_eos. */
+  readonly scriptEnds: boolean;
 
   blocks = new Int32Array(8);
   numBlocks = 0;
@@ -91,6 +98,8 @@ export class Sequence {
     this.seedKey = seedKey(seed);
     this.numPromptTokens = prompt.length;
     this.pinKv = req.pinKv === true;
+    this.script = req.script ?? null;
+    this.scriptEnds = this.script !== null && req.scriptEnds === true;
     // vLLM's nixl connector: the decode side recomputes the last prompt token to sample from it.
     this.importKvTokens = Math.max(0, Math.min(req.importKvTokens ?? 0, prompt.length - 1));
     this.tokens = new Int32Array(prompt.length + Math.min(params.maxTokens, 1024));

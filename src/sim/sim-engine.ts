@@ -181,10 +181,14 @@ export class SimEngine implements EngineCore {
     const seed = req.params.seed ?? this.#drawSeed();
     const seq = new Sequence(this.#nextId++, req, seed, adapterKey);
     // The target length depends on the seed and the prompt, not on the weights.
-    seq.targetLength = targetLength(
-      this.config.lengthProfile,
-      combine(seq.seedKey, seq.contextHash),
-    );
+    const target = targetLength(this.config.lengthProfile, combine(seq.seedKey, seq.contextHash));
+    // A scripted answer: the model goes on for a response of its own length after the script, or
+    // aims to end right after it when the script ends the answer (so the EOS that follows is the
+    // model's likeliest token there, not a background-level one). The script's own positions see
+    // EOS at its background level either way.
+    const script = seq.script;
+    if (script === null) seq.targetLength = target;
+    else seq.targetLength = script.length + (seq.scriptEnds ? 1 : target);
     this.#bySlot.set(key, seq);
     this.#scheduler.waiting.add(seq);
   }

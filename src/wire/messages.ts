@@ -10,11 +10,14 @@
  *
  *   ADD     f64[8]  seed (NaN = none), arrival ms, temperature, top_p, min_p,
  *                   presence, frequency, repetition penalties
- *           i32[16] slot, top_k, max_tokens, min_tokens, flags, routed_experts_prompt_start,
+ *           i32[17] slot, top_k, max_tokens, min_tokens, flags, routed_experts_prompt_start,
  *                   priority, prompt_len, stop_ids_len, salt_bytes, slot_gen, import_kv_tokens,
- *                   top_logprobs, prompt_logprobs (-1: none), lora_id (0: none), kv_params_bytes
- *           i32[prompt_len] prompt ids, i32[stop_ids_len] stop ids, u8[salt_bytes] cache salt (UTF-8),
- *           u8[kv_params_bytes] kv_transfer_params (one msgpack map, at most MAX_KV_PARAMS_BYTES)
+ *                   top_logprobs, prompt_logprobs (-1: none), lora_id (0: none), kv_params_bytes,
+ *                   script_len (0: none)
+ *           i32[prompt_len] prompt ids, i32[stop_ids_len] stop ids,
+ *           i32[script_len] scripted answer ids (at most MAX_SCRIPT_TOKENS), u8[salt_bytes] cache
+ *           salt (UTF-8), u8[kv_params_bytes] kv_transfer_params (one msgpack map, at most
+ *           MAX_KV_PARAMS_BYTES)
  *   ABORT   i32 slot, i32 reserved
  *
  * Output ring (engine -> API server k), one STEP record per engine step that has outputs for k:
@@ -92,6 +95,13 @@ export function regionViews(sab: SharedArrayBuffer): RegionViews {
  */
 export const MAX_KV_PARAMS_BYTES = 64 * 1024;
 
+/**
+ * The most tokens of a scripted answer (EngineRequest.script) one ADD carries: a whole 128k
+ * context's worth (512 KiB of ids). Tokens past max_tokens are never emitted, so the API server
+ * may cut a longer script there; a record declaring more is malformed.
+ */
+export const MAX_SCRIPT_TOKENS = 128 * 1024;
+
 // ---- ADD ---------------------------------------------------------------------------------------
 
 export const AddFlag = {
@@ -101,10 +111,12 @@ export const AddFlag = {
   RoutedExperts: 8,
   /** P/D: keep the prompt's KV pinned for a decode instance once the request finishes. */
   PinKv: 16,
+  /** The scripted answer ends with its last token (EngineRequest.scriptEnds). */
+  ScriptEnds: 32,
 } as const;
 
 const ADD_F64 = 8;
-const ADD_I32 = 16;
+const ADD_I32 = 17;
 const ADD_FIXED_BYTES = ADD_F64 * 8 + ADD_I32 * 4;
 const A_SLOT = 0;
 const A_TOP_K = 1;
@@ -122,6 +134,7 @@ const A_TOP_LOGPROBS = 12;
 const A_PROMPT_LOGPROBS = 13;
 const A_LORA_ID = 14;
 const A_KV_BYTES = 15;
+const A_SCRIPT_LEN = 16;
 
 /** What the API server knows of a request when it writes its ADD record. */
 export interface AddFields {
@@ -140,10 +153,14 @@ export interface AddFields {
   loraId?: number;
   /** kv_transfer_params for the engine, one msgpack map (see EngineRequest); absent: none. */
   kvParams?: Uint8Array | null;
+  /** The scripted answer and whether it ends the answer (see EngineRequest); absent: none. */
+  script?: Int32Array | null;
+  scriptEnds?: boolean;
 }
 
 export function addRecordBytes(fields: AddFields): number {
-  const ints = fields.promptTokenIds.length + fields.params.stopTokenIds.length;
+  const ints =
+    fields.promptTokenIds.length + fields.params.stopTokenIds.length + (fields.script?.length ?? 0);
   const bytes = (fields.cacheSalt?.length ?? 0) + (fields.kvParams?.length ?? 0);
   return ADD_FIXED_BYTES + ints * 4 + bytes;
 }
@@ -169,7 +186,8 @@ export function writeAdd(v: RegionViews, offset: number, f: AddFields): void {
     (p.logprobs ? AddFlag.Logprobs : 0) |
     (p.returnSamplingMask ? AddFlag.SamplingMask : 0) |
     (p.returnRoutedExperts ? AddFlag.RoutedExperts : 0) |
-    (f.pinKv === true ? AddFlag.PinKv : 0);
+    (f.pinKv === true ? AddFlag.PinKv : 0) |
+    (f.scriptEnds === true && f.script ? AddFlag.ScriptEnds : 0);
   v.i32[i + A_ROUTED_START] = p.routedExpertsPromptStart;
   v.i32[i + A_PRIORITY] = f.priority;
   v.i32[i + A_PROMPT_LEN] = f.promptTokenIds.length;
@@ -181,11 +199,15 @@ export function writeAdd(v: RegionViews, offset: number, f: AddFields): void {
   v.i32[i + A_PROMPT_LOGPROBS] = p.promptLogprobs;
   v.i32[i + A_LORA_ID] = f.loraId ?? 0;
   v.i32[i + A_KV_BYTES] = f.kvParams?.length ?? 0;
+  const scriptLen = f.script?.length ?? 0;
+  v.i32[i + A_SCRIPT_LEN] = scriptLen;
   const promptAt = i + ADD_I32;
   v.i32.set(f.promptTokenIds, promptAt);
   const stopAt = promptAt + f.promptTokenIds.length;
   v.i32.set(p.stopTokenIds, stopAt);
-  const saltAt = (stopAt + p.stopTokenIds.length) * 4;
+  const scriptAt = stopAt + p.stopTokenIds.length;
+  if (f.script) v.i32.set(f.script, scriptAt);
+  const saltAt = (scriptAt + scriptLen) * 4;
   if (f.cacheSalt) v.bytes.set(f.cacheSalt, saltAt);
   if (f.kvParams) v.bytes.set(f.kvParams, saltAt + (f.cacheSalt?.length ?? 0));
 }
@@ -210,14 +232,19 @@ export function readAdd(
   const stopLen = v.i32[i + A_STOP_LEN]!;
   const saltBytes = v.i32[i + A_SALT_BYTES]!;
   const kvBytes = v.i32[i + A_KV_BYTES]!;
+  const scriptLen = v.i32[i + A_SCRIPT_LEN]!;
   if (promptLen < 0 || stopLen < 0 || saltBytes < 0) return null;
   if (kvBytes < 0 || kvBytes > MAX_KV_PARAMS_BYTES) return null;
-  if (ADD_FIXED_BYTES + (promptLen + stopLen) * 4 + saltBytes + kvBytes > length) return null;
+  if (scriptLen < 0 || scriptLen > MAX_SCRIPT_TOKENS) return null;
+  const ints = promptLen + stopLen + scriptLen;
+  if (ADD_FIXED_BYTES + ints * 4 + saltBytes + kvBytes > length) return null;
   const flags = v.i32[i + A_FLAGS]!;
+  const ends = (flags & AddFlag.ScriptEnds) !== 0;
   const seed = v.f64[d]!;
   const promptAt = i + ADD_I32;
   const stopAt = promptAt + promptLen;
-  const saltAt = (stopAt + stopLen) * 4;
+  const scriptAt = stopAt + stopLen;
+  const saltAt = (scriptAt + scriptLen) * 4;
   const kvAt = saltAt + saltBytes;
   return {
     server,
@@ -250,6 +277,10 @@ export function readAdd(
     importKvTokens: v.i32[i + A_IMPORT_KV_TOKENS]!,
     loraId: v.i32[i + A_LORA_ID]!,
     kvParams: kvBytes > 0 ? v.bytes.slice(kvAt, kvAt + kvBytes) : null,
+    // An empty script that ends the answer is one (an answer of EOS alone); without the flag it
+    // is none.
+    script: scriptLen > 0 || ends ? v.i32.slice(scriptAt, scriptAt + scriptLen) : null,
+    scriptEnds: ends,
   };
 }
 

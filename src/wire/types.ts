@@ -93,6 +93,14 @@ export interface EngineRequest {
    * null or absent: none. The simulator ignores it (its P/D fields are pinKv / importKvTokens).
    */
   kvParams?: Uint8Array | null;
+  /**
+   * Token ids the simulator emits first, as if sampled (chat formats, echo mode); null/absent: none.
+   * At most MAX_SCRIPT_TOKENS (messages.ts); past max_tokens it is cut as any answer is. The
+   * vLLM bridge ignores it (a real model samples its own answer).
+   */
+  script?: Int32Array | null;
+  /** With a script: the answer ends after it (the model's EOS is emitted next); else sampling goes on. */
+  scriptEnds?: boolean;
 }
 
 /** The figures the engine publishes in the shared stats block (names after vLLM's metrics). */
