@@ -14,13 +14,13 @@
  * The admin key guards the first two (route-keys.ts); /liveness is open, as /health is.
  */
 import type { FastifyInstance, FastifyReply, onRequestHookHandler } from 'fastify';
-import type { Logger } from '../obs/log.js';
 import {
   RS_ERR_ROUTER_DRAIN_TIMEOUT,
   RS_ERR_ROUTER_INSTANCE_CONFLICT,
   RS_ERR_ROUTER_INSTANCE_NOT_FOUND,
   toErrorBody,
 } from '../errors.js';
+import type { Logger } from '../obs/log.js';
 import { fail, isPlainObject } from '../protocol/fields.js';
 import type { PdPair } from './pd-proxy.js';
 import { normalizeUrl, type Role, type UpstreamPool } from './upstreams.js';
