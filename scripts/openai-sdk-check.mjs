@@ -55,6 +55,9 @@ const tools = await client.chat.completions.create({
   model,
   messages: [{ role: 'user', content: 'Weather in Paris?' }],
   max_tokens: 8,
+  // Rendered into the prompt, not parsed: "auto" (the default with tools) needs
+  // --enable-auto-tool-choice, as in vLLM.
+  tool_choice: 'none',
   tools: [
     {
       type: 'function',

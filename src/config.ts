@@ -4,6 +4,12 @@ import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { RS_ERR_CONFIG_INVALID } from './errors.js';
 import {
+  REASONING_PARSERS,
+  type ReasoningParserName,
+  TOOL_PARSERS,
+  type ToolParserName,
+} from './wire/chat-formats.js';
+import {
   ENGINE_DEFAULTS,
   ENGINE_LIMITS,
   LENGTH_PROFILE_NAMES,
@@ -73,6 +79,11 @@ export interface RingserveConfig {
   readonly maxUnreadBytes: number;
   readonly requestTimeout: number;
   readonly updateWeightsTimeoutS: number;
+  readonly reasoningParser: 'none' | ReasoningParserName;
+  readonly enableAutoToolChoice: boolean;
+  readonly toolCallParser: 'none' | ToolParserName;
+  readonly simMode: 'random' | 'echo';
+  readonly simToolCallShare: number;
 }
 
 /** What a caller may set; a null or absent field takes its default. */
@@ -165,6 +176,11 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'maxUnreadBytes', flag: '--max-unread-bytes', kind: 'int', default: 64 * 1024 * 1024, min: 65_536, max: 4_294_967_296, help: 'a stream whose client leaves this many bytes unread is aborted and its memory freed (a client that reads, however slowly, leaves a few events unread)' },
   { key: 'updateWeightsTimeoutS', flag: '--update-weights-timeout-s', kind: 'number', default: 10_800, min: 1, max: 604_800, help: 'seconds /update_weights may take before it is answered 503 (a vLLM engine loads or receives the weights meanwhile); longer than any client waits, since a 503 makes the client retry the update (prime-rl waits 720 s; large MoE runs set 7,200 s)' },
   { key: 'requestTimeout', flag: '--request-timeout', kind: 'number', default: 3600, min: 0, max: 604_800, help: 'seconds a generate request may take from arrival before it is answered 504 and aborted in the engine (0 = none; the default is many times a 16k-token rollout under 300 clients); the header x-request-deadline-ms can shorten it' },
+  { key: 'reasoningParser', flag: '--reasoning-parser', kind: 'enum', default: null, choices: ['none', ...REASONING_PARSERS], derived: "the model's: qwen3 for qwen3-30b-a3b, glm45 for glm-4.5-air, else none", help: 'split /v1/chat/completions answers into reasoning_content and content, as vLLM\'s parser of that name' },
+  { key: 'enableAutoToolChoice', flag: '--enable-auto-tool-choice', kind: 'bool', default: false, help: 'parse tool calls out of chat answers for tool_choice "auto" (as vLLM; needs a --tool-call-parser)' },
+  { key: 'toolCallParser', flag: '--tool-call-parser', kind: 'enum', default: null, choices: ['none', ...TOOL_PARSERS], derived: "the model's: hermes for qwen3-30b-a3b, glm45 for glm-4.5-air, else none", help: 'the tool-call format chat answers are parsed in, as vLLM\'s parser of that name' },
+  { key: 'simMode', flag: '--sim-mode', kind: 'enum', default: 'random', choices: ['random', 'echo'], help: 'with the simulator: random tokens (chat answers open with the model\'s reasoning span and tool calls, see --sim-tool-call-share), or echo: a chat answer is the last user message' },
+  { key: 'simToolCallShare', flag: '--sim-tool-call-share', kind: 'number', default: 0.5, min: 0, max: 1, help: 'with the simulator: share of chat answers to tool_choice "auto" requests offering tools that are tool calls' },
 ];
 
 const FIELD_BY_KEY: ReadonlyMap<string, ConfigField> = new Map(
@@ -250,6 +266,14 @@ export function buildConfig(input: ConfigInput = {}): RingserveConfig {
   return Object.freeze(config);
 }
 
+/** The presets' chat formats: what vLLM is run with for the models they imitate. */
+const MODEL_CHAT_FORMATS: Readonly<
+  Record<string, { reasoning: ReasoningParserName; tools: ToolParserName }>
+> = {
+  'qwen3-30b-a3b': { reasoning: 'qwen3', tools: 'hermes' },
+  'glm-4.5-air': { reasoning: 'glm45', tools: 'glm45' },
+};
+
 function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): void {
   const model = values.model as string;
   // A bad --model (neither a preset nor a readable model directory) is reported here, in full.
@@ -259,6 +283,9 @@ function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): v
   values.apiKey ??= null;
   values.adminApiKey ??= null;
   values.tokenizer ??= null;
+  const formats = MODEL_CHAT_FORMATS[model];
+  values.reasoningParser ??= formats?.reasoning ?? 'none';
+  values.toolCallParser ??= formats?.tools ?? 'none';
   if (values.maxModelLen === undefined) {
     values.maxModelLen = Math.min(preset.maxModelLen, MAX_MODEL_LEN_CAP);
   }
@@ -276,6 +303,12 @@ function checkCrossFields(c: RingserveConfig): void {
   parseFailureKinds(c.failureKinds);
   // vLLM refuses these combinations at startup for the same reasons: a step must be able to
   // hold one token per running sequence, and one full-length sequence must fit in the KV cache.
+  if (c.enableAutoToolChoice && c.toolCallParser === 'none') {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--enable-auto-tool-choice',
+      `needs a --tool-call-parser (${TOOL_PARSERS.join(', ')}): ${c.model} has none of its own`,
+    );
+  }
   if (c.maxNumBatchedTokens < c.maxNumSeqs) {
     throw new RS_ERR_CONFIG_INVALID(
       '--max-num-batched-tokens',

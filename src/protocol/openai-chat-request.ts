@@ -17,7 +17,7 @@ import {
 
 /**
  * A POST /v1/chat/completions body (vLLM's ChatCompletionRequest): the messages (roles, text
- * content or text parts), `tools` and `tool_choice` for the chat template, the template switches
+ * content or text parts), `tools` for the chat template and `tool_choice` for the answer's parsing, the template switches
  * (`add_generation_prompt`, `continue_final_message`, `chat_template_kwargs`),
  * `max_completion_tokens` (or the deprecated `max_tokens`), `logprobs` + `top_logprobs`, and the
  * shared fields of openai-request.ts. Rendering and tokenizing are the tokenizer's.
@@ -42,7 +42,13 @@ export interface ChatBody {
   chatTemplateKwargs: Readonly<Record<string, unknown>>;
   /** Default false: the template writes the special tokens itself. */
   addSpecialTokens: boolean;
+  toolChoice: ChatToolChoice;
+  /** chat_template_kwargs.enable_thinking, true unless false. */
+  thinking: boolean;
 }
+
+/** `tool_choice` as read: a named function is `{name}`. */
+export type ChatToolChoice = 'none' | 'auto' | 'required' | { name: string };
 
 const MAX_MESSAGES = 4096;
 const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool', 'function']);
@@ -55,7 +61,7 @@ export function parseChatBody(body: unknown, opts: OpenAiRequestOptions): ChatBo
   }
   const messages = readMessages(body.messages);
   const tools = readTools(body);
-  readToolChoice(body, tools !== null);
+  const toolChoice = readToolChoice(body, tools);
   for (const key of ['chat_template', 'echo'] as const) {
     const v = body[key];
     if (v !== undefined && v !== null && v !== false) {
@@ -90,6 +96,9 @@ export function parseChatBody(body: unknown, opts: OpenAiRequestOptions): ChatBo
     continueFinalMessage,
     chatTemplateKwargs: (kwargs as Body | undefined | null) ?? {},
     addSpecialTokens: optBool(body, '', 'add_special_tokens', false),
+    toolChoice,
+    // Qwen3's and GLM-4.5's templates think unless told not to.
+    thinking: (kwargs as Body | undefined | null)?.enable_thinking !== false,
   };
 }
 
@@ -165,19 +174,35 @@ function readTools(body: Body): Body[] | null {
 }
 
 /**
- * "none" and "auto" render the tools into the prompt (the output is returned as text: tool calls
- * are not parsed out of it); "required" and a named function need guided decoding, which this
- * server does not do.
+ * As vLLM's ChatCompletionRequest: absent, `tool_choice` is "auto" when tools are given, else
+ * "none"; "required" and a named function need tools, and the name must be one of them. Whether
+ * "auto" may be served (it needs --enable-auto-tool-choice) is the route's to say.
  */
-function readToolChoice(body: Body, hasTools: boolean): void {
+function readToolChoice(body: Body, tools: readonly Body[] | null): ChatToolChoice {
   const v = body.tool_choice;
-  if (v === undefined || v === null || v === 'none') return;
-  if (v === 'auto') {
-    if (!hasTools) fail('tool_choice', '"auto" needs tools');
-    return;
+  if (v === undefined || v === null) return tools === null ? 'none' : 'auto';
+  if (v === 'none') return 'none';
+  if (v === 'auto' || v === 'required') {
+    if (tools === null) fail('tool_choice', `"${v}" needs tools`);
+    return v;
   }
-  fail(
-    'tool_choice',
-    `only "none" and "auto" are supported (no guided decoding), got ${describeValue(v)}`,
-  );
+  if (!isPlainObject(v)) {
+    fail(
+      'tool_choice',
+      `must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}, got ${describeValue(v)}`,
+    );
+  }
+  if (v.type !== 'function') {
+    fail('tool_choice.type', `must be "function", got ${describeValue(v.type)}`);
+  }
+  const f = v.function;
+  if (!isPlainObject(f) || typeof f.name !== 'string' || f.name === '') {
+    fail('tool_choice.function.name', `must be a non-empty string, got ${describeValue(f)}`);
+  }
+  const name = f.name;
+  if (tools === null) fail('tool_choice', 'a named function needs tools');
+  if (!tools.some((t) => (t.function as Body).name === name)) {
+    fail('tool_choice.function.name', `"${name}" is not one of the tools given`);
+  }
+  return { name };
 }

@@ -1,4 +1,5 @@
 import type { SamplingParams } from '../wire/types.js';
+import type { ChatParseOptions } from './chat-parse/chat-output.js';
 import {
   type Body,
   checkFreeForm,
@@ -45,6 +46,20 @@ export interface OpenAiAnswer {
   topLogprobs: number;
   /** vLLM's `return_token_ids`: choices carry `token_ids` and `prompt_token_ids`. */
   returnTokenIds: boolean;
+  /**
+   * Chat with a reasoning or tool-call parser on: how each choice's text is split into
+   * reasoning_content, content and tool_calls (chat-parse/chat-output.ts); absent: all content.
+   */
+  chatParse?: ChatParseOptions | null;
+  /** With the simulator: per choice, the tokens it answers with first; absent or null: none. */
+  scripts?: readonly (ScriptedAnswer | null)[] | null;
+}
+
+/** Tokens the simulator emits first for one choice (EngineRequest.script). */
+export interface ScriptedAnswer {
+  tokens: Int32Array;
+  /** The answer ends after them (the model's EOS next). */
+  ends: boolean;
 }
 
 /** The parsed fields both routes share, before the prompt's length is known. */

@@ -1,3 +1,4 @@
+import type { ParsedChatOutput, ToolCall } from './chat-parse/chat-output.js';
 import { writeUsageJson } from './choice-json.js';
 import type { JsonWriter } from './json-writer.js';
 import type { LogprobsWriter } from './openai-logprobs.js';
@@ -21,6 +22,11 @@ export interface OpenAiChoice {
   echo: string | null;
   /** The choice's prompt ids when `return_token_ids` is set, else null. */
   promptTokenIds: Int32Array | null;
+  /**
+   * Chat with a parser on: the text split into reasoning, content and tool calls (then `text` is
+   * not written); absent or null: `text` is the content.
+   */
+  parsed?: ParsedChatOutput | null;
 }
 
 export interface OpenAiResponseColumns {
@@ -93,22 +99,36 @@ function writeChatChoice(
   logprobs: LogprobsWriter,
 ): void {
   const c = choice.columns;
+  const parsed = choice.parsed ?? null;
   w.raw('{"index":').int(c.index).raw(',"message":{"role":"assistant","content":');
-  w.utf8String(choice.text, 0, choice.text.length);
-  w.raw(',"refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[]');
-  w.raw(',"reasoning_content":null},"logprobs":');
+  if (parsed === null) w.utf8String(choice.text, 0, choice.text.length);
+  else writeNullable(w, parsed.content);
+  w.raw(',"refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[');
+  if (parsed !== null) {
+    for (let i = 0; i < parsed.toolCalls.length; i++) {
+      if (i > 0) w.raw(',');
+      writeToolCall(w, parsed.toolCalls[i]!, null);
+    }
+  }
+  w.raw('],"reasoning_content":');
+  writeNullable(w, parsed?.reasoning ?? null);
+  w.raw('},"logprobs":');
   if (c.logprobs === null || res.topLogprobs < 0) w.null();
   else logprobs.chat(w, c.tokenIds, c.logprobs, c.top ?? null, res.topLogprobs);
-  writeFinish(w, c);
+  writeFinish(w, c, parsed?.toolCallsFinish === true);
   w.raw(',"token_ids":');
   writeIds(w, res.returnTokenIds ? c.tokenIds : null);
   w.raw('}');
 }
 
-/** `"finish_reason":..,"stop_reason":..` with their leading comma. */
-export function writeFinish(w: JsonWriter, c: ChoiceColumns): void {
+/**
+ * `"finish_reason":..,"stop_reason":..` with their leading comma; `toolCalls`: the parser found
+ * tool calls, and a choice that stopped reports "tool_calls" (as vLLM).
+ */
+export function writeFinish(w: JsonWriter, c: ChoiceColumns, toolCalls = false): void {
   w.raw(',"finish_reason":');
   if (c.finishReason === null) w.null();
+  else if (toolCalls && c.finishReason === 'stop') w.raw('"tool_calls"');
   else w.raw('"').raw(c.finishReason).raw('"');
   w.raw(',"stop_reason":');
   if (c.stopReason === null) w.null();
@@ -132,4 +152,20 @@ export function writeText(w: JsonWriter, echo: string | null, text: Uint8Array):
 export function writeIds(w: JsonWriter, ids: Int32Array | null): void {
   if (ids === null) w.null();
   else w.intArray(ids);
+}
+
+function writeNullable(w: JsonWriter, text: string | null): void {
+  if (text === null) w.null();
+  else w.string(text);
+}
+
+/**
+ * One tool call as vLLM's ToolCall serializes: `{"id", "type": "function", "function": {"name",
+ * "arguments"}}`; a stream's delta also carries its `index` (`index` non-null).
+ */
+export function writeToolCall(w: JsonWriter, call: ToolCall, index: number | null): void {
+  w.raw('{');
+  if (index !== null) w.raw('"index":').int(index).raw(',');
+  w.raw('"id":').string(call.id).raw(',"type":"function","function":{"name":').string(call.name);
+  w.raw(',"arguments":').string(call.arguments).raw('}}');
 }

@@ -1,3 +1,4 @@
+import type { ChatDeltaPart } from './chat-parse/chat-output.js';
 import { writeUsageJson } from './choice-json.js';
 import type { JsonWriter } from './json-writer.js';
 import type { LogprobsWriter } from './openai-logprobs.js';
@@ -34,6 +35,13 @@ export interface OpenAiChunk {
   usage: UsageFigures | null;
   topLogprobs: number;
   returnTokenIds: boolean;
+  /**
+   * Chat with a parser on: this chunk's text as the parser split it (then `choice.text` is not
+   * written); absent or null: the text is content.
+   */
+  parts?: readonly ChatDeltaPart[] | null;
+  /** The parser found tool calls: a choice that stopped reports "tool_calls". */
+  toolCallsFinish?: boolean;
 }
 
 function writeHead(
@@ -95,13 +103,17 @@ function writeChatChunk(w: JsonWriter, k: OpenAiChunk, logprobs: LogprobsWriter)
     w.raw('}\n\n');
   }
   writeHead(w, k.kind, k.requestId, k.model, k.created);
-  w.raw(',"choices":[{"index":').int(c.index).raw(',"delta":{"content":');
-  w.utf8String(k.choice.text, 0, k.choice.text.length);
-  w.raw('},"logprobs":');
+  w.raw(',"choices":[{"index":').int(c.index).raw(',"delta":');
+  if (k.parts === undefined || k.parts === null) {
+    w.raw('{"content":').utf8String(k.choice.text, 0, k.choice.text.length).raw('}');
+  } else {
+    writeParsedDelta(w, k.parts);
+  }
+  w.raw(',"logprobs":');
   if (c.logprobs === null || k.topLogprobs < 0) w.null();
   else logprobs.chat(w, c.tokenIds, c.logprobs, c.top ?? null, k.topLogprobs);
   if (c.finishReason === null) w.raw(',"finish_reason":null');
-  else writeFinish(w, c);
+  else writeFinish(w, c, k.toolCallsFinish === true);
   if (k.returnTokenIds) w.raw(',"token_ids":').intArray(c.tokenIds);
   w.raw('}]');
   if (k.usage !== null) {
@@ -124,4 +136,55 @@ export function writeOpenAiUsageChunk(
   w.raw(',"choices":[],"usage":');
   writeUsageJson(w, usage);
   w.raw('}\n\n');
+}
+
+/**
+ * A parsed chunk's delta, as vLLM's DeltaMessage serializes with only the fields set: the
+ * reasoning and content parts joined, and each tool call's parts in order (its first with id,
+ * type and name; later ones with an `arguments` fragment). `{"content": ""}` when the parser held
+ * all of it back (a chunk that carries logprobs or the finish still goes out).
+ */
+function writeParsedDelta(w: JsonWriter, parts: readonly ChatDeltaPart[]): void {
+  let reasoning = '';
+  let content = '';
+  let calls = 0;
+  for (const p of parts) {
+    if (p.kind === 'reasoning') reasoning += p.text;
+    else if (p.kind === 'content') content += p.text;
+    else calls++;
+  }
+  w.raw('{');
+  let first = true;
+  const field = (name: string): void => {
+    w.raw(first ? '"' : ',"')
+      .raw(name)
+      .raw('":');
+    first = false;
+  };
+  if (reasoning !== '') {
+    field('reasoning_content');
+    w.string(reasoning);
+  }
+  if (content !== '' || (reasoning === '' && calls === 0)) {
+    field('content');
+    w.string(content);
+  }
+  if (calls > 0) {
+    field('tool_calls');
+    w.raw('[');
+    let n = 0;
+    for (const p of parts) {
+      if (p.kind !== 'tool_call') continue;
+      w.raw(n++ === 0 ? '{"index":' : ',{"index":').int(p.index);
+      if (p.id !== undefined) w.raw(',"id":').string(p.id).raw(',"type":"function"');
+      w.raw(',"function":{');
+      if (p.name !== undefined) w.raw('"name":').string(p.name);
+      if (p.arguments !== undefined) {
+        w.raw(p.name !== undefined ? ',"arguments":' : '"arguments":').string(p.arguments);
+      }
+      w.raw('}}');
+    }
+    w.raw(']');
+  }
+  w.raw('}');
 }

@@ -217,6 +217,7 @@ export class RequestCoordinator implements OutputEvents {
       output.open(record, i);
       const seed = i === 0 ? request.params.seed : childSeed(request.params.seed, i);
       const openai = request.openai;
+      const script = openai?.scripts?.[i] ?? null;
       this.#engine.add({
         slot,
         slotGen: gen,
@@ -232,6 +233,8 @@ export class RequestCoordinator implements OutputEvents {
         importKvTokens: kv.importKvTokens,
         kvParams: kv.kvParams,
         loraId: request.loraId ?? 0,
+        script: script?.tokens ?? null,
+        scriptEnds: script?.ends ?? false,
       });
       this.table.slots.sent(slot, gen);
     }

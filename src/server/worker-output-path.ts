@@ -104,6 +104,7 @@ export class WorkerOutputPath implements OutputPath {
       this.#worker!.stream(slot, gen, identity.requestId, identity.model, identity.created, {
         echo: openai?.echo?.[prompt] ?? null,
         promptTokenIds: openai?.returnTokenIds ? openai.prompts[prompt]! : null,
+        chatParse: openai?.chatParse ?? null,
       });
     }
   }
@@ -239,6 +240,7 @@ function packOpenAi(record: RequestRecord): { openai?: PackOpenAi } {
       promptTokenIds: openai.returnTokenIds ? openai.prompts : null,
       topLogprobs: openai.topLogprobs,
       returnTokenIds: openai.returnTokenIds,
+      chatParse: openai.chatParse ?? null,
     },
   };
 }

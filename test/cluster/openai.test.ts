@@ -272,7 +272,7 @@ describe('the OpenAI routes through the official SDK', () => {
     expect(contents).toEqual(wholeChat.choices.map((c) => c.message.content));
   });
 
-  it('renders a tool definition into the prompt (tool calls are not parsed from the output)', async () => {
+  it('renders a tool definition into the prompt; "auto" needs --enable-auto-tool-choice, as vLLM', async () => {
     const tools: OpenAI.Chat.ChatCompletionTool[] = [
       {
         type: 'function',
@@ -287,9 +287,18 @@ describe('the OpenAI routes through the official SDK', () => {
       model: 'tiny',
       messages: MESSAGES,
       tools,
-      tool_choice: 'auto',
+      tool_choice: 'none',
       max_completion_tokens: 4,
     });
+    // Tools given, tool_choice absent: "auto", which this server (no --enable-auto-tool-choice)
+    // refuses with vLLM's 400.
+    for (const tool_choice of ['auto', undefined] as const) {
+      const auto = await client.chat.completions
+        .create({ model: 'tiny', messages: MESSAGES, tools, tool_choice, max_completion_tokens: 4 })
+        .catch((e: unknown) => e);
+      expect(auto).toBeInstanceOf(OpenAI.BadRequestError);
+      expect((auto as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('tool_choice');
+    }
     const rendered = tokenizer.applyChatTemplate(MESSAGES as never, { tools });
     expect(rendered).toContain('get_weather');
     expect(res.usage!.prompt_tokens).toBe(

@@ -5,6 +5,7 @@ import { parseCompletionBody } from '../../src/protocol/openai-completion-reques
 import { type OpenAiRequestOptions, toGenerateRequest } from '../../src/protocol/openai-request.js';
 
 const OPTS: OpenAiRequestOptions = { vocabSize: 1000, maxModelLen: 64, maxLogprobs: 20 };
+const TOOLS = [{ type: 'function', function: { name: 'f', parameters: {} } }];
 
 /** The 400's `param` for a body, or null when it parses. */
 function badField(parse: () => unknown): string | null {
@@ -187,6 +188,13 @@ describe('POST /v1/chat/completions body', () => {
     expect(c.messages[3]!.tool_call_id).toBe('t1');
     expect(c.tools).toEqual(tools);
     expect(c.chatTemplateKwargs).toEqual({ enable_thinking: false });
+    expect([c.toolChoice, c.thinking]).toEqual(['auto', false]);
+    // As vLLM: tools without tool_choice is "auto", no tools "none"; named and required as sent.
+    expect(chat({ tools }).toolChoice).toBe('auto');
+    expect([chat({}).toolChoice, chat({}).thinking]).toEqual(['none', true]);
+    expect(chat({ tools, tool_choice: 'required' }).toolChoice).toBe('required');
+    const named = { type: 'function', function: { name: 'get_weather' } };
+    expect(chat({ tools, tool_choice: named }).toolChoice).toEqual({ name: 'get_weather' });
     expect(c.addGenerationPrompt).toBe(true);
     expect(c.addSpecialTokens).toBe(false);
     expect(c.common.maxTokens).toBe(9);
@@ -215,6 +223,14 @@ describe('POST /v1/chat/completions body', () => {
       [{ tools: [{ type: 'x' }] }, 'tools[0].type'],
       [{ tools: [{ type: 'function', function: {} }] }, 'tools[0].function.name'],
       [{ tool_choice: 'required' }, 'tool_choice'],
+      [{ tool_choice: 'auto' }, 'tool_choice'],
+      [{ tool_choice: { type: 'function', function: { name: 'f' } } }, 'tool_choice'],
+      [
+        { tools: TOOLS, tool_choice: { type: 'function', function: { name: 'g' } } },
+        'tool_choice.function.name',
+      ],
+      [{ tools: TOOLS, tool_choice: { type: 'x', function: { name: 'f' } } }, 'tool_choice.type'],
+      [{ tools: TOOLS, tool_choice: 'any' }, 'tool_choice'],
       [{ response_format: { type: 'json_schema' } }, 'response_format.type'],
       [{ chat_template_kwargs: 3 }, 'chat_template_kwargs'],
       [{ continue_final_message: true, add_generation_prompt: true }, 'continue_final_message'],

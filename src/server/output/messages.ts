@@ -1,4 +1,5 @@
 import type { MessagePort } from 'node:worker_threads';
+import type { ChatParseOptions } from '../../protocol/chat-parse/chat-output.js';
 import type { ThreadPriority } from '../../shm/thread-priority.js';
 import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
 
@@ -64,6 +65,8 @@ export interface StreamMessage {
   echo?: string | null;
   /** With return_token_ids: the prompt ids the first chunk carries. */
   promptTokenIds?: Int32Array | null;
+  /** Chat with a reasoning or tool-call parser on: how to split the text (stream-encoder.ts). */
+  chatParse?: ChatParseOptions | null;
 }
 
 export interface StopMessage {

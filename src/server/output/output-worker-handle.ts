@@ -149,7 +149,7 @@ export class OutputWorker {
     requestId: string,
     model: string,
     created: number,
-    openai?: Pick<StreamMessage, 'echo' | 'promptTokenIds'>,
+    openai?: Pick<StreamMessage, 'echo' | 'promptTokenIds' | 'chatParse'>,
   ): void {
     this.#send({ type: 'stream', slot, generation, requestId, model, created, ...openai });
   }

@@ -2,7 +2,10 @@
 // what a test or the inline path can run on any thread). The columns are views into the arena; the
 // encoders write them into the packer's reused writer, and the result is copied out once: into a
 // run of the response pool, or into a Buffer of its own when the pool has no room for it.
+
 import type { ByteWriter, WriterScratch } from '../../protocol/byte-writer.js';
+import { parseChatOutput } from '../../protocol/chat-parse/chat-output.js';
+import { newToolCallId } from '../../protocol/chat-parse/tool-call-id.js';
 import {
   writeGenerateResponseJson,
   writeGenerateResponseMsgpack,
@@ -23,6 +26,8 @@ import type { PackTask } from './packer-pool.js';
 import type { PoolRun, ResponsePool } from './response-pool.js';
 import { ResponseView, requestFailure } from './response-view.js';
 import { SlotMetaTable } from './slot-meta.js';
+
+const utf8 = new TextDecoder();
 
 export class ResponsePacker {
   readonly view: ResponseView;
@@ -68,11 +73,14 @@ export class ResponsePacker {
       this.#checkSlot(task, i, slot);
       const prompt = Math.floor(i / o.n);
       completion += view.acc.completionTokens(slot);
+      const text = view.text(slot, 0, view.acc.textLength(slot));
+      const parse = task.form === 'chat' ? (o.chatParse ?? null) : null;
       choices.push({
         columns: view.choice(slot, i),
-        text: view.text(slot, 0, view.acc.textLength(slot)),
+        text,
         echo: o.echo?.[prompt] ?? null,
         promptTokenIds: o.promptTokenIds?.[prompt] ?? null,
+        parsed: parse === null ? null : parseChatOutput(utf8.decode(text), parse, newToolCallId),
       });
     }
     let promptTokens = 0;

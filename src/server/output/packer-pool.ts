@@ -3,8 +3,10 @@
 // an answer into the response pool (response-pool.ts) and the main thread gets a view of it, or,
 // when the pool has no room, the packer moves (not copies) a Buffer of its own; a task that takes
 // longer than its bound is abandoned with RS_ERR_OUTPUT_PACK_TIMEOUT.
+
 import { Piscina } from 'piscina';
 import { RingserveError } from '../../errors.js';
+import type { ChatParseOptions } from '../../protocol/chat-parse/chat-output.js';
 import type { ResponseForm } from '../../protocol/generate-response.js';
 import { SAME_PRIORITY, type ThreadPriority } from '../../shm/thread-priority.js';
 import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
@@ -50,6 +52,8 @@ export interface PackOpenAi {
   promptTokenIds: readonly Int32Array[] | null;
   topLogprobs: number;
   returnTokenIds: boolean;
+  /** Chat with a reasoning or tool-call parser on: how to split each choice's text; else null. */
+  chatParse?: ChatParseOptions | null;
 }
 
 /** What a packer returns instead of bytes when a request cannot be packed. */

@@ -4,6 +4,12 @@
 // slices it per request and writes the slices to the sockets.
 
 import type { WriterScratch } from '../../protocol/byte-writer.js';
+import {
+  type ChatDeltaPart,
+  type ChatParseOptions,
+  ChatStreamParser,
+} from '../../protocol/chat-parse/chat-output.js';
+import { newToolCallId } from '../../protocol/chat-parse/tool-call-id.js';
 import { JsonWriter } from '../../protocol/json-writer.js';
 import { LogprobsWriter, type TokenBytes } from '../../protocol/openai-logprobs.js';
 import type { OpenAiKind } from '../../protocol/openai-response.js';
@@ -32,7 +38,11 @@ export interface StreamHeader {
   echo?: string | null;
   /** With return_token_ids: the prompt ids the first chunk carries. */
   promptTokenIds?: Int32Array | null;
+  /** Chat with a reasoning or tool-call parser on: how to split the text; else null. */
+  chatParse?: ChatParseOptions | null;
 }
+
+const utf8 = new TextDecoder();
 
 export class StreamEncoder {
   readonly #view: ResponseView;
@@ -49,6 +59,8 @@ export class StreamEncoder {
   /** Per slot: 1 once the current request's first OpenAI chunk is written. */
   readonly #started: Uint8Array;
   readonly #logprobs: LogprobsWriter;
+  /** Per slot: the chat parser of a stream that has one (state across its chunks), else null. */
+  readonly #parsers: (ChatStreamParser | null)[];
 
   /** `scratch`: memory for the events' writer that release() can give back (else the heap). */
   constructor(
@@ -70,6 +82,7 @@ export class StreamEncoder {
     this.#generations = new Int32Array(n);
     this.#started = new Uint8Array(n);
     this.#logprobs = new LogprobsWriter(tokens);
+    this.#parsers = new Array(n).fill(null);
   }
 
   /** While no stream is being written: gives back what the writer holds; returns the bytes. */
@@ -81,6 +94,8 @@ export class StreamEncoder {
     if (!(slot >= 0 && slot < this.#headers.length)) return;
     this.#headers[slot] = header;
     this.#started[slot] = 0;
+    const parse = header.chatParse ?? null;
+    this.#parsers[slot] = parse === null ? null : new ChatStreamParser(parse, newToolCallId);
   }
 
   /**
@@ -113,7 +128,10 @@ export class StreamEncoder {
       this.#ends[count] = w.length;
       this.#done[count] = done ? 1 : 0;
       count++;
-      if (done) this.#headers[slot] = undefined;
+      if (done) {
+        this.#headers[slot] = undefined;
+        this.#parsers[slot] = null;
+      }
     }
     if (count === 0) return null;
     const bytes = w.finish();
@@ -193,6 +211,12 @@ export class StreamEncoder {
   ): boolean {
     const flags = this.#meta.flags(slot);
     const delta = openAiDelta(this.#view, slot, final);
+    const parser = kind === 'chat' ? (this.#parsers[slot] ?? null) : null;
+    // One string per chunk, for streams that asked for parsing only: the parsers work on text.
+    let parts: ChatDeltaPart[] | null = null;
+    if (parser !== null && (delta.text.length > 0 || final)) {
+      parts = parser.push(utf8.decode(delta.text), final);
+    }
     if (delta.choice.tokenIds.length > 0 || delta.text.length > 0 || final) {
       const first = this.#started[slot] === 0;
       this.#started[slot] = 1;
@@ -214,6 +238,8 @@ export class StreamEncoder {
           usage: (flags & SlotFlag.ContinuousUsageStats) !== 0 ? this.#view.usage([slot]) : null,
           topLogprobs: this.#meta.topLogprobs(slot),
           returnTokenIds: (flags & SlotFlag.ReturnTokenIds) !== 0,
+          parts: parser === null ? null : (parts ?? []),
+          toolCallsFinish: parser?.toolCallsFinish ?? false,
         },
         this.#logprobs,
       );

@@ -7,10 +7,22 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { RingserveConfig } from '../../../config.js';
 import { RS_ERR_OPENAI_INLINE_OUTPUT } from '../../../errors.js';
-import { parseChatBody } from '../../../protocol/openai-chat-request.js';
+import type { ChatParseOptions, ChatToolSpec } from '../../../protocol/chat-parse/chat-output.js';
+import { fail } from '../../../protocol/fields.js';
+import {
+  type ChatBody,
+  type ChatMessage,
+  parseChatBody,
+} from '../../../protocol/openai-chat-request.js';
 import { parseCompletionBody } from '../../../protocol/openai-completion-request.js';
-import { type OpenAiRequestOptions, toGenerateRequest } from '../../../protocol/openai-request.js';
+import {
+  type OpenAiRequestOptions,
+  type ScriptedAnswer,
+  toGenerateRequest,
+} from '../../../protocol/openai-request.js';
+import { childSeed } from '../../../wire/child-seed.js';
 import type { PromptTokenizer } from '../../openai/prompt-tokenizer.js';
+import { composeSimAnswer } from '../../openai/sim-answer.js';
 import type { ReplySink } from '../../reply-sink.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
 import type { ServedModels } from '../../served-models.js';
@@ -90,7 +102,6 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
       chatTemplateKwargs: body.chatTemplateKwargs,
       addSpecialTokens: body.addSpecialTokens,
     });
-    const sink = sinkFor(request, reply);
     const parsed = toGenerateRequest(
       body.common,
       { kind: 'chat', prompts: [ids], echo: null },
@@ -99,9 +110,87 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
     );
     parsed.loraId = loraId;
     checkVllmSampling(config, parsed.params, '', deps.engine);
+    const openai = parsed.openai!;
+    openai.chatParse = chatParseOptions(config, body);
+    if (config.engine === 'sim') {
+      openai.scripts = await simScripts(config, body, parsed.params.seed, parsed.n, tokenizer);
+    }
+    const sink = sinkFor(request, reply);
     coordinator.submit(parsed, sink, 'chat', headerRequestId(request), deadline);
     return reply;
   });
+}
+
+/**
+ * How a chat answer's text is split, as vLLM's serving_chat decides it: the reasoning parser when
+ * one is set; tool calls for "auto" only with --enable-auto-tool-choice (else a 400, as vLLM), and
+ * always for "required" and a named function (whose output vLLM parses as JSON). null: all content.
+ */
+function chatParseOptions(config: RingserveConfig, body: ChatBody): ChatParseOptions | null {
+  const choice = body.toolChoice;
+  if (choice === 'auto' && !config.enableAutoToolChoice) {
+    fail(
+      'tool_choice',
+      '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+    );
+  }
+  const reasoning = config.reasoningParser === 'none' ? null : config.reasoningParser;
+  const serverTools = config.toolCallParser === 'none' ? null : config.toolCallParser;
+  const tools = choice === 'none' ? null : (serverTools ?? 'hermes');
+  if (reasoning === null && tools === null) return null;
+  return {
+    reasoning,
+    thinking: body.thinking,
+    tools,
+    toolChoice: choice === 'none' ? 'auto' : choice,
+    ...(body.tools === null ? {} : { requestTools: body.tools as unknown as ChatToolSpec[] }),
+  };
+}
+
+/**
+ * With the simulator: per choice, the tokens it answers with first (sim-answer.ts): the model's
+ * reasoning span and tool calls in its own formats, or in echo mode the last user message. Choice
+ * i is composed from the seed the engine runs it with (childSeed), so a seeded request answers the
+ * same every time; an unseeded one gets a drawn seed here.
+ */
+async function simScripts(
+  config: RingserveConfig,
+  body: ChatBody,
+  seed: number | null,
+  n: number,
+  tokenizer: PromptTokenizer,
+): Promise<(ScriptedAnswer | null)[] | null> {
+  const base = seed ?? Math.floor(Math.random() * Number.MAX_SAFE_INTEGER);
+  const echoText = config.simMode === 'echo' ? lastUserText(body.messages) : null;
+  const scripts: (ScriptedAnswer | null)[] = new Array(n).fill(null);
+  let any = false;
+  for (let i = 0; i < n; i++) {
+    const answer = composeSimAnswer({
+      format: {
+        reasoning: config.reasoningParser === 'none' ? null : config.reasoningParser,
+        tools: config.toolCallParser === 'none' ? null : config.toolCallParser,
+      },
+      thinking: body.thinking && config.reasoningParser !== 'none',
+      tools: body.tools,
+      toolChoice: body.toolChoice,
+      seed: childSeed(base, i)!,
+      mode: config.simMode,
+      echoText,
+      toolCallShare: config.enableAutoToolChoice ? config.simToolCallShare : 0,
+    });
+    if (answer === null) continue;
+    scripts[i] = { tokens: await tokenizer.encode(answer.text, false), ends: answer.ends };
+    any = true;
+  }
+  return any ? scripts : null;
+}
+
+/** The text of the last user message (text parts joined), or '' when there is none. */
+function lastUserText(messages: readonly ChatMessage[]): string {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    if (messages[i]!.role === 'user') return messages[i]!.content ?? '';
+  }
+  return '';
 }
 
 function headerRequestId(request: FastifyRequest): string | undefined {
