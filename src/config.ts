@@ -120,7 +120,7 @@ const MAX_MODEL_LEN_CAP = 262_144;
 const D = ENGINE_DEFAULTS;
 const L = ENGINE_LIMITS;
 
-/** The failures --failure-kinds may name (src/server/http/failure-injection.ts injects them). */
+/** The failures --failure-kinds may name (src/server/main/http/failure-injection.ts injects them). */
 export const FAILURE_KINDS = ['rate_limit', 'unavailable', 'context_length', 'abort'] as const;
 export type FailureKind = (typeof FAILURE_KINDS)[number];
 

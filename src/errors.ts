@@ -415,7 +415,7 @@ export const RS_ERR_SERVER_INTERNAL = createError(
 );
 
 // Failures injected on purpose for clients' own tests (--failure-rate, x-ringserve-fail):
-// src/server/http/failure-injection.ts. Each answers as the real failure it imitates would.
+// src/server/main/http/failure-injection.ts. Each answers as the real failure it imitates would.
 export const RS_ERR_INJECTED_RATE_LIMIT = createError(
   'RS_ERR_INJECTED_RATE_LIMIT',
   'injected failure (rate_limit): the server is rate limiting requests; retry later',

@@ -4,11 +4,40 @@ import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 
+/** What the main thread's side of src/server/ may import outside it. */
+const SERVER_OUTSIDE = ['wire', 'shm', 'protocol', 'obs', 'config', 'errors', 'tokenizer'] as const;
+/**
+ * What the output worker and the packers may import outside src/server/: not the config (they
+ * start from their workerData).
+ */
+const THREAD_OUTSIDE = ['wire', 'shm', 'protocol', 'obs', 'errors', 'tokenizer'] as const;
+
 /**
  * The layers of src/ and which others each may import (README, "How it is
  * built"). A layer is a folder of src/ or one of the root modules; a file may always import its own
  * layer. cluster/ and the CLI are the composition roots: they may import anything in src/.
  * Nothing in src/ imports bench/ or test/.
+ *
+ * src/server/ is split by the thread of an API-server process that runs each file, one layer per
+ * folder:
+ * - server/main: the main thread: HTTP (http/, its fastify routes), the request coordinator and its
+ *   records, the engine client, reply sinks, the OpenAI routes' helpers (openai/), and the main
+ *   thread's side of the other threads (output-worker-handle.ts, packer-pool.ts,
+ *   worker-output-path.ts, sent-answers.ts);
+ * - server/output-worker: the output worker thread (workers/output-worker.ts): its loop, the
+ *   scatter and column writer, the stream encoder;
+ * - server/packer: the packer threads (workers/packer.ts): the response packer;
+ * - server/shared: what two or more threads use: the shared tables and their views (slot meta,
+ *   accumulators, block arena, response pool, response view), the messages between threads
+ *   (messages.ts, pack-task.ts), code that more than one thread runs (detokenizer, token text,
+ *   writer scratch, reject-error) and the output side's errors. It imports no thread's folder;
+ * - server/inline: the inline baseline (--output-processing inline), which runs on the main thread
+ *   in place of the output worker and packers: it implements main's OutputPath and may import main;
+ *   main does not import it;
+ * - server: the files directly in src/server/ (only create-output-path.ts, which picks the worker
+ *   path or the inline one): they may import main, inline and shared.
+ * The output worker and the packers import shared only, never main nor each other, so neither
+ * thread loads the main thread's modules (fastify, the coordinator).
  */
 const ALLOWED: Readonly<Record<string, readonly string[] | 'any'>> = {
   errors: [],
@@ -19,7 +48,12 @@ const ALLOWED: Readonly<Record<string, readonly string[] | 'any'>> = {
   engine: ['wire', 'shm', 'errors'],
   sim: ['wire', 'engine', 'errors'],
   protocol: ['wire', 'errors'],
-  server: ['wire', 'shm', 'protocol', 'obs', 'config', 'errors', 'tokenizer'],
+  server: [...SERVER_OUTSIDE, 'server/main', 'server/inline', 'server/shared'],
+  'server/main': [...SERVER_OUTSIDE, 'server/shared'],
+  'server/inline': [...SERVER_OUTSIDE, 'server/main', 'server/shared'],
+  'server/output-worker': [...THREAD_OUTSIDE, 'server/shared'],
+  'server/packer': [...THREAD_OUTSIDE, 'server/shared'],
+  'server/shared': ['wire', 'shm', 'protocol', 'errors', 'tokenizer'],
   client: ['protocol', 'errors'],
   // shm: the merge threads' priority (thread-priority.ts), as the server's packers.
   router: ['protocol', 'client', 'obs', 'config', 'errors', 'shm'],
@@ -37,7 +71,32 @@ function layerOf(path: string): string | null {
     if (base === 'cli' || base === 'cli-args') return 'cli';
     return base;
   }
+  // src/server/<thread>/...: the thread's folder; a file directly in src/server/: "server".
+  if (parts[1] === 'server' && parts.length > 3) return `server/${parts[2]}`;
   return parts[1] as string;
+}
+
+/**
+ * The entry points (workers/, outside src/) of the server's threads, each with its thread's layer:
+ * of src/server/, an entry point may import only that folder and server/shared.
+ */
+const THREAD_ENTRIES: Readonly<Record<string, string>> = {
+  'workers/output-worker.ts': 'server/output-worker',
+  'workers/packer.ts': 'server/packer',
+};
+
+/** The imports of a thread's entry point into another thread's folder of src/server/. */
+function entryViolations(file: string, thread: string, text: string): Violation[] {
+  const found: Violation[] = [];
+  for (const ref of ts.preProcessFile(text, true, true).importedFiles) {
+    const spec = ref.fileName;
+    if (!spec.startsWith('.')) continue;
+    const to = layerOf(posix.normalize(posix.join(posix.dirname(file), spec)));
+    if (to === null || !to.startsWith('server') || to === thread || to === 'server/shared')
+      continue;
+    found.push({ file, imports: spec, why: `${thread}'s entry point may import only its folder` });
+  }
+  return found;
 }
 
 interface Violation {
@@ -48,6 +107,8 @@ interface Violation {
 
 /** The wrong-way imports of one file (`file` relative to the root, `text` its source). */
 function violations(file: string, text: string): Violation[] {
+  const thread = THREAD_ENTRIES[file];
+  if (thread !== undefined) return entryViolations(file, thread, text);
   const from = layerOf(file);
   if (from === null) return [];
   const allowed = ALLOWED[from];
@@ -86,7 +147,7 @@ function sourceFiles(dir: string): string[] {
 
 describe('layering of src/', () => {
   it('every import points the way the layering table allows', () => {
-    const files = sourceFiles(join(root, 'src'));
+    const files = [...sourceFiles(join(root, 'src')), ...sourceFiles(join(root, 'workers'))];
     expect(files.length).toBeGreaterThan(100);
     const found = files.flatMap((path) => {
       const file = relative(root, path).split('\\').join('/');
@@ -100,6 +161,24 @@ describe('layering of src/', () => {
       .filter((e) => e.isDirectory())
       .map((e) => e.name);
     for (const folder of folders) expect(Object.keys(ALLOWED)).toContain(folder);
+  });
+
+  it('every folder of src/server/ is a thread layer with a row; only the output path switch is not', () => {
+    const entries = readdirSync(join(root, 'src', 'server'), { withFileTypes: true });
+    const folders = entries.filter((e) => e.isDirectory()).map((e) => `server/${e.name}`);
+    expect(folders.sort()).toEqual([
+      'server/inline',
+      'server/main',
+      'server/output-worker',
+      'server/packer',
+      'server/shared',
+    ]);
+    for (const folder of folders) expect(Object.keys(ALLOWED)).toContain(folder);
+    const files = entries.filter((e) => e.isFile()).map((e) => e.name);
+    expect(files).toEqual(['create-output-path.ts']);
+    for (const entry of Object.keys(THREAD_ENTRIES)) {
+      expect(readdirSync(join(root, 'workers'))).toContain(entry.slice('workers/'.length));
+    }
   });
 
   it('catches a wrong-way import, a type-only one, a re-export and a dynamic one', () => {
@@ -122,6 +201,118 @@ describe('layering of src/', () => {
     expect(
       violations('src/protocol/sse.ts', "import { x } from '../../test/helpers.js';"),
     ).toHaveLength(1);
+  });
+
+  it("refuses a server thread's import of another thread's folder, and shared's of any", () => {
+    expect(
+      violations(
+        'src/server/packer/pack.ts',
+        "import type { PackTask } from '../main/packer-pool.js';",
+      ),
+    ).toEqual([
+      {
+        file: 'src/server/packer/pack.ts',
+        imports: '../main/packer-pool.js',
+        why: 'server/packer may import only wire, shm, protocol, obs, errors, tokenizer, server/shared',
+      },
+    ]);
+    expect(
+      violations('src/server/packer/pack.ts', "import { x } from '../output-worker/scatter.js';"),
+    ).toHaveLength(1);
+    expect(
+      violations(
+        'src/server/output-worker/output-loop.ts',
+        "import { d } from '../main/output-worker-handle.js';",
+      ),
+    ).toHaveLength(1);
+    expect(
+      violations('src/server/output-worker/scatter.ts', "import { p } from '../packer/pack.js';"),
+    ).toHaveLength(1);
+    expect(
+      violations(
+        'src/server/shared/slot-meta.ts',
+        "import type { R } from '../main/request-record.js';",
+      ),
+    ).toHaveLength(1);
+    expect(
+      violations(
+        'src/server/shared/messages.ts',
+        "import { s } from '../output-worker/slot-events.js';",
+      ),
+    ).toHaveLength(1);
+    expect(
+      violations(
+        'src/server/main/create.ts',
+        "import { I } from '../inline/inline-output-path.js';",
+      ),
+    ).toHaveLength(1);
+    expect(
+      violations('src/server/main/http/app.ts', "import { p } from '../../packer/pack.js';"),
+    ).toHaveLength(1);
+    expect(
+      violations('src/server/output-worker/output-loop.ts', "import { c } from '../../config.js';"),
+    ).toHaveLength(1);
+    expect(violations('src/server/frontend/x.ts', "import { a } from './a.js';")).toEqual([
+      {
+        file: 'src/server/frontend/x.ts',
+        imports: '',
+        why: 'layer "server/frontend" is not in the layering table',
+      },
+    ]);
+    // A thread's entry point: only its folder and shared/ of src/server/.
+    expect(
+      violations(
+        'workers/packer.ts',
+        "import type { PackTask } from '../src/server/main/packer-pool.js';",
+      ),
+    ).toEqual([
+      {
+        file: 'workers/packer.ts',
+        imports: '../src/server/main/packer-pool.js',
+        why: "server/packer's entry point may import only its folder",
+      },
+    ]);
+    expect(
+      violations('workers/output-worker.ts', "import { P } from '../src/server/packer/pack.js';"),
+    ).toHaveLength(1);
+  });
+
+  it('lets the server threads import shared/, inline import main, and the switch import both', () => {
+    const shared = "import { AccumulatorTable } from '../shared/accumulators.js';";
+    expect(violations('src/server/main/worker-output-path.ts', shared)).toEqual([]);
+    expect(violations('src/server/output-worker/output-loop.ts', shared)).toEqual([]);
+    expect(violations('src/server/packer/pack.ts', shared)).toEqual([]);
+    expect(violations('src/server/inline/inline-output-path.ts', shared)).toEqual([]);
+    expect(
+      violations(
+        'src/server/inline/inline-output-path.ts',
+        "import type { O } from '../main/output-path.js';",
+      ),
+    ).toEqual([]);
+    expect(
+      violations(
+        'src/server/main/http/routes/health.ts',
+        "import type { E } from '../../engine-client.js';",
+      ),
+    ).toEqual([]);
+    expect(
+      violations(
+        'src/server/create-output-path.ts',
+        "import { I } from './inline/inline-output-path.js';\nimport { W } from './main/worker-output-path.js';",
+      ),
+    ).toEqual([]);
+    expect(
+      violations(
+        'workers/packer.ts',
+        "import type { T } from '../src/server/shared/pack-task.js';\nimport { P } from '../src/server/packer/pack.js';\nimport { e } from '../src/errors.js';",
+      ),
+    ).toEqual([]);
+    expect(
+      violations(
+        'src/cluster/api-process.ts',
+        "import { c } from '../server/create-output-path.js';",
+      ),
+    ).toEqual([]);
   });
 
   it('lets a layer import itself, what it is allowed, and packages', () => {

@@ -1,11 +1,11 @@
 // The output worker thread of an API server: one per server, started by OutputWorker.start()
-// (src/server/output/output-worker-handle.ts) with OutputWorkerData. The loop lives in
-// src/server/output/output-loop.ts so it can be read and tested without a thread.
+// (src/server/main/output-worker-handle.ts) with OutputWorkerData. The loop lives in
+// src/server/output-worker/output-loop.ts so it can be read and tested without a thread.
 import { workerData } from 'node:worker_threads';
 import { answerMemoryCollect } from '../src/obs/memory-collect.js';
 import { startThreadHealth } from '../src/obs/thread-health-share.js';
-import type { OutputWorkerData } from '../src/server/output/messages.js';
-import { OutputLoop } from '../src/server/output/output-loop.js';
+import { OutputLoop } from '../src/server/output-worker/output-loop.js';
+import type { OutputWorkerData } from '../src/server/shared/messages.js';
 import { lowerThisThread, SAME_PRIORITY } from '../src/shm/thread-priority.js';
 
 const data = workerData as OutputWorkerData;

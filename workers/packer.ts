@@ -7,12 +7,12 @@ import { move, workerData } from 'piscina';
 import { toRingserveError } from '../src/errors.js';
 import { answerMemoryCollect } from '../src/obs/memory-collect.js';
 import { startThreadHealth } from '../src/obs/thread-health-share.js';
-import { tokenByteSource } from '../src/server/output/detokenizer.js';
-import { ResponsePacker } from '../src/server/output/pack.js';
-import type { PackerWorkerData, PackFailure, PackTask } from '../src/server/output/packer-pool.js';
-import { ResponsePool } from '../src/server/output/response-pool.js';
-import { tokenTextSource } from '../src/server/output/token-text.js';
-import { IdleRelease, reservedScratch } from '../src/server/output/writer-scratch.js';
+import { ResponsePacker } from '../src/server/packer/pack.js';
+import { tokenByteSource } from '../src/server/shared/detokenizer.js';
+import type { PackerWorkerData, PackFailure, PackTask } from '../src/server/shared/pack-task.js';
+import { ResponsePool } from '../src/server/shared/response-pool.js';
+import { tokenTextSource } from '../src/server/shared/token-text.js';
+import { IdleRelease, reservedScratch } from '../src/server/shared/writer-scratch.js';
 import { lowerThisThread } from '../src/shm/thread-priority.js';
 import { TokenBytesTable } from '../src/tokenizer/token-bytes.js';
 

@@ -36,7 +36,7 @@ const DRAIN_POLL_MS = 200;
 /**
  * Time given to the servers once nothing is in flight: aborted requests freed, buffers returned,
  * and the free memory they keep through a lull (response pool chunks unused for 10-12 s, an empty
- * output arena after 10 s quiet; src/server/output/) given back.
+ * output arena after 10 s quiet; src/server/output-worker/) given back.
  */
 const DRAIN_SETTLE_MS = 13_000;
 

@@ -1,18 +1,18 @@
 /**
  * Random bytes where ring records live, fed to everything that decodes them, in-process: the ring
  * consumer's record framing (src/shm/ring.ts), the engine's ADD decoder and the output worker's STEP
- * scatter (src/wire/messages.ts, src/server/output/scatter.ts). A corrupt record may be refused with
+ * scatter (src/wire/messages.ts, src/server/output-worker/scatter.ts). A corrupt record may be refused with
  * its own coded error (RS_ERR_RING_CORRUPT, RS_ERR_OUTPUT_BAD_STEP) or decoded into values the next
  * layer checks; anything else thrown (a RangeError, a TypeError), a record outside the ring's data,
  * or an ADD whose arrays do not match its declared lengths is a failure.
  */
 import fc from 'fast-check';
 import { isRingserveError } from '../../src/errors.js';
-import { AccumulatorTable } from '../../src/server/output/accumulators.js';
-import { BlockArena, createArenaBuffer } from '../../src/server/output/block-arena.js';
-import { ByteLevelStandIn } from '../../src/server/output/detokenizer.js';
-import { StepScatter } from '../../src/server/output/scatter.js';
-import { ResponseFormCode, SlotMetaTable } from '../../src/server/output/slot-meta.js';
+import { StepScatter } from '../../src/server/output-worker/scatter.js';
+import { AccumulatorTable } from '../../src/server/shared/accumulators.js';
+import { BlockArena, createArenaBuffer } from '../../src/server/shared/block-arena.js';
+import { ByteLevelStandIn } from '../../src/server/shared/detokenizer.js';
+import { ResponseFormCode, SlotMetaTable } from '../../src/server/shared/slot-meta.js';
 import { RING_DATA, RING_HEAD, RING_TAIL } from '../../src/shm/layout.js';
 import { RingConsumer } from '../../src/shm/ring.js';
 import { type RegionViews, readAbortSlot, readAdd, regionViews } from '../../src/wire/messages.js';

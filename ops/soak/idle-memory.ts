@@ -28,7 +28,7 @@ import {
 
 /**
  * How long a cluster with nothing in flight gets before its memory is read: the output arena gives
- * an idle server's blocks back after 10 s (src/server/output/output-loop.ts), the malloc trimmer
+ * an idle server's blocks back after 10 s (src/server/output-worker/output-loop.ts), the malloc trimmer
  * runs every 30 s, V8's memory reducer collects an isolate that stopped allocating within seconds.
  */
 export const IDLE_SETTLE_MS = 45_000;

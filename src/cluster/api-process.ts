@@ -14,10 +14,10 @@ import { RequestTimeline } from '../obs/request-timeline.js';
 import { shareThreadHealth } from '../obs/thread-health-share.js';
 import { shareRequestMetrics } from '../obs/worker-metrics.js';
 import { createOutputPath } from '../server/create-output-path.js';
-import { EngineClient } from '../server/engine-client.js';
-import { buildApp } from '../server/http/app.js';
-import type { OutputPath } from '../server/output-path.js';
-import { RequestCoordinator } from '../server/request-coordinator.js';
+import { EngineClient } from '../server/main/engine-client.js';
+import { buildApp } from '../server/main/http/app.js';
+import type { OutputPath } from '../server/main/output-path.js';
+import { RequestCoordinator } from '../server/main/request-coordinator.js';
 import {
   ENG_STATE,
   ENGINE_STATE_PAUSED,

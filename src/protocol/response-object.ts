@@ -31,7 +31,7 @@ function packed(view: ArrayBufferView, shape: number[], dtype: string): PackedAr
   return { data: bytes.toString('base64'), shape, dtype };
 }
 
-/** `usage`, shared with the inline baseline's legacy objects (server/inline-legacy.ts). */
+/** `usage`, shared with the inline baseline's legacy objects (server/inline/inline-legacy.ts). */
 export function usageObject(u: UsageFigures): Record<string, unknown> {
   return {
     prompt_tokens: u.promptTokens,

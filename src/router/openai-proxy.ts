@@ -28,7 +28,7 @@ const ROUTES: ReadonlyArray<readonly [string, Kind]> = [
   ['/v1/completions', 'completion'],
   ['/v1/chat/completions', 'chat'],
 ];
-/** The client's deadline (src/server/http/deadline.ts) holds on both calls. */
+/** The client's deadline (src/server/main/http/deadline.ts) holds on both calls. */
 const FORWARDED_HEADERS = ['x-request-deadline-ms'];
 
 export function registerOpenAiProxy(

@@ -7,9 +7,9 @@ import type { RingserveConfig } from '../config.js';
 import type { Region } from '../shm/region.js';
 import { outputRingConsumer } from '../shm/region.js';
 import type { TokenBytesTable } from '../tokenizer/token-bytes.js';
-import { InlineOutputPath } from './inline-output-path.js';
-import type { OutputEvents, OutputPath } from './output-path.js';
-import { WorkerOutputPath } from './worker-output-path.js';
+import { InlineOutputPath } from './inline/inline-output-path.js';
+import type { OutputEvents, OutputPath } from './main/output-path.js';
+import { WorkerOutputPath } from './main/worker-output-path.js';
 
 export async function createOutputPath(
   config: RingserveConfig,

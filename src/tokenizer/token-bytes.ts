@@ -6,7 +6,7 @@
 //
 //   sab: | offsets: Int32 x (count + 1) | flags: Uint8 x count | bytes: Uint8 x offsets[count] |
 //
-// It has the shape of the output worker's TokenByteSource (src/server/output/detokenizer.ts).
+// It has the shape of the output worker's TokenByteSource (src/server/shared/detokenizer.ts).
 
 /** Flag bits per id. */
 export const TokenFlag = {

@@ -1,6 +1,6 @@
 /**
  * The chat output formats ringserve parses (src/protocol/chat-parse) and the simulator writes
- * (src/server/openai/sim-answer.ts), named as vLLM's --reasoning-parser and --tool-call-parser
+ * (src/server/main/openai/sim-answer.ts), named as vLLM's --reasoning-parser and --tool-call-parser
  * name them. Here, beside the other names the configuration and the API tier share.
  */
 export type ReasoningParserName = 'qwen3' | 'glm45';

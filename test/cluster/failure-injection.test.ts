@@ -7,7 +7,7 @@
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildConfig } from '../../src/config.js';
-import { FailureInjector } from '../../src/server/http/failure-injection.js';
+import { FailureInjector } from '../../src/server/main/http/failure-injection.js';
 import { STAT_RUNNING } from '../../src/shm/layout.js';
 import { type Cluster, startCluster, waitFor } from './harness.js';
 

@@ -6,7 +6,7 @@
  */
 import { Client, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RENDERED_BY_HEADER } from '../../src/server/http/routes/metrics.js';
+import { RENDERED_BY_HEADER } from '../../src/server/main/http/routes/metrics.js';
 import { CONTRACT_FAMILIES, type Exposition, parseExposition } from '../obs/prom.js';
 import { type Cluster, startCluster, waitFor } from './harness.js';
 

@@ -6,7 +6,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { CoreLoop } from '../../src/engine/core-loop.js';
-import { EngineClient } from '../../src/server/engine-client.js';
+import { EngineClient } from '../../src/server/main/engine-client.js';
 import { SimEngine } from '../../src/sim/sim-engine.js';
 import { ControlClient, ControlCommand, ControlResult } from '../../src/wire/control-channel.js';
 import { tinyConfig } from '../sim/helpers.js';

@@ -11,7 +11,7 @@ import {
   shareMemoryCollect,
   unshareMemoryCollect,
 } from '../../src/obs/memory-collect.js';
-import { PackerPool } from '../../src/server/output/packer-pool.js';
+import { PackerPool } from '../../src/server/main/packer-pool.js';
 import { makeHarness } from '../server/output/harness.js';
 import { until } from '../shm/helpers.js';
 

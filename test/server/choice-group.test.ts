@@ -1,6 +1,6 @@
 /** The group tracker (choice-group.ts): when a request of n choices is answered, and with what. */
 import { describe, expect, it } from 'vitest';
-import { ChoiceGroup } from '../../src/server/choice-group.js';
+import { ChoiceGroup } from '../../src/server/main/choice-group.js';
 
 function group(n: number): ChoiceGroup {
   const g = new ChoiceGroup(n);

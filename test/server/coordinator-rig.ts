@@ -9,9 +9,12 @@ import { RingserveError } from '../../src/errors.js';
 import type { GenerateRequest } from '../../src/protocol/generate-request.js';
 import { parseGenerateRequest } from '../../src/protocol/generate-request.js';
 import type { ResponseForm } from '../../src/protocol/generate-response.js';
-import { InlineOutputPath } from '../../src/server/inline-output-path.js';
-import type { ReplySink } from '../../src/server/reply-sink.js';
-import { type CompletedRequest, RequestCoordinator } from '../../src/server/request-coordinator.js';
+import { InlineOutputPath } from '../../src/server/inline/inline-output-path.js';
+import type { ReplySink } from '../../src/server/main/reply-sink.js';
+import {
+  type CompletedRequest,
+  RequestCoordinator,
+} from '../../src/server/main/request-coordinator.js';
 import { FakeEngineClient, type Output } from './fake-engine-client.js';
 import type { StepRow } from './output/step-records.js';
 

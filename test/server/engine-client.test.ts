@@ -5,7 +5,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseGenerateRequest } from '../../src/protocol/generate-request.js';
-import { EngineClient } from '../../src/server/engine-client.js';
+import { EngineClient } from '../../src/server/main/engine-client.js';
 import {
   createRegion,
   type Region,

@@ -5,7 +5,7 @@
 // for an output path to drain. The test decides when the engine "runs": nothing happens on its own.
 
 import { RS_ERR_ENGINE_DEAD } from '../../src/errors.js';
-import type { EnginePort } from '../../src/server/engine-port.js';
+import type { EnginePort } from '../../src/server/main/engine-port.js';
 import { RING_HEADER_BYTES } from '../../src/shm/layout.js';
 import { RingConsumer, RingProducer } from '../../src/shm/ring.js';
 import { type AddFields, RecordType } from '../../src/wire/messages.js';

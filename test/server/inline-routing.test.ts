@@ -3,7 +3,7 @@
  * read by position as the worker path stores them (column-writer.ts, appendRouting).
  */
 import { describe, expect, it } from 'vitest';
-import { RoutingBuffer } from '../../src/server/inline-routing.js';
+import { RoutingBuffer } from '../../src/server/inline/inline-routing.js';
 
 const LAYERS = 3;
 const TOPK = 2;

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { buildConfig } from '../../src/config.js';
 import { RS_ERR_REQ_INVALID_FIELD } from '../../src/errors.js';
 import { parseGenerateRequest } from '../../src/protocol/generate-request.js';
-import { kvTransferFields } from '../../src/server/kv-transfer.js';
+import { kvTransferFields } from '../../src/server/main/kv-transfer.js';
 
 const OPTS = {
   vocabSize: 1000,

@@ -4,7 +4,7 @@
  * ring full, and the engine dying under requests in flight.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { SlotState } from '../../src/server/slot-table.js';
+import { SlotState } from '../../src/server/main/slot-table.js';
 import { FinishReason } from '../../src/wire/types.js';
 import { until } from '../shm/helpers.js';
 import {

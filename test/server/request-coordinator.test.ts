@@ -5,7 +5,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { RS_ERR_RING_FULL, RS_ERR_RING_PEER_GONE } from '../../src/errors.js';
-import { SlotState } from '../../src/server/slot-table.js';
+import { SlotState } from '../../src/server/main/slot-table.js';
 import { childSeed } from '../../src/wire/child-seed.js';
 import { RejectReason } from '../../src/wire/reject.js';
 import { FinishReason } from '../../src/wire/types.js';

@@ -4,7 +4,7 @@
  * pruned, and that every taking draws a fresh generation.
  */
 import { describe, expect, it } from 'vitest';
-import { SlotState, SlotTable } from '../../src/server/slot-table.js';
+import { SlotState, SlotTable } from '../../src/server/main/slot-table.js';
 import { FakeEngineClient } from './fake-engine-client.js';
 
 const { Free, Reserved, Running, AbortQueued, Aborting, Ended } = SlotState;

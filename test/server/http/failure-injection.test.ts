@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { buildConfig, type ConfigInput } from '../../../src/config.js';
 import { RingserveError } from '../../../src/errors.js';
-import { FailureInjector } from '../../../src/server/http/failure-injection.js';
+import { FailureInjector } from '../../../src/server/main/http/failure-injection.js';
 
 const injector = (input: ConfigInput, server = 0) =>
   new FailureInjector(buildConfig(input), server);

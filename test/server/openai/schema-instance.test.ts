@@ -7,7 +7,7 @@ import { Ajv } from 'ajv';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { sampleSchemaInstance } from '../../../src/server/openai/schema-instance.js';
+import { sampleSchemaInstance } from '../../../src/server/main/openai/schema-instance.js';
 
 /** mulberry32: the tests' own draws, independent of the code under test. */
 function rng(seed: number): () => number {

@@ -13,7 +13,7 @@ import {
   composeSimAnswer,
   type SimAnswer,
   type SimAnswerInput,
-} from '../../../src/server/openai/sim-answer.js';
+} from '../../../src/server/main/openai/sim-answer.js';
 import { tokenizerForModel } from '../../../src/tokenizer/presets.js';
 import type { Tokenizer } from '../../../src/tokenizer/tokenizer.js';
 

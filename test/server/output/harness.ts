@@ -1,16 +1,16 @@
 // The output side without threads: slot meta, accumulators, arena, a StepScatter and a
 // ResponseView over them, and `feed` to scatter hand-written STEP records.
 
-import { AccumulatorTable } from '../../../src/server/output/accumulators.js';
-import { BlockArena, createArenaBuffer } from '../../../src/server/output/block-arena.js';
-import { ByteLevelStandIn, type TokenByteSource } from '../../../src/server/output/detokenizer.js';
-import { ResponseView } from '../../../src/server/output/response-view.js';
-import { StepScatter } from '../../../src/server/output/scatter.js';
+import { StepScatter } from '../../../src/server/output-worker/scatter.js';
+import { AccumulatorTable } from '../../../src/server/shared/accumulators.js';
+import { BlockArena, createArenaBuffer } from '../../../src/server/shared/block-arena.js';
+import { ByteLevelStandIn, type TokenByteSource } from '../../../src/server/shared/detokenizer.js';
+import { ResponseView } from '../../../src/server/shared/response-view.js';
 import {
   ResponseFormCode,
   type SlotMetaFields,
   SlotMetaTable,
-} from '../../../src/server/output/slot-meta.js';
+} from '../../../src/server/shared/slot-meta.js';
 import { regionViews } from '../../../src/wire/messages.js';
 import { type StepGeometry, type StepRow, TINY_GEOMETRY, writeStep } from './step-records.js';
 

@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { SseParser } from '../../../src/client/stream.js';
-import { type TokenByteSource, VocabTable } from '../../../src/server/output/detokenizer.js';
-import { ResponsePacker } from '../../../src/server/output/pack.js';
-import type { PackTask } from '../../../src/server/output/packer-pool.js';
-import { SlotEventList } from '../../../src/server/output/slot-events.js';
-import { ResponseFormCode, type SlotMetaFields } from '../../../src/server/output/slot-meta.js';
-import { StreamEncoder } from '../../../src/server/output/stream-encoder.js';
+import { SlotEventList } from '../../../src/server/output-worker/slot-events.js';
+import { StreamEncoder } from '../../../src/server/output-worker/stream-encoder.js';
+import { ResponsePacker } from '../../../src/server/packer/pack.js';
+import { type TokenByteSource, VocabTable } from '../../../src/server/shared/detokenizer.js';
+import type { PackTask } from '../../../src/server/shared/pack-task.js';
+import { ResponseFormCode, type SlotMetaFields } from '../../../src/server/shared/slot-meta.js';
 import { TokenBytesTable } from '../../../src/tokenizer/token-bytes.js';
 import { FinishReason } from '../../../src/wire/types.js';
 import { type Harness, makeHarness, metaFields } from './harness.js';

@@ -2,12 +2,12 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeGenerateBody } from '../../../src/client/decode.js';
 import { SseParser, StreamAccumulator } from '../../../src/client/stream.js';
-import { AccumulatorTable, SlotState } from '../../../src/server/output/accumulators.js';
-import { createArenaBuffer, reserveArenaBuffer } from '../../../src/server/output/block-arena.js';
-import type { OutputBatch } from '../../../src/server/output/messages.js';
-import { OutputWorker } from '../../../src/server/output/output-worker-handle.js';
-import { ResponsePacker } from '../../../src/server/output/pack.js';
-import { ResponseFormCode, SlotMetaTable } from '../../../src/server/output/slot-meta.js';
+import { OutputWorker } from '../../../src/server/main/output-worker-handle.js';
+import { ResponsePacker } from '../../../src/server/packer/pack.js';
+import { AccumulatorTable, SlotState } from '../../../src/server/shared/accumulators.js';
+import { createArenaBuffer, reserveArenaBuffer } from '../../../src/server/shared/block-arena.js';
+import type { OutputBatch } from '../../../src/server/shared/messages.js';
+import { ResponseFormCode, SlotMetaTable } from '../../../src/server/shared/slot-meta.js';
 import { outputRingOffset } from '../../../src/shm/layout.js';
 import {
   createRegion,

@@ -2,8 +2,8 @@ import { execFileSync } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
-import { ResponsePool } from '../../../src/server/output/response-pool.js';
-import { pooledAnswer, releaseWhenSent } from '../../../src/server/output/sent-answers.js';
+import { pooledAnswer, releaseWhenSent } from '../../../src/server/main/sent-answers.js';
+import { ResponsePool } from '../../../src/server/shared/response-pool.js';
 
 const KIB = 1024;
 const CHUNK = 64 * KIB;
@@ -107,7 +107,7 @@ describe('ResponsePool', () => {
 
   it('threads claiming and releasing at once never get overlapping runs', async () => {
     const pool = ResponsePool.create(64 * CHUNK, CHUNK);
-    const moduleUrl = new URL('../../../dist/src/server/output/response-pool.js', import.meta.url)
+    const moduleUrl = new URL('../../../dist/src/server/shared/response-pool.js', import.meta.url)
       .href;
     const threads = 4;
     const rounds = 3000;
@@ -208,10 +208,10 @@ describe('pooled answers on the main thread', () => {
 describe('a pooled answer that is never sent', () => {
   it('goes back to the pool once its view is garbage-collected', () => {
     // A process of its own, for --expose-gc: the answer's view is dropped unsent (its client left).
-    const dir = new URL('../../../dist/src/server/output/', import.meta.url).href;
+    const dist = new URL('../../../dist/src/server/', import.meta.url).href;
     const script = `
-      const { ResponsePool } = await import('${dir}response-pool.js');
-      const { pooledAnswer } = await import('${dir}sent-answers.js');
+      const { ResponsePool } = await import('${dist}shared/response-pool.js');
+      const { pooledAnswer } = await import('${dist}main/sent-answers.js');
       const pool = ResponsePool.create(${16 * CHUNK}, ${CHUNK});
       (() => { pooledAnswer(pool, pool.acquire(100)); })();
       const held = pool.stats().inUseChunks;

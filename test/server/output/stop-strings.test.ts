@@ -1,14 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { MAX_STOP_STRINGS } from '../../../src/protocol/stop-strings.js';
-import { SlotState } from '../../../src/server/output/accumulators.js';
+import { SlotState } from '../../../src/server/shared/accumulators.js';
 import {
   ByteLevelStandIn,
   StopStringMatcher,
   tinyVocabulary,
   tokenByteSource,
   VocabTable,
-} from '../../../src/server/output/detokenizer.js';
-import { SlotMetaTable } from '../../../src/server/output/slot-meta.js';
+} from '../../../src/server/shared/detokenizer.js';
+import { SlotMetaTable } from '../../../src/server/shared/slot-meta.js';
 import { events, makeHarness, metaFields } from './harness.js';
 
 const STOP = 1;

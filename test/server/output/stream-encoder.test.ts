@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { SseParser, StreamAccumulator } from '../../../src/client/stream.js';
-import { ByteLevelStandIn } from '../../../src/server/output/detokenizer.js';
-import type { StreamBytes } from '../../../src/server/output/messages.js';
-import { SlotEventList } from '../../../src/server/output/slot-events.js';
-import { ResponseFormCode } from '../../../src/server/output/slot-meta.js';
-import { StreamEncoder } from '../../../src/server/output/stream-encoder.js';
+import { SlotEventList } from '../../../src/server/output-worker/slot-events.js';
+import { StreamEncoder } from '../../../src/server/output-worker/stream-encoder.js';
+import { ByteLevelStandIn } from '../../../src/server/shared/detokenizer.js';
+import type { StreamBytes } from '../../../src/server/shared/messages.js';
+import { ResponseFormCode } from '../../../src/server/shared/slot-meta.js';
 import { type Harness, makeHarness, metaFields } from './harness.js';
 
 function encoderFor(h: Harness): StreamEncoder {
