@@ -97,14 +97,27 @@ const PINNED: ReadonlyArray<readonly [string, number]> = [
 const CREATE_ERROR_CALL =
   /createError\(\s*'(RS_ERR_[A-Z0-9_]+)',\s*(?:'(?:[^'\\]|\\.)*'|`[^`]*`|"[^"]*")\s*,\s*(\d{3})\b/g;
 
-/** code → HTTP status, from the table rows of docs/errors.md. */
-function documentedCodes(): Map<string, number> {
-  const text = readFileSync(join(root, 'docs/errors.md'), 'utf8');
-  const rows = new Map<string, number>();
-  for (const m of text.matchAll(/^\| `(RS_ERR_[A-Z0-9_]+)` +\| (\d{3}) +\|/gm)) {
-    rows.set(m[1] as string, Number(m[2]));
+const ERRORS_DOC = 'docs/errors.md';
+/** A row of the code table: | `RS_ERR_X` | 400 | ... */
+const DOC_ROW = /^\| `(RS_ERR_[A-Z0-9_]+)` +\| (\d{3}) +\|/;
+
+/** Every table row of docs/errors.md that names an RS_ERR_ code, in order, duplicates kept. */
+function documentedRows(): Array<{ code: string; status: number; line: string }> {
+  const text = readFileSync(join(root, ERRORS_DOC), 'utf8');
+  const rows: Array<{ code: string; status: number; line: string }> = [];
+  for (const line of text.split('\n')) {
+    if (!/^\|\s*`?RS_ERR_/.test(line)) continue;
+    const m = DOC_ROW.exec(line);
+    // A row the pattern cannot read would be skipped by every check below: refuse it instead.
+    if (m === null) throw new Error(`${ERRORS_DOC}: a code row not in the table's form: ${line}`);
+    rows.push({ code: m[1] as string, status: Number(m[2]), line });
   }
   return rows;
+}
+
+/** code → HTTP status, from the table rows of docs/errors.md. */
+function documentedCodes(): Map<string, number> {
+  return new Map(documentedRows().map((row) => [row.code, row.status]));
 }
 
 function sourceFiles(dir: string): string[] {
@@ -131,6 +144,20 @@ function sourceTexts(dirs: readonly string[]): Array<{ file: string; text: strin
 
 /** Where codes are raised: the code, the native addon (src/shm/native/) and the build script. */
 const RAISING_DIRS = ['src', 'workers', 'scripts', 'bench'];
+
+/**
+ * code → HTTP status of every registered code: the registry of src/errors.ts, and each
+ * `createError('RS_ERR_X', template, status)` elsewhere in the sources (those modules are not
+ * imported here, so as not to change the pinned registry above).
+ */
+function registeredCodes(): Map<string, number> {
+  const codes = new Map<string, number>();
+  for (const { code, statusCode } of listErrorCodes()) codes.set(code, statusCode);
+  for (const { text } of sourceTexts(RAISING_DIRS)) {
+    for (const m of text.matchAll(CREATE_ERROR_CALL)) codes.set(m[1] as string, Number(m[2]));
+  }
+  return codes;
+}
 
 /**
  * Registered codes nothing raises yet, each with the change that will raise it. An entry whose
@@ -199,6 +226,39 @@ describe('error code registry', () => {
     for (const [code, status] of statuses) expect(documented.get(code), code).toBe(status);
   });
 
+  it('finds every createError call in the sources (none the pattern cannot read)', () => {
+    const calls: string[] = [];
+    for (const { text } of sourceTexts(RAISING_DIRS)) {
+      for (const m of text.matchAll(/createError\(\s*'(RS_ERR_[A-Z0-9_]+)'/g)) {
+        calls.push(m[1] as string);
+      }
+    }
+    expect(calls.length).toBeGreaterThan(0);
+    const registered = registeredCodes();
+    expect(calls.filter((code) => !registered.has(code))).toEqual([]);
+  });
+
+  it('has no row in docs/errors.md for a code nothing registers', () => {
+    const registered = registeredCodes();
+    const stray = documentedRows()
+      .filter((row) => !registered.has(row.code))
+      .map((row) => row.code);
+    expect(stray, 'documented but not registered: register it or remove the row').toEqual([]);
+    for (const row of documentedRows()) {
+      expect(row.status, row.code).toBe(registered.get(row.code));
+    }
+  });
+
+  it('has one row per code in docs/errors.md', () => {
+    const seen = new Set<string>();
+    const twice: string[] = [];
+    for (const { code } of documentedRows()) {
+      if (seen.has(code)) twice.push(code);
+      seen.add(code);
+    }
+    expect(twice, 'documented more than once: keep one row').toEqual([]);
+  });
+
   it('refuses a duplicate code and a code outside RS_ERR_<AREA>_<WHAT>', () => {
     expect(() => createError('RS_ERR_REQ_INVALID_FIELD', 'again', 400)).toThrow(/defined twice/);
     expect(() => createError('RS_ERR_NOAREA', 'x', 400)).toThrow(/RS_ERR_<AREA>_<WHAT>/);
@@ -214,10 +274,7 @@ describe('error code registry', () => {
   });
 
   it('has a place that raises every registered code', () => {
-    const defined = new Set(listErrorCodes().map((e) => e.code));
-    for (const { text } of sourceTexts(RAISING_DIRS)) {
-      for (const m of text.matchAll(CREATE_ERROR_CALL)) defined.add(m[1] as string);
-    }
+    const defined = new Set(registeredCodes().keys());
     const raised = raisedCodes();
     const unraised = [...defined].filter((code) => !raised.has(code) && !(code in NOT_RAISED_YET));
     expect(unraised, 'registered but raised nowhere: raise it or remove it').toEqual([]);
