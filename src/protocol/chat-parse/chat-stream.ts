@@ -1,4 +1,5 @@
 import type { ChatDeltaPart, ChatParseOptions } from './chat-output.js';
+import { HermesCallReader } from './hermes-stream.js';
 import { isBlank } from './python-str.js';
 import {
   findFirstMarker,
@@ -25,14 +26,18 @@ import {
  * generated answers at random places). To keep that promise it holds text back where vLLM's own
  * streaming guesses early:
  * - a tail that may be the start of a marker, until the next delta settles it;
- * - a tool call region until its `</tool_call>`: the call (name, then its whole arguments string)
- *   goes out once it parsed, so a region that fails never sent a half call;
+ * - a hermes call until its name is known and its arguments have begun; then its first part goes
+ *   out, and its arguments follow in fragments as they come, each written as json.dumps writes it
+ *   once it can no longer change (HermesCallReader), so the fragments join to the arguments the
+ *   whole-output parse gives. A glm45 call waits for its `</tool_call>` and goes out whole;
  * - blank content before the first call (vLLM returns null content then), and everything from the
  *   first `<tool_call>` until one parses (if none does, all of it is content after all);
  * - for tool_choice "required", the whole answer (a JSON array, read at the end).
  * Where the whole output is known only at its end, this cannot follow: a bad region after a good
  * call makes vLLM's non-streaming answer all content; here the call has gone and the bad region is
- * dropped (vLLM's own streaming has sent that call too).
+ * dropped (vLLM's own streaming has sent that call too). Likewise a hermes call that went out and
+ * then turns out malformed stays sent: the first one's text becomes content as in the whole
+ * answer, a later one is dropped.
  */
 export class ChatStreamParser {
   readonly #opts: ChatParseOptions;
@@ -45,7 +50,14 @@ export class ChatStreamParser {
   // Markup mode.
   #inRegion = false;
   #regionChunks: string[] = [];
-  #regionCarry = '';
+  /** The region's last text, not yet fed to #reader: it may be the start of `</tool_call>`. */
+  #regionTail = '';
+  /** hermes: the region read as it comes; null outside a region and for glm45. */
+  #reader: HermesCallReader | null = null;
+  /** The index of the region's call once its first part went out, else -1. */
+  #streamIndex = -1;
+  /** The arguments fragments of that call sent so far. */
+  #sentArgs = '';
   #sawRegion = false;
   #contentStarted = false;
   #heldBlank = '';
@@ -147,41 +159,106 @@ export class ChatStreamParser {
     if (this.#calls === 0) this.#heldRaw += TOOL_CALL_START;
     this.#sawRegion = true;
     this.#inRegion = true;
+    if (this.#opts.tools === 'hermes') this.#reader = new HermesCallReader();
     return true;
   }
 
   /**
    * Inside a region. Its text goes to #regionChunks as it comes and only the new text (with the
    * tail that may hold the start of `</tool_call>`) is searched: a long argument value streamed in
-   * small deltas must not be rescanned, nor its string flattened, at each one.
+   * small deltas must not be rescanned, nor its string flattened, at each one. A hermes region's
+   * text, but for that tail, also goes to its HermesCallReader, which streams the call.
    */
   #stepRegion(out: ChatDeltaPart[], final: boolean): boolean {
     const p = this.#pending;
-    const carry = this.#regionCarry;
-    const probe = carry + p;
+    const tail = this.#regionTail;
+    const probe = tail + p;
     const end = probe.indexOf(TOOL_CALL_END);
     if (end < 0 && !final) {
+      const keep = partialMarkerTail(probe, TOOL_CALL_END);
       this.#regionChunks.push(p);
-      this.#regionCarry = probe.slice(-(TOOL_CALL_END.length - 1));
+      this.#regionTail = probe.slice(probe.length - keep);
       this.#pending = '';
+      if (this.#reader !== null) this.#streamCall(out, probe.slice(0, probe.length - keep));
       return false;
     }
     const seen = this.#regionChunks.join('');
     this.#regionChunks = [];
-    this.#regionCarry = '';
+    this.#regionTail = '';
     this.#inRegion = false;
+    const reader = this.#reader;
+    this.#reader = null;
     const full = seen + p;
-    if (end >= 0) {
-      const bodyEnd = seen.length - carry.length + end;
-      const rawEnd = bodyEnd + TOOL_CALL_END.length;
-      this.#pending = full.slice(rawEnd);
-      this.#region(out, this.#parseRegion(full.slice(0, bodyEnd)), full.slice(0, rawEnd));
-      return true;
+    const bodyEnd = end >= 0 ? seen.length - tail.length + end : full.length;
+    const rawEnd = end >= 0 ? bodyEnd + TOOL_CALL_END.length : full.length;
+    const body = full.slice(0, bodyEnd);
+    this.#pending = full.slice(rawEnd);
+    if (reader !== null && this.#streamIndex >= 0) {
+      // A call already announced: the reader gets the rest of its text.
+      reader.feed(end >= 0 ? probe.slice(0, end) : probe);
+      reader.finish();
+      this.#closeStreamed(out, parseHermesRegion(body), full.slice(0, rawEnd), reader);
+    } else if (end >= 0 || this.#opts.tools === 'hermes') {
+      // The output may end inside a region: hermes reads it as a call, glm45 does not.
+      this.#region(out, this.#parseRegion(body), full.slice(0, rawEnd));
+    } else {
+      this.#region(out, 'skip', full);
     }
-    // The output ended inside a region: hermes reads it as a call, glm45 does not.
-    this.#pending = '';
-    this.#region(out, this.#opts.tools === 'hermes' ? this.#parseRegion(full) : 'skip', full);
-    return false;
+    return end >= 0;
+  }
+
+  /**
+   * More of a hermes region (none of it part of `</tool_call>`): once its name is known and its
+   * arguments have begun, the call's first part goes out, then each arguments fragment as the
+   * reader writes it.
+   */
+  #streamCall(out: ChatDeltaPart[], text: string): void {
+    const reader = this.#reader as HermesCallReader;
+    reader.feed(text);
+    if (this.#streamIndex < 0) {
+      if (!reader.ready) return;
+      this.#streamIndex = this.#callHeader(out, reader.name as string);
+      this.#sentArgs = '';
+    }
+    this.#sendArgs(out, reader.take());
+  }
+
+  #sendArgs(out: ChatDeltaPart[], fragment: string): void {
+    if (fragment === '') return;
+    out.push({ kind: 'tool_call', index: this.#streamIndex, arguments: fragment });
+    this.#sentArgs += fragment;
+  }
+
+  /**
+   * The end of a region whose call went out before it closed. If it parsed, the rest of its
+   * arguments follow: what completes parseHermesRegion's string (the usual case), else the
+   * reader's own rest (a repeated key: see HermesCallReader). If it did not parse, what went out
+   * stays out, and the region is treated as the parser treats a bad region: the first one turns
+   * the whole output into content (the text from its `<tool_call>` included), a later one is
+   * dropped.
+   */
+  #closeStreamed(
+    out: ChatDeltaPart[],
+    result: RegionResult,
+    raw: string,
+    reader: HermesCallReader,
+  ): void {
+    const first = this.#streamIndex === 0;
+    if (result === 'fail' || result === 'skip') {
+      this.#streamIndex = -1;
+      this.#sentArgs = '';
+      if (first) this.#allContentNow(out, raw);
+      return;
+    }
+    if (first) {
+      this.#heldBlank = '';
+      this.#heldRaw = '';
+    }
+    const sent = this.#sentArgs;
+    const whole = result.arguments;
+    this.#sendArgs(out, whole.startsWith(sent) ? whole.slice(sent.length) : reader.take());
+    this.#streamIndex = -1;
+    this.#sentArgs = '';
   }
 
   #parseRegion(body: string): RegionResult {
@@ -215,13 +292,7 @@ export class ChatStreamParser {
       return;
     }
     if (result === 'fail') {
-      if (this.#calls > 0) return;
-      // Before any call, a failing region turns the whole output into content, as in vLLM.
-      this.#allContent = true;
-      this.#contentStarted = true;
-      this.#text(out, 'content', this.#heldBlank + this.#heldRaw + raw);
-      this.#heldBlank = '';
-      this.#heldRaw = '';
+      if (this.#calls === 0) this.#allContentNow(out, raw);
       return;
     }
     if (this.#calls === 0) {
@@ -229,6 +300,15 @@ export class ChatStreamParser {
       this.#heldRaw = '';
     }
     this.#call(out, result);
+  }
+
+  /** Before any call, a failing region turns the whole output into content, as in vLLM. */
+  #allContentNow(out: ChatDeltaPart[], raw: string): void {
+    this.#allContent = true;
+    this.#contentStarted = true;
+    this.#text(out, 'content', this.#heldBlank + this.#heldRaw + raw);
+    this.#heldBlank = '';
+    this.#heldRaw = '';
   }
 
   #finish(out: ChatDeltaPart[]): void {

@@ -94,13 +94,23 @@ describe('ChatStreamParser', () => {
     expect(parser.toolCallsFinish).toBe(false);
   });
 
-  it('sends a call as its name, then its arguments, once the region closes', () => {
+  it('sends a hermes call’s name once its arguments begin, then its arguments as they come', () => {
     const parser = new ChatStreamParser({ ...QWEN3, thinking: false }, ids());
     expect(parser.push('\n\n<tool_', false)).toEqual([]);
-    expect(parser.push('call>\n{"name": "get_weather", "arguments": {"city": ', false)).toEqual([]);
-    expect(parser.push('"Paris"}}\n</tool_call>', false)).toEqual([
+    expect(parser.push('call>\n{"name": "get_weather", "arguments"', false)).toEqual([]);
+    expect(parser.push(': {"city": ', false)).toEqual([
       { kind: 'tool_call', index: 0, id: 'chatcmpl-tool-0', name: 'get_weather', arguments: '' },
-      { kind: 'tool_call', index: 0, arguments: '{"city": "Paris"}' },
+      { kind: 'tool_call', index: 0, arguments: '{"city": ' },
+    ]);
+    expect(parser.push('"Par', false)).toEqual([
+      { kind: 'tool_call', index: 0, arguments: '"Par' },
+    ]);
+    // A number waits for the character that ends it.
+    expect(parser.push('is","days":3', false)).toEqual([
+      { kind: 'tool_call', index: 0, arguments: 'is", "days": ' },
+    ]);
+    expect(parser.push('}}\n</tool_call>', false)).toEqual([
+      { kind: 'tool_call', index: 0, arguments: '3}' },
     ]);
     // The blank content before the call was never sent: vLLM returns null content here.
     expect(parser.push('', true)).toEqual([]);
@@ -108,13 +118,46 @@ describe('ChatStreamParser', () => {
   });
 
   it('turns a first call that does not parse into content, as the whole answer', () => {
-    const text =
-      'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": }\n</tool_call>\nx';
+    // Bad before the arguments began: nothing of the call went out.
+    const text = 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": }\n</tool_call>\nx';
     expect(stream(chars(text), { ...QWEN3, thinking: false })).toEqual({
       reasoning: '',
       content: text,
       calls: [],
       finish: false,
+    });
+  });
+
+  it('keeps what went out of a call that turns out malformed, and then answers as the whole answer', () => {
+    // The name and the first fragment went out before the region went wrong: they stay, and the
+    // first region failing turns the whole output into content, as parseChatOutput does.
+    const text =
+      'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": }\n</tool_call>\nx';
+    expect(stream(chars(text), { ...QWEN3, thinking: false })).toEqual({
+      reasoning: '',
+      content: text,
+      calls: [{ id: 'chatcmpl-tool-0', name: 'get_weather', arguments: '{"city": ' }],
+      finish: true,
+    });
+    // A later call that goes wrong is dropped: the whole answer would be all content, the stream
+    // has sent the first call, and what went out of the second stays out.
+    const later = `${HERMES_PARIS}\n<tool_call>\n{"name": "f", "arguments": {"a": 1}, }\n</tool_call>`;
+    expect(stream(chars(later), { ...QWEN3, thinking: false })).toEqual({
+      reasoning: '',
+      content: '',
+      calls: [
+        { id: 'chatcmpl-tool-0', name: 'get_weather', arguments: '{"city": "Paris"}' },
+        { id: 'chatcmpl-tool-1', name: 'f', arguments: '{"a": 1}' },
+      ],
+      finish: true,
+    });
+    // An output cut off inside the arguments (max_tokens): the same as a bad first region.
+    const cut = '<tool_call>\n{"name": "f", "arguments": {"q": "long';
+    expect(stream(chars(cut), { ...QWEN3, thinking: false })).toEqual({
+      reasoning: '',
+      content: cut,
+      calls: [{ id: 'chatcmpl-tool-0', name: 'f', arguments: '{"q": "long' }],
+      finish: true,
     });
   });
 
