@@ -236,6 +236,43 @@ describe('the qwen3 preset: <think> reasoning and hermes tool calls', () => {
   });
 });
 
+describe('the qwen3 preset at its modelled step times', () => {
+  let cluster: Cluster;
+
+  beforeAll(async () => {
+    cluster = await startCluster([
+      '--speedup',
+      '2',
+      '--max-model-len',
+      '8192',
+      '--enable-auto-tool-choice',
+      '--sim-tool-call-share',
+      '1',
+    ]);
+  });
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it('streams a call as it is generated: its arguments in several fragments', async () => {
+    const client = clientOf(cluster);
+    const model = 'sim-qwen3-30b-a3b';
+    const params = {
+      model,
+      tools: TOOLS,
+      seed: 8,
+      chat_template_kwargs: { enable_thinking: false },
+    };
+    const s = await streamed(client, params);
+    const fragments = s.firstCallDeltas.filter(
+      (d) => ((d as { function?: { arguments?: string } }).function?.arguments ?? '') !== '',
+    );
+    expect(fragments.length).toBeGreaterThan(2);
+    expect(s.calls).toEqual((await whole(client, params)).calls);
+    checkCalls(s.calls);
+  });
+});
+
 describe('the glm-4.5-air preset: GLM-4.5 reasoning and tool calls', () => {
   let cluster: Cluster;
   let client: OpenAI;
