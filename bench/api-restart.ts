@@ -13,14 +13,9 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
 import { exitCodeFor, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
-import {
-  HEALTH_HEAP_USED,
-  HEALTH_RSS,
-  healthIndex,
-  SRV_PID,
-  serverBlockOffset,
-} from '../src/shm/layout.js';
+import { HEALTH_HEAP_USED, HEALTH_RSS, healthIndex } from '../src/shm/layout.js';
 import { openRegion, type Region } from '../src/shm/region.js';
+import { serverPid as serverPidAt } from '../src/shm/words.js';
 import { startCluster } from './loadtest/cluster.js';
 import { cpuMsOf } from './loadtest/proc-cpu.js';
 import { percentile } from './loadtest/stats.js';
@@ -65,7 +60,7 @@ async function firstHealthyMs(url: string, from: number): Promise<number> {
 }
 
 function serverPid(region: Region): number {
-  return Atomics.load(region.i32, (serverBlockOffset(region.params, 0) + SRV_PID) >> 2);
+  return serverPidAt(region.i32, region.params, 0);
 }
 
 function median(xs: readonly number[]): number {

@@ -30,8 +30,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { Pool, request } from 'undici';
 import { ExitCode, exitCodeFor, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
-import { ENGINE_STATS, STAT_GENERATION_TOKENS } from '../src/shm/layout.js';
+import { STAT_GENERATION_TOKENS } from '../src/shm/layout.js';
 import { openRegion, type Region } from '../src/shm/region.js';
+import { engineStat } from '../src/shm/words.js';
 import { getModelCard } from '../src/wire/model-card.js';
 import { type BenchCluster, startCluster } from './loadtest/cluster.js';
 import { RS_ERR_BENCH_CHILD_FAILED, RS_ERR_BENCH_TIMEOUT } from './loadtest/errors.js';
@@ -240,7 +241,7 @@ function clusterRegion(cluster: BenchCluster): Region {
 }
 
 function generatedCounter(region: Region): () => number {
-  return () => region.f64[(ENGINE_STATS >> 3) + STAT_GENERATION_TOKENS]!;
+  return () => engineStat(region.f64, STAT_GENERATION_TOKENS);
 }
 
 /** The cluster's processes, and a headless engine's when there is one. */

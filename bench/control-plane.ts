@@ -14,13 +14,9 @@ import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Client, Pool } from 'undici';
 import { ExitCode, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
-import {
-  ENGINE_STATS,
-  STAT_GENERATION_TOKENS,
-  STAT_PAUSED,
-  STAT_RUNNING,
-} from '../src/shm/layout.js';
+import { STAT_GENERATION_TOKENS, STAT_PAUSED, STAT_RUNNING } from '../src/shm/layout.js';
 import { openRegion, type Region } from '../src/shm/region.js';
+import { engineStat as statSlot } from '../src/shm/words.js';
 import { startCluster as startBenchCluster } from './loadtest/cluster.js';
 
 const CALLS = ['pause', 'update_weights', 'resume'] as const;
@@ -98,8 +94,7 @@ async function startCluster(args: Args): Promise<RunningCluster> {
   return { url: cluster.url, region: openRegion(name), stop: () => cluster.stop() };
 }
 
-const engineStat = (region: Region, slot: number): number =>
-  region.f64[(ENGINE_STATS >> 3) + slot]!;
+const engineStat = (region: Region, slot: number): number => statSlot(region.f64, slot);
 
 // ---- the load process ---------------------------------------------------------------------------
 

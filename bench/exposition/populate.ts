@@ -15,7 +15,7 @@ import {
 } from '../../src/obs/buckets.js';
 import { RegionHistogram } from '../../src/obs/region-histogram.js';
 import {
-  ENGINE_STATS,
+  ENGINE_STATS_INDEX,
   GC_HIST_STRIDE,
   GC_KIND_COUNT,
   HEALTH_GC_HIST,
@@ -59,6 +59,7 @@ import {
   STATS_SLOT_COUNT,
 } from '../../src/shm/layout.js';
 import type { Region } from '../../src/shm/region.js';
+import { slotsView, storeWord, wordsView } from '../../src/shm/words.js';
 
 const REQUESTS_PER_SERVER = 3000;
 const GAPS_PER_REQUEST = 300;
@@ -157,8 +158,8 @@ export function populatedRegion(
     name: 'bench-exposition',
     sab,
     params,
-    i32: new Int32Array(sab, 0, sab.byteLength >> 2),
-    f64: new Float64Array(sab, 0, sab.byteLength >> 3),
+    i32: wordsView(sab),
+    f64: slotsView(sab),
   };
   const random = generator(0x5eed + servers);
   const now = Date.now();
@@ -167,11 +168,11 @@ export function populatedRegion(
     fillHealth(region, healthIndex(params, k), random, now);
     const ring = outputRingOffset(params, k);
     const tail = Math.floor(random() * 2 ** 31);
-    Atomics.store(region.i32, (ring + RING_TAIL) >> 2, tail);
-    Atomics.store(region.i32, (ring + RING_HEAD) >> 2, (tail + Math.floor(random() * 65_536)) | 0);
+    storeWord(region.i32, ring + RING_TAIL, tail);
+    storeWord(region.i32, ring + RING_HEAD, (tail + Math.floor(random() * 65_536)) | 0);
   }
   fillHealth(region, healthIndex(params, -1), random, now);
-  const stats = ENGINE_STATS >> 3;
+  const stats = ENGINE_STATS_INDEX;
   const f64 = region.f64;
   f64[stats + STAT_RUNNING] = 128;
   f64[stats + STAT_WAITING] = 5;

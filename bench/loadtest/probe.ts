@@ -18,8 +18,9 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
-import { ENGINE_STATS, STAT_GENERATION_TOKENS } from '../../src/shm/layout.js';
+import { STAT_GENERATION_TOKENS } from '../../src/shm/layout.js';
 import { openRegion, type Region } from '../../src/shm/region.js';
+import { engineStat } from '../../src/shm/words.js';
 import { serveChild } from './child.js';
 import type { ParentMessage, ProbeProgress, ProbeResult, ProbeSpec } from './messages.js';
 import { type MetricsSnapshot, metricsSnapshot } from './prom-text.js';
@@ -246,7 +247,7 @@ class Probe {
     const r = this.#result;
     if (this.#region !== null) {
       r.engineTokensAtMs.push(nowMs());
-      r.engineTokens.push(this.#region.f64[(ENGINE_STATS >> 3) + STAT_GENERATION_TOKENS]!);
+      r.engineTokens.push(engineStat(this.#region.f64, STAT_GENERATION_TOKENS));
     }
     try {
       this.#scrapes.push(await this.#scrapeText());

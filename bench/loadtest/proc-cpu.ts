@@ -4,8 +4,8 @@
  * readings around a window and divide the difference by the work done in it.
  */
 import { readFileSync } from 'node:fs';
-import { ENG_PID, SRV_PID, serverBlockOffset } from '../../src/shm/layout.js';
 import type { Region } from '../../src/shm/region.js';
+import { enginePid, serverPid } from '../../src/shm/words.js';
 
 /** Linux's USER_HZ: /proc/<pid>/stat counts CPU in 1/100 s. */
 const TICK_MS = 10;
@@ -29,7 +29,7 @@ export function processCpuMs(pid: number): number {
 export function clusterPids(region: Region): { engine: number; apiServers: number[] } {
   const apiServers: number[] = [];
   for (let k = 0; k < region.params.apiServerCount; k++) {
-    apiServers.push(Atomics.load(region.i32, (serverBlockOffset(region.params, k) + SRV_PID) >> 2));
+    apiServers.push(serverPid(region.i32, region.params, k));
   }
-  return { engine: Atomics.load(region.i32, ENG_PID >> 2), apiServers };
+  return { engine: enginePid(region.i32), apiServers };
 }

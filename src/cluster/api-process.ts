@@ -19,17 +19,10 @@ import { buildApp } from '../server/main/http/app.js';
 import type { OutputPath } from '../server/main/output-path.js';
 import { RequestCoordinator } from '../server/main/request-coordinator.js';
 import {
-  ENG_STATE,
   ENGINE_STATE_PAUSED,
   healthIndex,
   outputRingOffset,
-  RING_HEAD,
-  RING_TAIL,
   requestMetricsIndex,
-  SRV_HEARTBEAT,
-  SRV_LAST_BEAT_MS,
-  SRV_PID,
-  serverBlockOffset,
   THREAD_MAIN,
   THREAD_STRIDE,
   threadClaimIndex,
@@ -37,20 +30,20 @@ import {
 } from '../shm/layout.js';
 import { startMallocTrimmer } from '../shm/malloc-trim.js';
 import { openRegion, populateRegion, type Region } from '../shm/region.js';
+import { engineState, ringUsedBytes, setServerPid } from '../shm/words.js';
 import { TokenizerPool } from '../tokenizer/pool.js';
 import { getModelCard } from '../wire/model-card.js';
 import { type ChildEnv, readChildEnv, type SupervisorMessage, sendToParent } from './roles.js';
 
-/** How often an API server publishes its heartbeat and own figures into its server block. */
-const SERVER_BEAT_MS = 100;
+/** How often an API server looks at how full its output ring is. */
+const RING_CHECK_MS = 100;
 /** An output ring fuller than this is worth a warning: the engine will soon wait on this server. */
 const OUTPUT_RING_WARN_FRACTION = 0.75;
 
 async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
   const { config, server } = env;
   process.title = `ringserve-api-${server}`;
-  const block = serverBlockOffset(region.params, server);
-  Atomics.store(region.i32, (block + SRV_PID) >> 2, process.pid);
+  setServerPid(region.i32, region.params, server, process.pid);
   const engine = new EngineClient(region, server);
   // The output worker records request metrics into this server's slots of the region and the
   // timeline; it finds them in its environment data, so they are shared before it starts.
@@ -93,13 +86,13 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
     threadBase: threadHealthIndex(region.params, server) + THREAD_MAIN * THREAD_STRIDE,
   });
   health.start();
-  const beat = startBeat(region, server, output, log);
+  const ringCheck = startRingCheck(region, server, output, log);
 
   let closing = false;
   const shutdown = async (timeoutMs: number): Promise<void> => {
     if (closing) return;
     closing = true;
-    clearInterval(beat);
+    clearInterval(ringCheck);
     // Requests on a paused engine can never finish: waiting for them would only delay the exit.
     await coordinator.drain(timeoutMs, () => enginePaused(region));
     await app.close();
@@ -136,38 +129,33 @@ function takeConnection(http: Server, socket: Socket | undefined): void {
 }
 
 function enginePaused(region: Region): boolean {
-  return Atomics.load(region.i32, ENG_STATE >> 2) === ENGINE_STATE_PAUSED;
+  return engineState(region.i32) === ENGINE_STATE_PAUSED;
 }
 
 /**
- * The server's heartbeat in its server block, and a warning while its output ring fills up. (Its
- * heap, RSS and requests in flight are published by ProcessHealth into its health slots.)
+ * A warning while the server's output ring fills up. (Its liveness, heap, RSS and requests in
+ * flight are published by ProcessHealth into its health slots.)
  */
-function startBeat(
+function startRingCheck(
   region: Region,
   server: number,
   output: OutputPath,
   log: Logger,
 ): NodeJS.Timeout {
-  const block = serverBlockOffset(region.params, server);
   const ring = outputRingOffset(region.params, server);
   const capacity = region.params.outputRingBytes;
   const warnRing = rateLimit(10_000);
-  const beat = setInterval(() => {
-    const { f64, i32 } = region;
-    f64[(block + SRV_LAST_BEAT_MS) >> 3] = Date.now();
-    Atomics.add(i32, (block + SRV_HEARTBEAT) >> 2, 1);
-    const used =
-      (Atomics.load(i32, (ring + RING_HEAD) >> 2) - Atomics.load(i32, (ring + RING_TAIL) >> 2)) | 0;
+  const check = setInterval(() => {
+    const used = ringUsedBytes(region.i32, ring);
     if (used > capacity * OUTPUT_RING_WARN_FRACTION && warnRing()) {
       log.warn(
         { used_bytes: used, capacity_bytes: capacity, packer_queue: output.queueDepth() },
         'output ring filling up: the output worker is behind the engine',
       );
     }
-  }, SERVER_BEAT_MS);
-  beat.unref();
-  return beat;
+  }, RING_CHECK_MS);
+  check.unref();
+  return check;
 }
 
 const env = readChildEnv();

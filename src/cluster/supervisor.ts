@@ -18,7 +18,6 @@ import type { RingserveConfig } from '../config.js';
 import { ExitCode } from '../errors.js';
 import { createLogger, type Logger, rateLimit } from '../obs/log.js';
 import {
-  ENGINE_STATS,
   STAT_PAUSED,
   STAT_WEIGHT_VERSION,
   SUP_API_BACKOFF_S,
@@ -28,6 +27,7 @@ import {
 } from '../shm/layout.js';
 import { startMallocTrimmer } from '../shm/malloc-trim.js';
 import { createRegion, type Region, removeStaleRegions, unlinkRegion } from '../shm/region.js';
+import { addWord, engineStat, writeSlot } from '../shm/words.js';
 import { ConnectionDistributor } from './connection-distributor.js';
 import { layoutParamsFor } from './layout-params.js';
 import { RestartBackoff } from './restart-backoff.js';
@@ -207,18 +207,17 @@ export class Supervisor {
    */
   #lastEngineState(): EngineRestore {
     const f64 = this.#region!.f64;
-    const base = ENGINE_STATS >> 3;
     return {
-      paused: f64[base + STAT_PAUSED] === 1,
-      weightVersion: f64[base + STAT_WEIGHT_VERSION]!,
+      paused: engineStat(f64, STAT_PAUSED) === 1,
+      weightVersion: engineStat(f64, STAT_WEIGHT_VERSION),
     };
   }
 
   /** Counts a restart of a role and publishes its delay, for /metrics. */
   #publishRestart(counterAt: number, backoffAt: number, backoffMs: number): void {
     const { i32, f64 } = this.#region!;
-    Atomics.add(i32, counterAt >> 2, 1);
-    f64[backoffAt >> 3] = backoffMs / 1000;
+    addWord(i32, counterAt, 1);
+    writeSlot(f64, backoffAt, backoffMs / 1000);
   }
 
   #startServer(server: number): Promise<number> {

@@ -22,16 +22,11 @@
 import type { Doorbell } from '../shm/doorbell.js';
 import { writeEngineNote } from '../shm/engine-note.js';
 import {
-  ENG_HEARTBEAT,
-  ENG_LAST_BEAT_MS,
-  ENG_PID,
-  ENG_STATE,
-  ENG_STATS_SEQ,
   ENGINE_STATE_PAUSED,
   ENGINE_STATE_RUNNING,
   ENGINE_STATE_STARTING,
   ENGINE_STATE_STOPPING,
-  ENGINE_STATS,
+  ENGINE_STATS_INDEX,
   STAT_BLOCK_SIZE,
   STAT_EXTERNAL_HIT_TOKENS,
   STAT_GENERATION_TOKENS,
@@ -56,6 +51,13 @@ import {
 import type { Region } from '../shm/region.js';
 import { engineDoorbell, outputRingProducer, requestRingConsumer } from '../shm/region.js';
 import type { RingConsumer, RingProducer } from '../shm/ring.js';
+import {
+  beatEngine,
+  beginStatsWrite,
+  endStatsWrite,
+  setEnginePid,
+  setEngineState,
+} from '../shm/words.js';
 import { ControlServer } from '../wire/control-channel.js';
 import { MAX_SLOTS_PER_SERVER } from '../wire/engine-defaults.js';
 import {
@@ -144,7 +146,7 @@ export class CoreLoop {
       answered: () => this.#publish(this.#lastStepMs),
       failed: (code, error) => this.#events.controlFailed?.(code, error),
     });
-    Atomics.store(region.i32, ENG_PID >> 2, process.pid);
+    setEnginePid(region.i32, process.pid);
     this.#publish(0);
   }
 
@@ -187,7 +189,7 @@ export class CoreLoop {
         await yieldToEventLoop();
       }
     }
-    Atomics.store(this.#region.i32, ENG_STATE >> 2, ENGINE_STATE_STOPPING);
+    setEngineState(this.#region.i32, ENGINE_STATE_STOPPING);
   }
 
   /**
@@ -298,8 +300,8 @@ export class CoreLoop {
     const { i32, f64 } = this.#region;
     const s = this.#engine.stats(this.#stats);
     this.#stats = s;
-    const base = ENGINE_STATS >> 3;
-    Atomics.add(i32, ENG_STATS_SEQ >> 2, 1);
+    const base = ENGINE_STATS_INDEX;
+    beginStatsWrite(i32);
     f64[base + STAT_RUNNING] = s.running;
     f64[base + STAT_WAITING] = s.waiting;
     f64[base + STAT_KV_USAGE] = s.kvUsage;
@@ -320,14 +322,14 @@ export class CoreLoop {
     f64[base + STAT_OFFLOAD_LOADED_BLOCKS] = s.offloadLoadedBlocks ?? 0;
     f64[base + STAT_VLLM_UNDECODABLE] = s.vllmUndecodable ?? 0;
     f64[base + STAT_SAMPLING_MASKS] = this.#engine.samplingMasks === false ? 0 : 1;
-    Atomics.add(i32, ENG_STATS_SEQ >> 2, 1);
+    endStatsWrite(i32);
     const note = this.#control.noteText();
     if (note !== this.#note) {
       this.#note = note;
       writeEngineNote(this.#region, note);
     }
     this.#beat();
-    Atomics.store(i32, ENG_STATE >> 2, this.#state());
+    setEngineState(i32, this.#state());
   }
 
   #state(): number {
@@ -338,8 +340,7 @@ export class CoreLoop {
 
   /** The heartbeat /liveness and /health read (engine-client.ts HEARTBEAT_STALE_MS). */
   #beat(): void {
-    this.#region.f64[ENG_LAST_BEAT_MS >> 3] = Date.now();
-    Atomics.add(this.#region.i32, ENG_HEARTBEAT >> 2, 1);
+    beatEngine(this.#region, Date.now());
   }
 }
 

@@ -7,9 +7,9 @@
  */
 
 import { RS_ERR_RING_PEER_GONE, RS_ERR_SHM_BAD_LAYOUT } from '../errors.js';
-import { RING_CONSUMER_PID } from '../shm/layout.js';
 import type { RingProducer } from '../shm/ring.js';
 import { pidState } from '../shm/ring-endpoint.js';
+import { ringConsumerPid } from '../shm/words.js';
 import type { ModelCard } from '../wire/model-card.js';
 import { expertIdBytes } from '../wire/model-card.js';
 import { MAX_TOP_LOGPROBS } from '../wire/sampling-check.js';
@@ -66,7 +66,7 @@ export class HeldServers {
 
 /** RS_ERR_RING_PEER_GONE if the ring's consumer is gone, else null. */
 export function consumerGone(producer: RingProducer): Error | null {
-  const pid = Atomics.load(producer.i32, (producer.ringOffset + RING_CONSUMER_PID) >> 2);
+  const pid = ringConsumerPid(producer.i32, producer.ringOffset);
   if (pidState(pid) !== 'gone') return null;
   return new RS_ERR_RING_PEER_GONE(producer.ringOffset, 'consumer', pid);
 }

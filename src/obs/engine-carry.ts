@@ -6,8 +6,7 @@
  * a value twice. The engine process is the stats block's one writer, before and after.
  */
 import {
-  ENG_STATS_SEQ,
-  ENGINE_STATS,
+  ENGINE_STATS_INDEX,
   STAT_CARRY_EXTERNAL_HIT_TOKENS,
   STAT_CARRY_KV_LOAD_FAILURES,
   STAT_CARRY_OFFLOAD_LOADED_BLOCKS,
@@ -26,6 +25,7 @@ import {
   STAT_VLLM_UNDECODABLE,
 } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
+import { beginStatsWrite, endStatsWrite, statsSeq } from '../shm/words.js';
 
 /** [counter slot, carry slot] of every engine counter exported to Prometheus. */
 export const CARRIED_COUNTERS: readonly (readonly [number, number])[] = [
@@ -42,14 +42,14 @@ export const CARRIED_COUNTERS: readonly (readonly [number, number])[] = [
 /** The engine process, before its core loop first publishes stats. */
 export function carryEngineCounters(region: Region): void {
   const { i32, f64 } = region;
-  const base = ENGINE_STATS >> 3;
+  const base = ENGINE_STATS_INDEX;
   // A predecessor killed in the middle of a publish left the seqlock odd: even it out first, or
   // every later publish (add 1, write, add 1) would leave it odd and readers would never take a copy.
-  if ((Atomics.load(i32, ENG_STATS_SEQ >> 2) & 1) !== 0) Atomics.add(i32, ENG_STATS_SEQ >> 2, 1);
-  Atomics.add(i32, ENG_STATS_SEQ >> 2, 1);
+  if ((statsSeq(i32) & 1) !== 0) endStatsWrite(i32);
+  beginStatsWrite(i32);
   for (const [counter, carry] of CARRIED_COUNTERS) {
     f64[base + carry]! += f64[base + counter]!;
     f64[base + counter] = 0;
   }
-  Atomics.add(i32, ENG_STATS_SEQ >> 2, 1);
+  endStatsWrite(i32);
 }

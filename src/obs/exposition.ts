@@ -26,8 +26,6 @@ import {
   healthIndex,
   outputRingOffset,
   REQ_METRICS_SLOT_COUNT,
-  RING_HEAD,
-  RING_TAIL,
   RM_SUCCESS,
   requestMetricsIndex,
   STAT_BLOCK_SIZE,
@@ -38,6 +36,7 @@ import {
   threadHealthIndex,
 } from '../shm/layout.js';
 import type { Region } from '../shm/region.js';
+import { loadWord, readSlot, ringUsedBytes } from '../shm/words.js';
 import type { EngineNote } from '../wire/engine-note.js';
 import { GC_BUCKETS } from './buckets.js';
 import {
@@ -279,7 +278,7 @@ export class ClusterMetrics {
     for (const family of RESTART_FAMILIES) {
       text += familyHeader(family.name, family.help, family.type);
       for (const [role, at] of Object.entries(family.slots)) {
-        const value = family.width === 'i32' ? Atomics.load(i32, at >> 2) : f64[at >> 3]!;
+        const value = family.width === 'i32' ? loadWord(i32, at) : readSlot(f64, at);
         text += sampleLine(family.name, `role="${role}"`, value);
       }
     }
@@ -291,12 +290,7 @@ export class ClusterMetrics {
     let text = familyHeader(OUTPUT_RING_USED.name, OUTPUT_RING_USED.help, 'gauge');
     for (const p of live) {
       if (p.ring < 0) continue;
-      // Free-running 32-bit positions: the difference is the occupancy even across a wrap.
-      const used =
-        (Atomics.load(i32, (p.ring + RING_HEAD) >> 2) -
-          Atomics.load(i32, (p.ring + RING_TAIL) >> 2)) |
-        0;
-      text += sampleLine(OUTPUT_RING_USED.name, p.labels, used);
+      text += sampleLine(OUTPUT_RING_USED.name, p.labels, ringUsedBytes(i32, p.ring));
     }
     return text;
   }

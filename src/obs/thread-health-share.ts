@@ -17,6 +17,7 @@ import {
   THREAD_SLOT_COUNT,
   THREAD_STRIDE,
 } from '../shm/layout.js';
+import { slotsView, wordsView } from '../shm/words.js';
 import { THREAD_PUBLISH_MS, ThreadHealthEntry, WorkerThreadHealth } from './thread-health.js';
 
 const ENVIRONMENT_KEY = 'ringserve:thread-health';
@@ -35,14 +36,14 @@ export interface ThreadHealthShare {
  * the table and the packers' claim word, and shares the table with the threads to come.
  */
 export function shareThreadHealth(share: ThreadHealthShare): void {
-  const f64 = new Float64Array(share.sab, 0, share.sab.byteLength >> 3);
+  const f64 = slotsView(share.sab);
   for (let t = 0; t < THREAD_SLOT_COUNT; t++) {
     const base = share.entries + t * THREAD_STRIDE;
     f64[base + TH_PUBLISHED_AT_MS] = 0;
     f64[base + TH_HEAP_USED] = 0;
     f64[base + TH_GC_MAX] = 0;
   }
-  Atomics.store(new Int32Array(share.sab, 0, share.sab.byteLength >> 2), share.claim, 0);
+  Atomics.store(wordsView(share.sab), share.claim, 0);
   setEnvironmentData(ENVIRONMENT_KEY, share as unknown as Parameters<typeof setEnvironmentData>[1]);
 }
 
@@ -55,7 +56,7 @@ export function unshareThreadHealth(): void {
 function entryOf(share: ThreadHealthShare, role: WorkerRole): number | null {
   let entry: number = role === 'output' ? THREAD_OUTPUT : THREAD_LOG;
   if (role === 'packer') {
-    const i32 = new Int32Array(share.sab, 0, share.sab.byteLength >> 2);
+    const i32 = wordsView(share.sab);
     entry = THREAD_FIRST_PACKER + Atomics.add(i32, share.claim, 1);
     if (entry >= THREAD_SLOT_COUNT) return null;
   }
@@ -77,7 +78,7 @@ export function startThreadHealth(role: WorkerRole): WorkerThreadHealth | null {
   if (share === undefined) return null;
   const base = entryOf(share, role);
   if (base === null) return null;
-  const f64 = new Float64Array(share.sab, 0, share.sab.byteLength >> 3);
+  const f64 = slotsView(share.sab);
   const health = new WorkerThreadHealth(new ThreadHealthEntry(f64, base));
   if (role === 'output') {
     health.start();

@@ -7,6 +7,7 @@
  * output loop when it finds its share, and an output loop run without one (tests, tools) records none.
  */
 import { getEnvironmentData, setEnvironmentData } from 'node:worker_threads';
+import { slotsView } from '../shm/words.js';
 import { RequestRecorder } from './request-recorder.js';
 import { RequestTimeline } from './request-timeline.js';
 import { threadHealthPoll } from './thread-health-share.js';
@@ -45,7 +46,7 @@ export function recorderFromEnvironment(
   const poll = threadHealthPoll();
   return new RequestRecorder({
     ...(poll === null ? {} : { onStep: poll }),
-    slots: new Float64Array(share.metricsSab, 0, share.metricsSab.byteLength >> 3),
+    slots: slotsView(share.metricsSab),
     base: share.metricsIndex,
     timeline: new RequestTimeline(share.timelineSab),
     promptLen,

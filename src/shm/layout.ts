@@ -20,7 +20,7 @@
 //   6528   +--------------------------------------------------------------+
 //          | ENGINE NOTE    seq, length, UTF-8 JSON (engine-note.ts)       |  engine
 //   10624  +--------------------------------------------------------------+
-//          | SERVER 0 BLOCK   pid, heartbeat, last beat | 8192 x f64 metrics |  API server 0
+//          | SERVER 0 BLOCK   pid | 8192 x f64 metrics                      |  API server 0
 //          | SERVER 0 REQUEST RING  (ring header 192 B + requestRingBytes)  |  server 0 -> engine
 //          | SERVER 0 OUTPUT RING   (ring header 192 B + outputRingBytes)   |  engine -> server 0
 //          +--------------------------------------------------------------+
@@ -74,6 +74,8 @@ export const ENGINE_DOORBELL = 128;
 // ---- Engine stats: 64 float64 slots, engine writes (under ENG_STATS_SEQ). Counters are totals since
 // the engine started; gauges are the value after the last step. Unnamed slots are reserved.
 export const ENGINE_STATS = 192;
+/** f64 index of stats slot 0: slot STAT_* is f64[ENGINE_STATS_INDEX + STAT_*]. */
+export const ENGINE_STATS_INDEX = ENGINE_STATS >> 3;
 export const STATS_SLOT_COUNT = 64;
 export const STAT_RUNNING = 0; // gauge: sequences running
 export const STAT_WAITING = 1; // gauge: sequences waiting
@@ -186,9 +188,11 @@ export const SERVERS_START = ENGINE_NOTE + ENGINE_NOTE_BYTES; // 72064
 
 // ---- Server block, relative to serverBlockOffset(k); API server k writes every word.
 export const SRV_PID = 0; // i32
-export const SRV_HEARTBEAT = 4; // i32 counter
-export const SRV_LAST_BEAT_MS = 8; // f64
-// Bytes 16..63 are reserved. (Heap, RSS and requests in flight are in the server's health slots.)
+// Bytes 4..63 are reserved. Bytes 4..15 held a server heartbeat (an i32 counter and the f64 time of
+// the last beat) that nothing read: an API server's liveness is its process (the supervisor's
+// cluster 'exit', the rings' consumer and producer pids) and its main thread's HEALTH_PUBLISHED_AT_MS
+// (every 100 ms; /metrics exports its age). Left unused so no offset moves. (Heap, RSS and requests
+// in flight are in the server's health slots.)
 export const SRV_METRICS = 64; // SRV_METRICS_SLOT_COUNT x f64, reserved for cluster-wide metrics
 export const SRV_METRICS_SLOT_COUNT = 8192;
 export const SERVER_BLOCK_BYTES = SRV_METRICS + SRV_METRICS_SLOT_COUNT * 8;

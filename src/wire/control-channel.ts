@@ -36,6 +36,17 @@ import { isProcessAlive } from '../shm/liveness.js';
 import { shmAddon } from '../shm/native.js';
 import type { Region } from '../shm/region.js';
 import { engineDoorbell } from '../shm/region.js';
+import {
+  casWord,
+  loadWord,
+  readSlot,
+  readWord,
+  slotIndex,
+  storeWord,
+  wordIndex,
+  writeSlot,
+  writeWord,
+} from '../shm/words.js';
 
 export const ControlCommand = {
   Pause: 1,
@@ -79,6 +90,8 @@ export class ControlRefusal extends Error {
 /** Arguments a command may carry; the last slot holds the caller's deadline. */
 export const CONTROL_ARG_COUNT = CTL_ARG_COUNT - 1;
 const DEADLINE_ARG = CTL_ARG_COUNT - 1;
+/** f64 index of the command's argument 0 (argument a at FIRST_ARG + a). */
+const FIRST_ARG = slotIndex(CTL_CMD_ARGS);
 const POLL_MS = 1;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -128,32 +141,32 @@ export class ControlClient {
     try {
       // A caller that gave up left its command unacknowledged: the engine may be reading its fields
       // right now, so they are not overwritten before the engine has answered it (Expired).
-      await this.#waitForAck(Atomics.load(i32, CTL_CMD_SEQ >> 2), deadline, code, timeoutMs);
-      i32[CTL_CMD_CODE >> 2] = code;
-      i32[CTL_CMD_SERVER >> 2] = this.#server;
-      for (let a = 0; a < CONTROL_ARG_COUNT; a++) f64[(CTL_CMD_ARGS >> 3) + a] = args[a] ?? 0;
-      f64[(CTL_CMD_ARGS >> 3) + DEADLINE_ARG] = Date.now() + (deadline - performance.now());
+      await this.#waitForAck(loadWord(i32, CTL_CMD_SEQ), deadline, code, timeoutMs);
+      writeWord(i32, CTL_CMD_CODE, code);
+      writeWord(i32, CTL_CMD_SERVER, this.#server);
+      for (let a = 0; a < CONTROL_ARG_COUNT; a++) f64[FIRST_ARG + a] = args[a] ?? 0;
+      f64[FIRST_ARG + DEADLINE_ARG] = Date.now() + (deadline - performance.now());
       new Uint8Array(this.#region.sab, CTL_CMD_TEXT, bytes.length).set(bytes);
-      i32[CTL_CMD_TEXT_BYTES >> 2] = bytes.length;
-      const seq = (Atomics.load(i32, CTL_CMD_SEQ >> 2) + 1) | 0;
-      Atomics.store(i32, CTL_CMD_SEQ >> 2, seq);
+      writeWord(i32, CTL_CMD_TEXT_BYTES, bytes.length);
+      const seq = (loadWord(i32, CTL_CMD_SEQ) + 1) | 0;
+      storeWord(i32, CTL_CMD_SEQ, seq);
       engineDoorbell(this.#region).wake();
       await this.#waitForAck(seq, deadline, code, timeoutMs);
-      const length = Math.min(i32[CTL_REPLY_TEXT_BYTES >> 2]!, CTL_REPLY_CAPACITY);
+      const length = Math.min(readWord(i32, CTL_REPLY_TEXT_BYTES), CTL_REPLY_CAPACITY);
       const reply = new Uint8Array(this.#region.sab, CTL_REPLY_TEXT, length).slice();
       return {
-        code: i32[CTL_RESULT_CODE >> 2]!,
-        value: f64[CTL_RESULT_VALUE >> 3]!,
+        code: readWord(i32, CTL_RESULT_CODE),
+        value: readSlot(f64, CTL_RESULT_VALUE),
         text: decoder.decode(reply),
       };
     } finally {
-      Atomics.store(i32, CTL_LOCK >> 2, 0);
+      storeWord(i32, CTL_LOCK, 0);
     }
   }
 
   async #waitForAck(seq: number, deadline: number, code: number, timeoutMs: number): Promise<void> {
     const i32 = this.#region.i32;
-    while (Atomics.load(i32, CTL_ACK_SEQ >> 2) !== seq) {
+    while (loadWord(i32, CTL_ACK_SEQ) !== seq) {
       if (performance.now() >= deadline)
         throw new RS_ERR_CONTROL_TIMEOUT(commandName(code), timeoutMs);
       await sleep(POLL_MS);
@@ -163,11 +176,11 @@ export class ControlClient {
   async #lock(deadline: number, code: ControlCode, timeoutMs: number): Promise<void> {
     const i32 = this.#region.i32;
     for (;;) {
-      const holder = Atomics.compareExchange(i32, CTL_LOCK >> 2, 0, process.pid);
+      const holder = casWord(i32, CTL_LOCK, 0, process.pid);
       if (holder === 0) return;
       // A holder that died mid-command would hold the lock forever: take it over.
       if (!isProcessAlive(holder)) {
-        if (Atomics.compareExchange(i32, CTL_LOCK >> 2, holder, process.pid) === holder) return;
+        if (casWord(i32, CTL_LOCK, holder, process.pid) === holder) return;
         continue;
       }
       if (performance.now() >= deadline) {
@@ -199,14 +212,14 @@ export class ControlServer {
     // A restarted engine must not re-run a command its predecessor acknowledged, nor hang a caller
     // waiting on one it never saw: it answers the pending one, if any, as failed.
     const i32 = region.i32;
-    const seq = Atomics.load(i32, CTL_CMD_SEQ >> 2);
-    if (Atomics.load(i32, CTL_ACK_SEQ >> 2) !== seq) this.#ack(seq, ControlResult.Failed, 0);
+    const seq = loadWord(i32, CTL_CMD_SEQ);
+    if (loadWord(i32, CTL_ACK_SEQ) !== seq) this.#ack(seq, ControlResult.Failed, 0);
   }
 
   /** Whether a command waits to be run (cheap: two loads, no object). */
   hasPending(): boolean {
     const i32 = this.#region.i32;
-    return Atomics.load(i32, CTL_ACK_SEQ >> 2) !== Atomics.load(i32, CTL_CMD_SEQ >> 2);
+    return loadWord(i32, CTL_ACK_SEQ) !== loadWord(i32, CTL_CMD_SEQ);
   }
 
   /**
@@ -215,18 +228,18 @@ export class ControlServer {
    */
   pending(): PendingCommand | null {
     const { i32, f64 } = this.#region;
-    const seq = Atomics.load(i32, CTL_CMD_SEQ >> 2);
-    if (Atomics.load(i32, CTL_ACK_SEQ >> 2) === seq) return null;
-    if (f64[(CTL_CMD_ARGS >> 3) + DEADLINE_ARG]! < Date.now()) {
+    const seq = loadWord(i32, CTL_CMD_SEQ);
+    if (loadWord(i32, CTL_ACK_SEQ) === seq) return null;
+    if (f64[FIRST_ARG + DEADLINE_ARG]! < Date.now()) {
       this.#ack(seq, ControlResult.Expired, 0);
       return null;
     }
     this.#taken = seq;
-    for (let a = 0; a < CONTROL_ARG_COUNT; a++) this.#args[a] = f64[(CTL_CMD_ARGS >> 3) + a]!;
-    const length = Math.min(i32[CTL_CMD_TEXT_BYTES >> 2]!, CTL_TEXT_CAPACITY);
+    for (let a = 0; a < CONTROL_ARG_COUNT; a++) this.#args[a] = f64[FIRST_ARG + a]!;
+    const length = Math.min(readWord(i32, CTL_CMD_TEXT_BYTES), CTL_TEXT_CAPACITY);
     const command = this.#command;
-    command.code = i32[CTL_CMD_CODE >> 2]!;
-    command.server = i32[CTL_CMD_SERVER >> 2]!;
+    command.code = readWord(i32, CTL_CMD_CODE);
+    command.server = readWord(i32, CTL_CMD_SERVER);
     command.text =
       length === 0
         ? ''
@@ -241,13 +254,13 @@ export class ControlServer {
 
   #ack(seq: number, code: number, value: number, text = ''): void {
     const { i32, f64 } = this.#region;
-    i32[CTL_RESULT_CODE >> 2] = code;
-    f64[CTL_RESULT_VALUE >> 3] = value;
+    writeWord(i32, CTL_RESULT_CODE, code);
+    writeSlot(f64, CTL_RESULT_VALUE, value);
     const bytes = new Uint8Array(this.#region.sab, CTL_REPLY_TEXT, CTL_REPLY_CAPACITY);
     // encodeInto stops before a character that does not fit: a long reason is cut, never torn.
-    i32[CTL_REPLY_TEXT_BYTES >> 2] = encoder.encodeInto(text, bytes).written ?? 0;
-    Atomics.store(i32, CTL_ACK_SEQ >> 2, seq);
-    shmAddon().futexWake(i32, CTL_ACK_SEQ >> 2, 0x7fffffff);
+    writeWord(i32, CTL_REPLY_TEXT_BYTES, encoder.encodeInto(text, bytes).written ?? 0);
+    storeWord(i32, CTL_ACK_SEQ, seq);
+    shmAddon().futexWake(i32, wordIndex(CTL_ACK_SEQ), 0x7fffffff);
   }
 }
 

@@ -58,6 +58,7 @@
  * ADD, the engine echoes it on every output of that request, and the output worker drops outputs
  * whose generation is not the slot's current one. No reset handshake is needed on any restart.
  */
+import { slotIndex, wordIndex } from '../shm/words.js';
 import type { EngineRequest, SamplingParams } from './types.js';
 
 export * from './step-record.js';
@@ -117,7 +118,19 @@ export const AddFlag = {
 
 const ADD_F64 = 8;
 const ADD_I32 = 17;
-const ADD_FIXED_BYTES = ADD_F64 * 8 + ADD_I32 * 4;
+/** Byte offset of the i32 fields from the record's start (after its f64 fields). */
+const ADD_I32_AT = ADD_F64 * 8;
+const ADD_FIXED_BYTES = ADD_I32_AT + ADD_I32 * 4;
+// The f64 fields, in slots from the record's start.
+const D_SEED = 0;
+const D_ARRIVAL_MS = 1;
+const D_TEMPERATURE = 2;
+const D_TOP_P = 3;
+const D_MIN_P = 4;
+const D_PRESENCE = 5;
+const D_FREQUENCY = 6;
+const D_REPETITION = 7;
+// The i32 fields, in words from ADD_I32_AT.
 const A_SLOT = 0;
 const A_TOP_K = 1;
 const A_MAX_TOKENS = 2;
@@ -167,16 +180,16 @@ export function addRecordBytes(fields: AddFields): number {
 
 export function writeAdd(v: RegionViews, offset: number, f: AddFields): void {
   const p = f.params;
-  const d = offset >> 3;
-  v.f64[d] = p.seed ?? Number.NaN;
-  v.f64[d + 1] = f.arrivalTimeMs;
-  v.f64[d + 2] = p.temperature;
-  v.f64[d + 3] = p.topP;
-  v.f64[d + 4] = p.minP;
-  v.f64[d + 5] = p.presencePenalty;
-  v.f64[d + 6] = p.frequencyPenalty;
-  v.f64[d + 7] = p.repetitionPenalty;
-  const i = (offset + ADD_F64 * 8) >> 2;
+  const d = slotIndex(offset);
+  v.f64[d + D_SEED] = p.seed ?? Number.NaN;
+  v.f64[d + D_ARRIVAL_MS] = f.arrivalTimeMs;
+  v.f64[d + D_TEMPERATURE] = p.temperature;
+  v.f64[d + D_TOP_P] = p.topP;
+  v.f64[d + D_MIN_P] = p.minP;
+  v.f64[d + D_PRESENCE] = p.presencePenalty;
+  v.f64[d + D_FREQUENCY] = p.frequencyPenalty;
+  v.f64[d + D_REPETITION] = p.repetitionPenalty;
+  const i = wordIndex(offset + ADD_I32_AT);
   v.i32[i + A_SLOT] = f.slot;
   v.i32[i + A_TOP_K] = p.topK;
   v.i32[i + A_MAX_TOKENS] = p.maxTokens;
@@ -226,8 +239,8 @@ export function readAdd(
   server: number,
 ): EngineRequest | null {
   if (length < ADD_FIXED_BYTES) return null;
-  const d = offset >> 3;
-  const i = (offset + ADD_F64 * 8) >> 2;
+  const d = slotIndex(offset);
+  const i = wordIndex(offset + ADD_I32_AT);
   const promptLen = v.i32[i + A_PROMPT_LEN]!;
   const stopLen = v.i32[i + A_STOP_LEN]!;
   const saltBytes = v.i32[i + A_SALT_BYTES]!;
@@ -240,7 +253,7 @@ export function readAdd(
   if (ADD_FIXED_BYTES + ints * 4 + saltBytes + kvBytes > length) return null;
   const flags = v.i32[i + A_FLAGS]!;
   const ends = (flags & AddFlag.ScriptEnds) !== 0;
-  const seed = v.f64[d]!;
+  const seed = v.f64[d + D_SEED]!;
   const promptAt = i + ADD_I32;
   const stopAt = promptAt + promptLen;
   const scriptAt = stopAt + stopLen;
@@ -251,18 +264,18 @@ export function readAdd(
     slot: v.i32[i + A_SLOT]!,
     promptTokenIds: v.i32.slice(promptAt, stopAt),
     params: {
-      temperature: v.f64[d + 2]!,
-      topP: v.f64[d + 3]!,
+      temperature: v.f64[d + D_TEMPERATURE]!,
+      topP: v.f64[d + D_TOP_P]!,
       topK: v.i32[i + A_TOP_K]!,
-      minP: v.f64[d + 4]!,
+      minP: v.f64[d + D_MIN_P]!,
       seed: Number.isNaN(seed) ? null : seed,
       maxTokens: v.i32[i + A_MAX_TOKENS]!,
       minTokens: v.i32[i + A_MIN_TOKENS]!,
       stopTokenIds: v.i32.slice(stopAt, stopAt + stopLen),
       ignoreEos: (flags & AddFlag.IgnoreEos) !== 0,
-      presencePenalty: v.f64[d + 5]!,
-      frequencyPenalty: v.f64[d + 6]!,
-      repetitionPenalty: v.f64[d + 7]!,
+      presencePenalty: v.f64[d + D_PRESENCE]!,
+      frequencyPenalty: v.f64[d + D_FREQUENCY]!,
+      repetitionPenalty: v.f64[d + D_REPETITION]!,
       logprobs: (flags & AddFlag.Logprobs) !== 0,
       topLogprobs: v.i32[i + A_TOP_LOGPROBS]!,
       promptLogprobs: v.i32[i + A_PROMPT_LOGPROBS]!,
@@ -272,7 +285,7 @@ export function readAdd(
     },
     priority: v.i32[i + A_PRIORITY]!,
     cacheSalt: saltBytes > 0 ? saltDecoder.decode(v.bytes.slice(saltAt, saltAt + saltBytes)) : null,
-    arrivalTimeMs: v.f64[d + 1]!,
+    arrivalTimeMs: v.f64[d + D_ARRIVAL_MS]!,
     pinKv: (flags & AddFlag.PinKv) !== 0,
     importKvTokens: v.i32[i + A_IMPORT_KV_TOKENS]!,
     loraId: v.i32[i + A_LORA_ID]!,
@@ -286,23 +299,27 @@ export function readAdd(
 
 /** The slot an ADD record is for, readable even when the rest of the record is malformed. */
 export function readAddSlot(v: RegionViews, offset: number, length: number): number {
-  return length >= ADD_FIXED_BYTES ? v.i32[((offset + ADD_F64 * 8) >> 2) + A_SLOT]! : -1;
+  return length >= ADD_FIXED_BYTES ? v.i32[wordIndex(offset + ADD_I32_AT) + A_SLOT]! : -1;
 }
 
 /** The slot generation an ADD record carries (see the header comment). */
 export function readAddSlotGen(v: RegionViews, offset: number, length: number): number {
-  return length >= ADD_FIXED_BYTES ? v.i32[((offset + ADD_F64 * 8) >> 2) + A_SLOT_GEN]! : 0;
+  return length >= ADD_FIXED_BYTES ? v.i32[wordIndex(offset + ADD_I32_AT) + A_SLOT_GEN]! : 0;
 }
 
 // ---- ABORT -------------------------------------------------------------------------------------
 
 export const ABORT_BYTES = 8;
+// Its i32 fields, in words from the record's start.
+const AB_SLOT = 0;
+const AB_RESERVED = 1;
 
 export function writeAbort(v: RegionViews, offset: number, slot: number): void {
-  v.i32[offset >> 2] = slot;
-  v.i32[(offset >> 2) + 1] = 0;
+  const i = wordIndex(offset);
+  v.i32[i + AB_SLOT] = slot;
+  v.i32[i + AB_RESERVED] = 0;
 }
 
 export function readAbortSlot(v: RegionViews, offset: number): number {
-  return v.i32[offset >> 2]!;
+  return v.i32[wordIndex(offset) + AB_SLOT]!;
 }

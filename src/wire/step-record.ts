@@ -3,16 +3,31 @@
  * per engine step and API server, columns of that step's outputs and their areas, written in place
  * by the engine (step-batch-writer.ts) and read in place through a reused StepRecordView.
  */
+import { slotIndex, wordIndex } from '../shm/words.js';
 import type { RegionViews } from './messages.js';
 
 // Not `(n + 7) & ~7`: that wraps at 2^31, so a corrupt STEP header declaring 2^30 outputs would pass
 // the length check that stepRecordBytes serves (found by ops/fuzz). `-n & 7` keeps the low bits right.
 const pad8 = (n: number): number => n + (-n & 7);
+/** 4-byte words of an area of `n` 4-byte entries padded to 8 bytes (an element count, not an index). */
+const padWords = (n: number): number => pad8(n * 4) >> 2;
 
 const STEP_HEADER_I32 = 10;
 const STEP_HEADER_BYTES = STEP_HEADER_I32 * 4 + 2 * 8;
-/** Index of the header's f64 pair (clock, step ms) in f64 units from the record's start. */
+// The header's i32 fields, in words from the record's start.
+const H_COUNT = 0;
+const H_MASK_IDS_TOTAL = 1;
+const H_ROUTING_ROWS_TOTAL = 2;
+const H_LAYERS = 3;
+const H_TOPK = 4;
+const H_ROUTING_ID_BYTES = 5;
+const H_TOP_TOTAL = 6;
+const H_PROMPT_TOTAL = 7;
+const H_KV_TOTAL = 8;
+const H_RESERVED = 9;
+/** The header's f64 pair (clock, step ms), in slots from the record's start. */
 const STEP_CLOCK_F64 = STEP_HEADER_I32 / 2;
+const STEP_MS_F64 = STEP_CLOCK_F64 + 1;
 const STEP_COLUMNS = 17;
 
 export const StepColumn = {
@@ -142,27 +157,27 @@ export class StepRecordView {
   kvByteOffset = 0;
 
   attach(v: RegionViews, offset: number): this {
-    const h = offset >> 2;
-    this.count = v.i32[h]!;
-    this.maskIdsTotal = v.i32[h + 1]!;
-    this.routingRowsTotal = v.i32[h + 2]!;
-    this.layers = v.i32[h + 3]!;
-    this.topk = v.i32[h + 4]!;
-    this.routingIdBytes = v.i32[h + 5]!;
-    this.topTotal = v.i32[h + 6]!;
-    this.promptTotal = v.i32[h + 7]!;
-    this.kvTotal = v.i32[h + 8]!;
-    this.clockMs = v.f64[(offset >> 3) + STEP_CLOCK_F64]!;
-    this.stepMs = v.f64[(offset >> 3) + STEP_CLOCK_F64 + 1]!;
-    const colBytes = pad8(this.count * 4);
-    this.colBase = (offset + STEP_HEADER_BYTES) >> 2;
-    this.colStride = colBytes >> 2;
+    const h = wordIndex(offset);
+    const d = slotIndex(offset);
+    this.count = v.i32[h + H_COUNT]!;
+    this.maskIdsTotal = v.i32[h + H_MASK_IDS_TOTAL]!;
+    this.routingRowsTotal = v.i32[h + H_ROUTING_ROWS_TOTAL]!;
+    this.layers = v.i32[h + H_LAYERS]!;
+    this.topk = v.i32[h + H_TOPK]!;
+    this.routingIdBytes = v.i32[h + H_ROUTING_ID_BYTES]!;
+    this.topTotal = v.i32[h + H_TOP_TOTAL]!;
+    this.promptTotal = v.i32[h + H_PROMPT_TOTAL]!;
+    this.kvTotal = v.i32[h + H_KV_TOTAL]!;
+    this.clockMs = v.f64[d + STEP_CLOCK_F64]!;
+    this.stepMs = v.f64[d + STEP_MS_F64]!;
+    this.colBase = wordIndex(offset + STEP_HEADER_BYTES);
+    this.colStride = padWords(this.count);
     this.maskBase = this.colBase + this.colStride * STEP_COLUMNS;
     // Areas in 4-byte words; a corrupt header's counts only move indices (the reader checks the
     // record's length with stepRecordBytes before it reads anything).
-    const topWords = pad8(this.topTotal * 4) >> 2;
-    const promptWords = pad8(this.promptTotal * 4) >> 2;
-    this.topIdBase = this.maskBase + (pad8(this.maskIdsTotal * 4) >> 2);
+    const topWords = padWords(this.topTotal);
+    const promptWords = padWords(this.promptTotal);
+    this.topIdBase = this.maskBase + padWords(this.maskIdsTotal);
     this.topLogprobBase = this.topIdBase + topWords;
     this.promptIdBase = this.topLogprobBase + topWords;
     this.promptLogprobBase = this.promptIdBase + promptWords;
@@ -199,17 +214,18 @@ export function writeStepHeader(
   promptTotal = 0,
   kvTotal = 0,
 ): void {
-  const h = offset >> 2;
-  v.i32[h] = count;
-  v.i32[h + 1] = maskIdsTotal;
-  v.i32[h + 2] = routingRowsTotal;
-  v.i32[h + 3] = layers;
-  v.i32[h + 4] = topk;
-  v.i32[h + 5] = routingIdBytes;
-  v.i32[h + 6] = topTotal;
-  v.i32[h + 7] = promptTotal;
-  v.i32[h + 8] = kvTotal;
-  v.i32[h + 9] = 0;
-  v.f64[(offset >> 3) + STEP_CLOCK_F64] = clockMs;
-  v.f64[(offset >> 3) + STEP_CLOCK_F64 + 1] = stepMs;
+  const h = wordIndex(offset);
+  const d = slotIndex(offset);
+  v.i32[h + H_COUNT] = count;
+  v.i32[h + H_MASK_IDS_TOTAL] = maskIdsTotal;
+  v.i32[h + H_ROUTING_ROWS_TOTAL] = routingRowsTotal;
+  v.i32[h + H_LAYERS] = layers;
+  v.i32[h + H_TOPK] = topk;
+  v.i32[h + H_ROUTING_ID_BYTES] = routingIdBytes;
+  v.i32[h + H_TOP_TOTAL] = topTotal;
+  v.i32[h + H_PROMPT_TOTAL] = promptTotal;
+  v.i32[h + H_KV_TOTAL] = kvTotal;
+  v.i32[h + H_RESERVED] = 0;
+  v.f64[d + STEP_CLOCK_F64] = clockMs;
+  v.f64[d + STEP_MS_F64] = stepMs;
 }

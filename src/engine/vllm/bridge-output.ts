@@ -21,6 +21,7 @@ import type { StepOutputs } from '../step-outputs.js';
 import { floored, stagePrompt, stageTop } from './bridge-logprobs.js';
 import { VllmFinishReason } from './outputs.js';
 import type { OutputView } from './outputs-reader.js';
+import type { RoutingShape } from './routing-shape.js';
 
 /** ringserve's finish reason for a vLLM one; -1 (none) stays running. */
 export function finishFromVllm(code: number): FinishReason {
@@ -64,13 +65,6 @@ export interface BridgeRequest {
   numCachedTokens: number;
 }
 
-/** The card's routing-row shape, for checking what an engine sends. */
-export interface RoutingShape {
-  layers: number;
-  hiddenLayers: number;
-  topk: number;
-}
-
 /**
  * Stages one output's rows for `req` into `rows`; returns false (nothing staged) when its routing
  * does not have the card's shape. The caller checked that its prompt logprobs fit the prompt
@@ -87,9 +81,10 @@ export function stageOutput(
   let skipLayers = 0;
   const routed = req.routing && o.hasRoutedExperts && o.routedRows > 0;
   if (routed) {
-    if (o.routedTopk !== shape.topk) return false;
-    if (o.routedLayers === shape.hiddenLayers) skipLayers = shape.hiddenLayers - shape.layers;
-    else if (o.routedLayers !== shape.layers) return false;
+    const { hiddenLayers, routingLayers, topk } = shape;
+    if (o.routedTopk !== topk) return false;
+    if (o.routedLayers === hiddenLayers) skipLayers = hiddenLayers - routingLayers;
+    else if (o.routedLayers !== routingLayers) return false;
   }
   const finish = finishFromVllm(o.finishReason);
   // The routing rows' positions: the prompt's from the start sent, then one per forwarded token.

@@ -36,16 +36,12 @@ import type { EngineCore } from '../engine-core.js';
 import type { OutputRoom } from '../output-room.js';
 import { StepOutputs } from '../step-outputs.js';
 import { BridgeBacklog } from './bridge-backlog.js';
-import {
-  type BridgeRequest,
-  promptLogprobsFit,
-  type RoutingShape,
-  stageOutput,
-} from './bridge-output.js';
+import { type BridgeRequest, promptLogprobsFit, stageOutput } from './bridge-output.js';
 import { type BridgeAdd, checkForEngine, toVllmAdd } from './bridge-request.js';
 import type { VllmLayout } from './layouts.js';
 import type { OutputView, SchedulerStatsView } from './outputs-reader.js';
 import { loraRequestArray, type VllmLoraRequest } from './requests.js';
+import { type RoutingShape, routingShapeOf } from './routing-shape.js';
 
 /** What the bridge needs of the link to an attached engine. */
 export interface VllmEngineLink {
@@ -175,11 +171,7 @@ export class VllmBridge implements EngineCore {
     this.#options = options;
     const card = options.card;
     this.model = card;
-    this.#shape = {
-      layers: card.routingLayers,
-      hiddenLayers: card.numHiddenLayers,
-      topk: card.expertsPerToken,
-    };
+    this.#shape = routingShapeOf(card);
     this.#backlog = new BridgeBacklog(card.routingLayers, card.expertsPerToken, card.numExperts);
   }
 
@@ -311,7 +303,7 @@ export class VllmBridge implements EngineCore {
     if (!stageOutput(o, req, this.#shape, this.#weightVersion, rows)) {
       const s = this.#shape;
       this.#options.onEvent?.(
-        `routed_experts of shape [rows, ${o.routedLayers}, ${o.routedTopk}] where the model gives [rows, ${s.layers} or ${s.hiddenLayers}, ${s.topk}]: the request is failed`,
+        `routed_experts of shape [rows, ${o.routedLayers}, ${o.routedTopk}] where the model gives [rows, ${s.routingLayers} or ${s.hiddenLayers}, ${s.topk}]: the request is failed`,
         { request_id: req.id },
       );
       this.#fail(req, RejectReason.RoutingShape);

@@ -20,6 +20,7 @@ import {
   type UtilityCall,
   type VllmLoraRequest,
 } from '../requests.js';
+import { routingShapeOf } from '../routing-shape.js';
 import type { HeadlessSockets } from './dial.js';
 import { type EngineWide, promptLogprobsOf, toEngineRequest } from './engine-request.js';
 import { LiveRequests } from './live-requests.js';
@@ -138,9 +139,7 @@ export class VllmHeadlessEngine {
     this.#out = o.engine.newStepOutputs();
     const card = o.engine.model;
     this.#encoder = new StepEncoder(o.layout, {
-      hiddenLayers: card.numHiddenLayers,
-      routingLayers: card.routingLayers,
-      topk: card.expertsPerToken,
+      ...routingShapeOf(card),
       wide: expertIdBytes(card) === 2,
     });
   }

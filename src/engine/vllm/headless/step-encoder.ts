@@ -9,6 +9,7 @@ import {
   type SchedulerStatsFields,
   VllmFinishReason,
 } from '../outputs.js';
+import type { RoutingShape } from '../routing-shape.js';
 import type { LiveRequest, LiveRequests } from './live-requests.js';
 
 /**
@@ -33,19 +34,15 @@ const FINISH_TO_VLLM: Readonly<Record<FinishReason, number>> = {
   [FinishReason.Error]: VllmFinishReason.Error,
 };
 
-export interface RoutingShape {
-  /** Layers of a vLLM row (num_hidden_layers). */
-  hiddenLayers: number;
-  /** Layers of the engine's own rows (the last routingLayers of a vLLM row). */
-  routingLayers: number;
-  topk: number;
+/** The rows the encoder writes: the card's shape and the width of its expert ids. */
+export interface EncodedRoutingShape extends RoutingShape {
   /** uint16 ids (more than 256 experts). */
   wide: boolean;
 }
 
 export class StepEncoder {
   readonly #encoder: OutputsEncoder;
-  readonly #shape: RoutingShape;
+  readonly #shape: EncodedRoutingShape;
   readonly #rec = new OutputRecord();
   readonly #prefill: PrefillStats = {
     numPromptTokens: 0,
@@ -63,7 +60,7 @@ export class StepEncoder {
   /** Requests whose first output went out in the last encode (scheduler_stats' prefix requests). */
   startedLastStep = 0;
 
-  constructor(layout: VllmLayout, shape: RoutingShape) {
+  constructor(layout: VllmLayout, shape: EncodedRoutingShape) {
     this.#encoder = new OutputsEncoder(layout);
     this.#shape = shape;
     const width = shape.wide ? 2 : 1;
