@@ -13,6 +13,7 @@ import { CONTENT_TYPE, encodeGenerateResponse } from '../../src/protocol/generat
 import { JsonWriter } from '../../src/protocol/json-writer.js';
 import { writeStreamChunk, writeStreamDone, writeStreamError } from '../../src/protocol/sse.js';
 import { makeChoice, makeResponse } from '../protocol/columns-fixture.js';
+import { until } from '../until.js';
 
 /**
  * The client against a small canned HTTP server (ephemeral port, closed after the file): real
@@ -265,8 +266,10 @@ describe('generateStream()', () => {
       break;
     }
     expect(received).toBe(1);
-    for (let i = 0; i < 100 && !closed.includes('slow'); i++)
-      await new Promise((r) => setTimeout(r, 20));
-    expect(closed).toContain('slow');
+    await until(
+      () => closed,
+      (ids) => ids.includes('slow'),
+      { what: "the server to see the 'slow' connection closed" },
+    );
   });
 });

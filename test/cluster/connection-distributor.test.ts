@@ -8,6 +8,7 @@ import { EventEmitter } from 'node:events';
 import { connect, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ConnectionDistributor } from '../../src/cluster/connection-distributor.js';
+import { until } from '../until.js';
 
 class FakeServer extends EventEmitter {
   readonly got: Socket[] = [];
@@ -52,10 +53,6 @@ function openClient(port: number): Socket {
   return c;
 }
 
-const until = async (check: () => boolean): Promise<void> => {
-  for (let i = 0; i < 200 && !check(); i++) await new Promise((r) => setTimeout(r, 10));
-};
-
 describe('ConnectionDistributor', () => {
   it('hands connections round-robin, one unacknowledged at a time per server', async () => {
     const { d, port } = await setUp();
@@ -64,12 +61,18 @@ describe('ConnectionDistributor', () => {
     d.add(a.worker);
     d.add(b.worker);
     for (let i = 0; i < 3; i++) openClient(port);
-    await until(() => a.got.length + b.got.length === 2);
+    await until(
+      () => a.got.length + b.got.length,
+      (n) => n === 2,
+    );
     await new Promise((r) => setTimeout(r, 50));
     // The third waits: both servers have one unacknowledged.
     expect([a.got.length, b.got.length]).toEqual([1, 1]);
     d.acknowledged(a.worker);
-    await until(() => a.got.length === 2);
+    await until(
+      () => a.got.length,
+      (n) => n === 2,
+    );
     expect([a.got.length, b.got.length]).toEqual([2, 1]);
     // An acknowledged connection's primary copy is closed.
     expect(a.got[0]!.destroyed).toBe(true);
@@ -82,12 +85,18 @@ describe('ConnectionDistributor', () => {
     const live = new FakeServer();
     d.add(dead.worker);
     const client = openClient(port);
-    await until(() => dead.got.length === 1);
+    await until(
+      () => dead.got.length,
+      (n) => n === 1,
+    );
     client.write('GET /health HTTP/1.1\r\n\r\n');
     d.add(live.worker);
     dead.connected = false;
     d.remove(dead.worker);
-    await until(() => live.got.length === 1);
+    await until(
+      () => live.got.length,
+      (n) => n === 1,
+    );
     expect(live.got[0]).toBe(dead.got[0]);
     // Paused since accepted: the request's bytes are still there for the server that takes it.
     const socket = live.got[0]!;
@@ -97,7 +106,10 @@ describe('ConnectionDistributor', () => {
     // A removed server gets nothing more.
     d.acknowledged(live.worker);
     openClient(port);
-    await until(() => live.got.length === 2);
+    await until(
+      () => live.got.length,
+      (n) => n === 2,
+    );
     expect(dead.got.length).toBe(1);
   });
 
@@ -114,7 +126,10 @@ describe('ConnectionDistributor', () => {
     // Nobody can take it yet: it waits in the queue.
     await new Promise((r) => setTimeout(r, 100));
     d.add(live.worker);
-    await until(() => live.got.length === 1);
+    await until(
+      () => live.got.length,
+      (n) => n === 1,
+    );
     expect(live.got.length).toBe(1);
     expect(gone.got.length).toBe(0);
   });

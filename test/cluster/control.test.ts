@@ -19,8 +19,9 @@ import {
   STAT_WAITING,
   STAT_WEIGHT_VERSION,
 } from '../../src/shm/layout.js';
+import { until } from '../until.js';
 import { call, choice, genBody, post, sleep, weightDir } from './control-helpers.js';
-import { type Cluster, startCluster, waitFor } from './harness.js';
+import { type Cluster, startCluster } from './harness.js';
 
 describe('control plane (2 API servers, real-time engine)', () => {
   let cluster: Cluster;
@@ -35,7 +36,7 @@ describe('control plane (2 API servers, real-time engine)', () => {
     // qwen3 steps take ~10 ms: 400 tokens take ~4 s, so all six are mid-flight when paused.
     const ids = ['p0', 'p1', 'p2', 'p3', 'p4', 'p5'];
     const inflight = ids.map((id, i) => generate(cluster.url, genBody(400, i), { requestId: id }));
-    await waitFor(
+    await until(
       () => cluster.engineStat(STAT_GENERATION_TOKENS),
       (n) => n >= 6 * 20,
     );
@@ -76,7 +77,7 @@ describe('control plane (2 API servers, real-time engine)', () => {
   it('a paused request resumes with exactly the tokens it would have had without the pause', async () => {
     const straight = await generate(cluster.url, genBody(150, 4242));
     const pending = generate(cluster.url, genBody(150, 4242));
-    await waitFor(
+    await until(
       () => cluster.engineStat(STAT_RUNNING),
       (n) => n === 1,
     );
@@ -161,7 +162,7 @@ describe('control plane (2 API servers, real-time engine)', () => {
         dispatcher: holder,
         requestId: 'far-away',
       });
-      await waitFor(
+      await until(
         () => cluster.engineStat(STAT_RUNNING),
         (n) => n === 1,
       );
@@ -185,7 +186,7 @@ describe('control plane (2 API servers, real-time engine)', () => {
       expect(c.tokenIds.length).toBeGreaterThan(0);
       expect(c.tokenIds.length).toBeLessThan(3000);
       expect(
-        await waitFor(
+        await until(
           () => cluster.engineStat(STAT_RUNNING),
           (n) => n === 0,
         ),
@@ -206,7 +207,7 @@ describe('control plane (2 API servers, real-time engine)', () => {
   });
 
   it('reset_prefix_cache answers ok when idle, 409 while requests hold blocks', async () => {
-    await waitFor(
+    await until(
       () => cluster.engineStat(STAT_RUNNING),
       (n) => n === 0,
     );
@@ -215,7 +216,7 @@ describe('control plane (2 API servers, real-time engine)', () => {
       body: { status: 'ok' },
     });
     const pending = generate(cluster.url, genBody(200, 8), { requestId: 'holds-blocks' });
-    await waitFor(
+    await until(
       () => cluster.engineStat(STAT_RUNNING),
       (n) => n === 1,
     );
@@ -230,10 +231,10 @@ describe('control plane (2 API servers, real-time engine)', () => {
     expect(engine).toBeGreaterThan(0);
     process.kill(engine!, 'SIGSTOP');
     try {
-      const stale = await waitFor(
+      const stale = await until(
         () => call(cluster.url, 'GET', '/liveness'),
         (a) => a.status === 503,
-        10_000,
+        { timeoutMs: 10_000 },
       );
       expect(stale).toEqual({ status: 503, body: { status: 'engine_unresponsive' } });
       expect((await call(cluster.url, 'GET', '/health')).status).toBe(503);
@@ -243,10 +244,10 @@ describe('control plane (2 API servers, real-time engine)', () => {
     } finally {
       process.kill(engine!, 'SIGCONT');
     }
-    const live = await waitFor(
+    const live = await until(
       () => call(cluster.url, 'GET', '/liveness'),
       (a) => a.status === 200,
-      10_000,
+      { timeoutMs: 10_000 },
     );
     expect(live).toEqual({ status: 200, body: { status: 'ok' } });
     expect(cluster.engineStat(STAT_PAUSED)).toBe(0);

@@ -9,8 +9,9 @@
 import { connect } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { generate } from '../../src/client/index.js';
+import { until } from '../until.js';
 import { genBody } from './control-helpers.js';
-import { startCluster, waitFor } from './harness.js';
+import { startCluster } from './harness.js';
 
 /**
  * A generate call on a raw connection of its own: the status line's code, or `closed` when the
@@ -64,10 +65,10 @@ describe('connections and dead API servers', () => {
       if (!killed) process.kill(victim, 'SIGKILL');
     }
     // The dead server is replaced and the cluster serves as before.
-    await waitFor(
+    await until(
       async () => (await cluster.pids()).get('ringserve-api-0'),
       (p) => p !== undefined && p !== victim,
-      30_000,
+      { timeoutMs: 30_000 },
     );
     for (let i = 0; i < 4; i++) {
       expect(await generateOnNewConnection(cluster.port, 15_000)).toBe(200);

@@ -6,7 +6,8 @@
  */
 import { request } from 'node:http';
 import { describe, expect, it } from 'vitest';
-import { startCluster, waitFor } from './harness.js';
+import { until } from '../until.js';
+import { startCluster } from './harness.js';
 
 interface Answer {
   status: number;
@@ -48,7 +49,7 @@ describe('drain grace', () => {
     expect((await post(cluster.port, '/inference/v1/generate', body)).status).toBe(200);
     cluster.process.kill('SIGTERM');
     // Drained: no API server left.
-    const servers = await waitFor(
+    const servers = await until(
       async () => [...(await cluster.pids()).keys()].filter((t) => t.startsWith('ringserve-api')),
       (titles) => titles.length === 0,
     );
@@ -65,10 +66,10 @@ describe('drain grace', () => {
         code: 503,
       },
     });
-    await waitFor(
+    await until(
       () => exited(cluster.process),
       (done) => done,
-      20_000,
+      { timeoutMs: 20_000 },
     );
     expect(exited(cluster.process)).toBe(true);
     await expect(post(cluster.port, '/health', '')).rejects.toThrow(/ECONNREFUSED/);
@@ -77,14 +78,14 @@ describe('drain grace', () => {
   it('with a grace of 0 the listener closes at once', async () => {
     const cluster = await startCluster(['--drain-grace-s', '0']);
     cluster.process.kill('SIGTERM');
-    const refused = await waitFor(
+    const refused = await until(
       () =>
         post(cluster.port, '/health', '').then(
           () => false,
           (e: Error) => /ECONNREFUSED/.test(e.message),
         ),
       (r) => r,
-      5_000,
+      { timeoutMs: 5_000 },
     );
     expect(refused).toBe(true);
   }, 60_000);

@@ -9,7 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildConfig } from '../../src/config.js';
 import { FailureInjector } from '../../src/server/main/http/failure-injection.js';
 import { STAT_RUNNING } from '../../src/shm/layout.js';
-import { type Cluster, startCluster, waitFor } from './harness.js';
+import { until } from '../until.js';
+import { type Cluster, startCluster } from './harness.js';
 
 const body = (maxTokens: number, stream = false) =>
   JSON.stringify({
@@ -125,7 +126,7 @@ describe('failure injection, forced by the header', () => {
     expect(ended).toBe('cut');
     expect(received.startsWith('data: {')).toBe(true);
     expect(received).not.toContain('[DONE]');
-    const running = await waitFor(
+    const running = await until(
       () => cluster.engineStat(STAT_RUNNING),
       (n) => n === 0,
     );

@@ -8,7 +8,8 @@ import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { generate } from '../../src/client/index.js';
 import { STAT_RUNNING } from '../../src/shm/layout.js';
-import { regionExists, regionNameOf, startCluster, waitFor } from './harness.js';
+import { until } from '../until.js';
+import { regionExists, regionNameOf, startCluster } from './harness.js';
 
 const longBody = (maxTokens: number, seed = 1) => ({
   token_ids: [1, 2, 3, 4, 5, 6, 7, 8],
@@ -31,7 +32,7 @@ describe('cluster failure handling', () => {
         (e: Error) => e,
       );
       expect(
-        await waitFor(
+        await until(
           () => cluster.engineStat(STAT_RUNNING),
           (n) => n === 1,
         ),
@@ -39,12 +40,12 @@ describe('cluster failure handling', () => {
       controller.abort();
       expect(await pending).toBeInstanceOf(Error);
       expect(
-        await waitFor(
+        await until(
           () => cluster.engineStat(STAT_RUNNING),
           (n) => n === 0,
         ),
       ).toBe(0);
-      const load = await waitFor(
+      const load = await until(
         () => cluster.serverInFlight(0) + cluster.serverInFlight(1),
         (n) => n === 0,
       );
@@ -73,13 +74,13 @@ describe('cluster failure handling', () => {
       // when the worker acknowledges it), so that client waited, with no answer, past the test's
       // timeout. Once all are admitted no connection is in transit, and which fail is known.
       expect(
-        await waitFor(
+        await until(
           () => cluster.engineStat(STAT_RUNNING),
           (n) => n === 16,
-          30_000,
+          { timeoutMs: 30_000 },
         ),
       ).toBe(16);
-      const onVictim = await waitFor(
+      const onVictim = await until(
         () => [cluster.serverInFlight(0), cluster.serverInFlight(1)] as const,
         ([a, b]) => a + b === 16,
       );
@@ -92,14 +93,14 @@ describe('cluster failure handling', () => {
       // Exactly the killed server's requests fail; the other server's all complete.
       expect(outcomes.filter((o) => o === 'failed').length).toBe(onVictim[0]);
       expect(outcomes.filter((o) => o === 'ok').length).toBe(onVictim[1]);
-      const restarted = await waitFor(
+      const restarted = await until(
         () => cluster.pids(),
         (p) => (p.get('ringserve-api-0') ?? victim) !== victim,
-        15_000,
+        { timeoutMs: 15_000 },
       );
       expect(restarted.get('ringserve-api-0')).not.toBe(victim);
       expect(
-        await waitFor(
+        await until(
           () => cluster.engineStat(STAT_RUNNING),
           (n) => n === 0,
         ),
@@ -130,23 +131,23 @@ describe('cluster failure handling', () => {
           (e: { status?: number }) => e.status ?? -1,
         ),
       );
-      await waitFor(
+      await until(
         () => cluster.engineStat(STAT_RUNNING),
         (n) => n === 6,
       );
       process.kill(engine!, 'SIGKILL');
-      const down = await waitFor(
+      const down = await until(
         () => status(`${cluster.url}/health`),
         (s) => s === 503,
-        5_000,
+        { timeoutMs: 5_000 },
       );
       expect(down).toBe(503);
       const statuses = await Promise.all(inflight);
       expect(statuses).toEqual([503, 503, 503, 503, 503, 503]);
-      const healthy = await waitFor(
+      const healthy = await until(
         () => status(`${cluster.url}/health`),
         (s) => s === 200,
-        15_000,
+        { timeoutMs: 15_000 },
       );
       expect(healthy).toBe(200);
       const r = await generate(cluster.url, longBody(10));
@@ -164,7 +165,7 @@ describe('cluster failure handling', () => {
     const name = regionNameOf(cluster.process.pid!);
     const pids = [...(await cluster.pids()).values()];
     const pending = generate(cluster.url, longBody(150));
-    await waitFor(
+    await until(
       () => cluster.engineStat(STAT_RUNNING),
       (n) => n === 1,
     );

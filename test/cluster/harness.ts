@@ -183,20 +183,6 @@ export function regionNameOf(primaryPid: number): string {
   return name;
 }
 
-/** Polls `read` until `accept` holds or `timeoutMs` passes; returns the last value read. */
-export async function waitFor<T>(
-  read: () => T | Promise<T>,
-  accept: (v: T) => boolean,
-  timeoutMs = 10_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (accept(value) || Date.now() > deadline) return value;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 export function regionExists(name: string): boolean {
   return existsSync(`/dev/shm/${name}`);
 }

@@ -9,7 +9,8 @@ import { connect } from 'node:net';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { STAT_RUNNING } from '../../src/shm/layout.js';
-import { startCluster, waitFor } from './harness.js';
+import { until } from '../until.js';
+import { startCluster } from './harness.js';
 
 const GENERATE = '/inference/v1/generate';
 
@@ -94,7 +95,7 @@ describe('limits', () => {
     const running = [1, 2].map(() =>
       post(cluster.url, body(3000), {}, controller.signal).catch((e: Error) => e),
     );
-    await waitFor(
+    await until(
       () => cluster.serverInFlight(0),
       (n) => n === 2,
     );
@@ -117,7 +118,7 @@ describe('limits', () => {
     expect(byHeader.json.error.message).toMatch(/x-request-deadline-ms/);
     expect(performance.now() - t0).toBeLessThan(1_900);
     expect(
-      await waitFor(
+      await until(
         () => cluster.engineStat(STAT_RUNNING),
         (n) => n === 0,
       ),
@@ -137,7 +138,7 @@ describe('limits', () => {
     expect(res.statusCode).toBe(200);
     expect(text).toMatch(/data: \{"error":\{[^\n]*"code":504\}\}\n\ndata: \[DONE\]\n\n$/);
     expect(
-      await waitFor(
+      await until(
         () => cluster.engineStat(STAT_RUNNING) + cluster.serverInFlight(0),
         (n) => n === 0,
       ),
@@ -159,15 +160,15 @@ describe('limits', () => {
     );
     // Never read: the kernel's buffers fill, then the server's own queue passes the bound.
     socket.pause();
-    await waitFor(
+    await until(
       () => cluster.serverInFlight(0),
       (n) => n === 1,
     );
     expect(
-      await waitFor(
+      await until(
         () => cluster.serverInFlight(0) + cluster.engineStat(STAT_RUNNING),
         (n) => n === 0,
-        30_000,
+        { timeoutMs: 30_000 },
       ),
     ).toBe(0);
     // What was buffered arrives, then the cut: no end of stream (a finished answer would keep the

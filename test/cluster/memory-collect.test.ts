@@ -6,14 +6,10 @@
  */
 import { request } from 'undici';
 import { expect, it } from 'vitest';
-import { startCluster, waitFor } from './harness.js';
+import { until } from '../until.js';
+import { startCluster } from './harness.js';
 import { startRouter } from './pd-helpers.js';
-import {
-  healthStatus,
-  startBridgeCluster,
-  startHeadlessEngine,
-  until,
-} from './vllm-engine-pair.js';
+import { healthStatus, startBridgeCluster, startHeadlessEngine } from './vllm-engine-pair.js';
 
 interface Collected {
   pid: number;
@@ -56,10 +52,10 @@ it('SIGUSR2: the primary, the engine and each API server collect in every thread
     const all = [cluster.process.pid!, ...pids.values()];
     expect(all).toHaveLength(4);
     for (const pid of all) process.kill(pid, 'SIGUSR2');
-    const seen = await waitFor(
+    const seen = await until(
       () => collected(cluster.log()),
       (c) => c.length === all.length,
-      20_000,
+      { timeoutMs: 20_000 },
     );
     expect(seen.map((c) => c.pid).sort()).toEqual([...all].sort());
     for (const c of seen) {
@@ -96,23 +92,38 @@ it('SIGUSR2: the router and the headless vLLM engine collect too, and serve on',
     engine.stdout?.on('data', (chunk: Buffer) => {
       engineLog += chunk.toString();
     });
-    await until(async () => (await healthStatus(cluster)) === 200);
+    await until(
+      () => healthStatus(cluster),
+      (status) => status === 200,
+      { timeoutMs: 30_000 },
+    );
     const router = await startRouter([cluster.url], [cluster.url]);
-    await until(async () => (await healthStatus(router)) === 200);
+    await until(
+      () => healthStatus(router),
+      (status) => status === 200,
+      { timeoutMs: 30_000 },
+    );
     // Both log threads are up (they write the processes' first records), so both answer.
-    await until(() => router.log().includes('"router ready"') && engineLog.includes('"msg"'));
+    await until(
+      () => ({
+        router: router.log().includes('"router ready"'),
+        engine: engineLog.includes('"msg"'),
+      }),
+      (up) => up.router && up.engine,
+      { timeoutMs: 30_000, what: 'the first log records of the router and the engine' },
+    );
 
     process.kill(router.pid, 'SIGUSR2');
     process.kill(engine.pid!, 'SIGUSR2');
-    const [routerSeen] = await waitFor(
+    const [routerSeen] = await until(
       () => collected(router.log()),
       (c) => c.length === 1,
-      20_000,
+      { timeoutMs: 20_000 },
     );
-    const [engineSeen] = await waitFor(
+    const [engineSeen] = await until(
       () => collected(engineLog),
       (c) => c.length === 1,
-      20_000,
+      { timeoutMs: 20_000 },
     );
     expect(routerSeen).toMatchObject({ pid: router.pid, name: 'ringserve-router' });
     expect(engineSeen).toMatchObject({ pid: engine.pid, name: 'ringserve-vllm-engine' });

@@ -8,7 +8,8 @@ import { Client, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RENDERED_BY_HEADER } from '../../src/server/main/http/routes/metrics.js';
 import { CONTRACT_FAMILIES, type Exposition, parseExposition } from '../obs/prom.js';
-import { type Cluster, startCluster, waitFor } from './harness.js';
+import { until } from '../until.js';
+import { type Cluster, startCluster } from './harness.js';
 
 const PROMPT = [11, 12, 13, 14, 15, 16, 17];
 
@@ -48,12 +49,14 @@ async function scrape(url: string): Promise<Scrape> {
 async function scrapeBoth(url: string, times = 2): Promise<Scrape[]> {
   const scrapes: Scrape[] = [];
   const count = (k: string) => scrapes.filter((s) => s.server === k).length;
-  const deadline = Date.now() + 15_000;
-  while ((count('0') < times || count('1') < times) && Date.now() < deadline) {
-    scrapes.push(await scrape(url));
-    if (scrapes.length > 4) await new Promise((r) => setTimeout(r, 50));
-  }
-  expect([count('0') >= times, count('1') >= times]).toEqual([true, true]);
+  await until(
+    async () => {
+      scrapes.push(await scrape(url));
+      return { '0': count('0'), '1': count('1') };
+    },
+    (answered) => answered['0'] >= times && answered['1'] >= times,
+    { timeoutMs: 15_000, intervalMs: 10, what: `${times} scrapes answered by each API server` },
+  );
   return scrapes;
 }
 
@@ -79,14 +82,18 @@ const total = async (cluster: Cluster, name: string): Promise<number> =>
  * just ended may still be in an output ring when the engine already reports nothing running.
  */
 async function settled(cluster: Cluster, name: string): Promise<number> {
-  let last = await total(cluster, name);
-  for (let i = 0; i < 50; i++) {
-    await new Promise((r) => setTimeout(r, 300));
-    const now = await total(cluster, name);
-    if (now === last) return now;
-    last = now;
-  }
-  throw new Error(`${name} kept moving: ${last}`);
+  let last: number | undefined;
+  const read = await until(
+    async () => {
+      const before = last;
+      last = await total(cluster, name);
+      return { before, now: last };
+    },
+    // The first read has nothing to compare with: the second comes 300 ms after it.
+    ({ before, now }) => now === before,
+    { timeoutMs: 15_000, intervalMs: 300, what: `${name} to stop moving` },
+  );
+  return read.now;
 }
 
 function logLines(cluster: Cluster): Record<string, unknown>[] {
@@ -120,7 +127,7 @@ describe('cluster-wide /metrics', () => {
     await Promise.all(Array.from({ length: 10 }, (_, i) => generate(cluster.url, `m${i}`, 50)));
     // Each answer was packed into its server's response pool, none into a buffer of its own (the
     // servers publish their counts every 100 ms).
-    const pooled = await waitFor(
+    const pooled = await until(
       async () =>
         (await scrape(cluster.url)).metrics
           .all('ringserve_response_pool_answers_total')
@@ -142,7 +149,7 @@ describe('cluster-wide /metrics', () => {
       expect(m.value('vllm:request_generation_tokens_bucket', { le: '50.0' })).toBe(10);
       expect(m.value('vllm:request_generation_tokens_bucket', { le: '20.0' })).toBe(0);
     }
-    const running = await waitFor(
+    const running = await until(
       () => total(cluster, 'vllm:num_requests_running'),
       (n) => n === 0,
     );
@@ -175,7 +182,7 @@ describe('cluster-wide /metrics', () => {
         )
         .map((s) => s.labels.thread!);
     // pino's transport thread publishes once it has loaded its target: wait until it has.
-    const { metrics: m } = await waitFor(
+    const { metrics: m } = await until(
       () => scrape(cluster.url),
       ({ metrics }) => threads(metrics, '0').length >= 4 && threads(metrics, '1').length >= 4,
     );
@@ -246,7 +253,7 @@ describe('cluster-wide /metrics', () => {
     expect(seen).toEqual([...seen].sort((a, b) => a - b));
     expect(seen.at(-1)!).toBeGreaterThan(seen[0]!);
     expect(
-      await waitFor(
+      await until(
         () => total(cluster, 'vllm:num_requests_running'),
         (n) => n === 0,
       ),
@@ -257,10 +264,10 @@ describe('cluster-wide /metrics', () => {
     const before = await settled(cluster, 'vllm:generation_tokens_total');
     const victim = (await cluster.pids()).get('ringserve-api-1')!;
     process.kill(victim, 'SIGKILL');
-    await waitFor(
+    await until(
       () => cluster.pids(),
       (p) => (p.get('ringserve-api-1') ?? victim) !== victim,
-      15_000,
+      { timeoutMs: 15_000 },
     );
     for (const { metrics: m } of await scrapeBoth(cluster.url, 1)) {
       expect(m.value('vllm:generation_tokens_total')).toBe(before);
@@ -281,19 +288,19 @@ describe('cluster-wide /metrics', () => {
     expect(before).toBeGreaterThan(0);
     const engine = (await cluster.pids()).get('ringserve-engine')!;
     process.kill(engine, 'SIGKILL');
-    await waitFor(
+    await until(
       () => cluster.pids(),
       (p) => (p.get('ringserve-engine') ?? engine) !== engine,
-      15_000,
+      { timeoutMs: 15_000 },
     );
-    const health = await waitFor(
+    const health = await until(
       async () => {
         const res = await request(`${cluster.url}/health`);
         await res.body.dump();
         return res.statusCode;
       },
       (code) => code === 200,
-      15_000,
+      { timeoutMs: 15_000 },
     );
     expect(health).toBe(200);
     expect(await total(cluster, 'vllm:prefix_cache_queries_total')).toBe(before);

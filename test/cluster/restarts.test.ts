@@ -8,8 +8,9 @@ import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { generate } from '../../src/client/index.js';
 import { STAT_PAUSED, STAT_RUNNING, STAT_WEIGHT_VERSION } from '../../src/shm/layout.js';
+import { until } from '../until.js';
 import { genBody, post } from './control-helpers.js';
-import { type Cluster, startCluster, waitFor } from './harness.js';
+import { type Cluster, startCluster } from './harness.js';
 
 async function status(url: string): Promise<number> {
   const res = await request(url);
@@ -28,10 +29,10 @@ async function metric(cluster: Cluster, series: string): Promise<number> {
 async function killEngine(cluster: Cluster): Promise<number> {
   const pid = (await cluster.pids()).get('ringserve-engine')!;
   process.kill(pid, 'SIGKILL');
-  const next = await waitFor(
+  const next = await until(
     async () => (await cluster.pids()).get('ringserve-engine'),
     (p) => p !== undefined && p !== pid,
-    30_000,
+    { timeoutMs: 30_000 },
   );
   expect(next).not.toBe(pid);
   return next!;
@@ -48,10 +49,10 @@ describe('restarts', () => {
     const delays = [...cluster.log().matchAll(/"backoff_ms":(\d+)/g)].map((m) => Number(m[1]));
     expect(delays).toEqual([200, 400, 800]);
     // And it serves again once the last one is up.
-    await waitFor(
+    await until(
       () => status(`${cluster.url}/health`),
       (s) => s === 200,
-      15_000,
+      { timeoutMs: 15_000 },
     );
     expect((await generate(cluster.url, genBody(5, 1))).choices[0]!.tokenIds.length).toBe(5);
   }, 90_000);
@@ -60,12 +61,12 @@ describe('restarts', () => {
     const cluster = await startCluster(['--max-speed', '--api-server-count', '2']);
     const victim = (await cluster.pids()).get('ringserve-api-1')!;
     process.kill(victim, 'SIGKILL');
-    await waitFor(
+    await until(
       async () => (await cluster.pids()).get('ringserve-api-1'),
       (p) => p !== undefined && p !== victim,
-      30_000,
+      { timeoutMs: 30_000 },
     );
-    const restarts = await waitFor(
+    const restarts = await until(
       () => metric(cluster, 'ringserve_restarts_total{role="api"}'),
       (n) => n === 1,
     );
@@ -81,10 +82,10 @@ describe('restarts', () => {
     expect(version).toBeGreaterThanOrEqual(2);
     expect((await post(cluster, '/pause')).status).toBe(200);
     await killEngine(cluster);
-    await waitFor(
+    await until(
       () => status(`${cluster.url}/health`),
       (s) => s === 200,
-      15_000,
+      { timeoutMs: 15_000 },
     );
     expect(cluster.engineStat(STAT_PAUSED)).toBe(1);
     expect(cluster.engineStat(STAT_WEIGHT_VERSION)).toBe(version);
@@ -105,7 +106,7 @@ describe('restarts', () => {
       () => 0,
       (e: { status?: number }) => e.status ?? -1,
     );
-    await waitFor(
+    await until(
       () => cluster.engineStat(STAT_RUNNING),
       (n) => n === 1,
     );

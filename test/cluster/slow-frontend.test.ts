@@ -9,7 +9,8 @@ import { Agent } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { checkInvariants, type GenerateResult, generate } from '../../src/client/index.js';
 import { outputRingOffset, RING_HEAD, RING_TAIL } from '../../src/shm/layout.js';
-import { type Cluster, startCluster, waitFor } from './harness.js';
+import { until } from '../until.js';
+import { type Cluster, startCluster } from './harness.js';
 
 const STOP_MS = 10_000;
 /** Tokens per request of the first wave: with 500 mask ids each (~2 KB of output ring per token), a
@@ -105,7 +106,7 @@ describe('a stopped API server', () => {
     const victim = before.get('ringserve-api-0')!;
     expect(victim).toBeGreaterThan(0);
     const first = Array.from({ length: 16 }, (_, i) => send(i, LONG));
-    const both = await waitFor(
+    const both = await until(
       () => [c.serverInFlight(0), c.serverInFlight(1)],
       ([a, b]) => a! >= 2 && b! >= 2,
     );
@@ -119,10 +120,10 @@ describe('a stopped API server', () => {
     try {
       // The engine fills the stopped server's ring up to what it can budget, then holds it.
       const capacity = c.region().params.outputRingBytes;
-      const used = await waitFor(
+      const used = await until(
         () => ringUsed(c, 0),
         (u) => u > capacity / 2,
-        STOP_MS,
+        { timeoutMs: STOP_MS },
       );
       expect(used).toBeGreaterThan(capacity / 2);
       // The sibling keeps serving: new requests (node:cluster hands new connections to the
@@ -135,7 +136,7 @@ describe('a stopped API server', () => {
         }),
       );
       for (const p of second) p.catch(() => {});
-      const served = await waitFor(
+      const served = await until(
         () => ({
           done: completedAt.filter((t) => t > stoppedAt).length,
           newDone,
@@ -143,7 +144,7 @@ describe('a stopped API server', () => {
           late: Date.now() - stoppedAt >= STOP_MS,
         }),
         (s) => s.done >= 3 && s.newDone >= 1 && s.idle && s.late,
-        STOP_MS + 20_000,
+        { timeoutMs: STOP_MS + 20_000 },
       );
       expect(served.newDone).toBeGreaterThanOrEqual(1);
       expect(served.done).toBeGreaterThanOrEqual(3);

@@ -11,8 +11,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { type GenerateResult, generate } from '../../src/client/index.js';
 import { expertAt, MirrorEngine } from '../engine/vllm/mirror/engine.js';
 import type { MirrorNixl } from '../engine/vllm/mirror/nixl.js';
+import { until } from '../until.js';
 import type { Cluster } from './harness.js';
-import { healthStatus, startBridgeCluster, until } from './vllm-engine-pair.js';
+import { healthStatus, startBridgeCluster } from './vllm-engine-pair.js';
 
 const PROMPT = Array.from({ length: 40 }, (_, i) => (i * 7 + 3) % 900);
 const engines: MirrorEngine[] = [];
@@ -42,7 +43,11 @@ async function pair(args: string[], nixl: Partial<MirrorNixl> = {}) {
   });
   engines.push(engine);
   await engine.connect(endpoint);
-  await until(async () => (await healthStatus(cluster)) === 200);
+  await until(
+    () => healthStatus(cluster),
+    (status) => status === 200,
+    { timeoutMs: 30_000 },
+  );
   return { cluster, engine };
 }
 

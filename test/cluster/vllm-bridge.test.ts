@@ -24,12 +24,15 @@ import {
   promptSum,
   tokenAt,
 } from '../engine/vllm/mirror/engine.js';
+import { until } from '../until.js';
 import { type Cluster, startCluster } from './harness.js';
 
 const PROMPT = [5, 17, 300, 42, 9, 77, 1];
 /** The mirror engine's vocabulary: tiny's 1000 ids. */
 const VOCAB = 1000;
 const engines: MirrorEngine[] = [];
+/** The bridge notices an engine (or its loss, by the 1 s ping) within a few seconds. */
+const BRIDGE_WAIT = { timeoutMs: 15_000 };
 
 afterEach(async () => {
   for (const e of engines.splice(0)) await e.close();
@@ -68,14 +71,6 @@ async function status(cluster: Cluster, path: string): Promise<number> {
   return res.statusCode;
 }
 
-async function until(what: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await what())) {
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
 async function attach(
   cluster: Cluster,
   endpoint: string,
@@ -92,7 +87,11 @@ async function attach(
   });
   engines.push(engine);
   await engine.connect(endpoint);
-  await until(async () => (await status(cluster, '/health')) === 200);
+  await until(
+    () => status(cluster, '/health'),
+    (code) => code === 200,
+    BRIDGE_WAIT,
+  );
   return engine;
 }
 
@@ -271,8 +270,7 @@ describe('serve --engine vllm', () => {
       const text = await res.body.text();
       return { status: res.statusCode, text };
     };
-    await until(async () => (await health()).text.includes('max_model_len'));
-    const h = await health();
+    const h = await until(health, (answer) => answer.text.includes('max_model_len'), BRIDGE_WAIT);
     expect(h.status).toBe(503);
     const error = (JSON.parse(h.text) as { error: { message: string; code: number } }).error;
     expect(error.code).toBe(503);
@@ -293,10 +291,18 @@ describe('serve --engine vllm', () => {
     const pending = generate(cluster.url, body(4000, { ignore_eos: true }), {
       signal: controller.signal,
     }).catch(() => null);
-    await until(() => engine.running === 1);
+    await until(
+      () => engine.running,
+      (n) => n === 1,
+      BRIDGE_WAIT,
+    );
     controller.abort();
     await pending;
-    await until(() => engine.aborts.length === 1 && engine.running === 0);
+    await until(
+      () => ({ aborts: engine.aborts.length, running: engine.running }),
+      (e) => e.aborts === 1 && e.running === 0,
+      BRIDGE_WAIT,
+    );
     expect(engine.aborts[0]).toBe(engine.adds[0]!.request.request_id);
 
     for (const path of ['/pause', '/resume', '/reset_prefix_cache']) {
@@ -348,7 +354,11 @@ describe('serve --engine vllm', () => {
       () => 0,
       (error: { status?: number }) => error.status ?? -1,
     );
-    await until(() => first.running === 1);
+    await until(
+      () => first.running,
+      (n) => n === 1,
+      BRIDGE_WAIT,
+    );
     first.close(); // silent, as SIGKILL: only the ping notices
     expect(await inFlight).toBe(503);
     expect(await status(cluster, '/health')).toBe(503);
@@ -361,10 +371,18 @@ describe('serve --engine vllm', () => {
       () => 0,
       (error: { status?: number }) => error.status ?? -1,
     );
-    await until(() => second.running === 1);
+    await until(
+      () => second.running,
+      (n) => n === 1,
+      BRIDGE_WAIT,
+    );
     await second.dieLoudly();
     expect(await again).toBe(503);
-    await until(async () => (await status(cluster, '/health')) === 503);
+    await until(
+      () => status(cluster, '/health'),
+      (code) => code === 503,
+      BRIDGE_WAIT,
+    );
     await attach(cluster, endpoint);
   });
 });

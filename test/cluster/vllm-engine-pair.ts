@@ -88,14 +88,3 @@ export async function healthStatus(server: { url: string }): Promise<number> {
   await res.body.dump();
   return res.statusCode;
 }
-
-export async function until(
-  what: () => Promise<boolean> | boolean,
-  timeoutMs = 30_000,
-): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await what())) {
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}

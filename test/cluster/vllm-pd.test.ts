@@ -11,6 +11,7 @@
 import { randomUUID } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { generate, generateStream } from '../../src/client/index.js';
+import { until } from '../until.js';
 import { type Cluster, startCluster } from './harness.js';
 import {
   body,
@@ -20,12 +21,7 @@ import {
   promptOf,
   startRouter,
 } from './pd-helpers.js';
-import {
-  healthStatus,
-  startBridgeCluster,
-  startHeadlessEngine,
-  until,
-} from './vllm-engine-pair.js';
+import { healthStatus, startBridgeCluster, startHeadlessEngine } from './vllm-engine-pair.js';
 
 const SIM = ['--model', 'tiny', '--seed', '11', '--max-speed', '--max-model-len', '8192'];
 const ENGINE = [...SIM, '--enable-return-sampling-mask'];
@@ -50,7 +46,11 @@ async function bridged(
 ): Promise<Cluster> {
   const { cluster, endpoint } = await startBridgeCluster([...BRIDGE, '--role', role]);
   startHeadlessEngine(endpoint, [...ENGINE, ...engineArgs], false, scope);
-  await until(async () => (await healthStatus(cluster)) === 200);
+  await until(
+    () => healthStatus(cluster),
+    (status) => status === 200,
+    { timeoutMs: 30_000 },
+  );
   return cluster;
 }
 

@@ -14,13 +14,9 @@ import { join } from 'node:path';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type GenerateResult, generate, generateStream } from '../../src/client/index.js';
+import { until } from '../until.js';
 import { type Cluster, startCluster } from './harness.js';
-import {
-  healthStatus,
-  startBridgeCluster,
-  startHeadlessEngine,
-  until,
-} from './vllm-engine-pair.js';
+import { healthStatus, startBridgeCluster, startHeadlessEngine } from './vllm-engine-pair.js';
 
 const SIM = ['--model', 'tiny', '--seed', '11', '--max-speed'];
 /** The headless engine's flags: the simulator's, and vLLM's engine-wide sampling masks. */
@@ -91,7 +87,11 @@ describe('serve --engine vllm + engine --vllm-protocol', () => {
   it('matches the in-process simulator for the same seeds, in every form, with 2 API servers', async () => {
     expect(await healthStatus(bridge)).toBe(503);
     startHeadlessEngine(endpoint, ENGINE);
-    await until(async () => (await healthStatus(bridge)) === 200);
+    await until(
+      () => healthStatus(bridge),
+      (status) => status === 200,
+      { timeoutMs: 30_000 },
+    );
     for (const seed of [1, 2, 3]) {
       const want = await allForms(sim.url, body(seed));
       const got = await allForms(bridge.url, body(seed));
@@ -118,10 +118,18 @@ describe('serve --engine vllm + engine --vllm-protocol', () => {
   it.each(['0.22', '0.26', '0.28', '0.29'])(
     'an engine speaking layout %s is detected and answers as the simulator does',
     async (version) => {
-      await until(async () => (await healthStatus(bridge)) === 503);
+      await until(
+        () => healthStatus(bridge),
+        (status) => status === 503,
+        { timeoutMs: 30_000 },
+      );
       const masks = version >= '0.28';
       startHeadlessEngine(endpoint, [...(masks ? ENGINE : SIM), '--vllm-version', version]);
-      await until(async () => (await healthStatus(bridge)) === 200);
+      await until(
+        () => healthStatus(bridge),
+        (status) => status === 200,
+        { timeoutMs: 30_000 },
+      );
       const b = body(20, masks ? {} : { return_sampling_mask: false });
       const want = arrays(await generate(sim.url, b));
       expect(arrays(await generate(bridge.url, b))).toEqual(want);
@@ -131,7 +139,11 @@ describe('serve --engine vllm + engine --vllm-protocol', () => {
 
   it('fails the request in flight with 503 when the engine is SIGKILLed, and takes a new one back', async () => {
     // The previous test's engine was killed after it: the bridge notices (ping), then a new one.
-    await until(async () => (await healthStatus(bridge)) === 503);
+    await until(
+      () => healthStatus(bridge),
+      (status) => status === 503,
+      { timeoutMs: 30_000 },
+    );
     // tiny's steps are ~1 ms, and an engine does not sleep a rest under 1 ms: at --speedup 1 the
     // 3000 tokens took under 300 ms on Node 24. At 0.02 a step is ~50 ms, 3000 of them ~150 s.
     const first = startHeadlessEngine(endpoint, [
@@ -139,7 +151,11 @@ describe('serve --engine vllm + engine --vllm-protocol', () => {
       '--speedup',
       '0.02',
     ]);
-    await until(async () => (await healthStatus(bridge)) === 200);
+    await until(
+      () => healthStatus(bridge),
+      (status) => status === 200,
+      { timeoutMs: 30_000 },
+    );
     const inFlight = generate(bridge.url, body(9, { max_tokens: 3000, ignore_eos: true })).then(
       () => 0,
       (error: { status?: number }) => error.status ?? -1,
@@ -149,15 +165,27 @@ describe('serve --engine vllm + engine --vllm-protocol', () => {
     expect(await inFlight).toBe(503);
     expect(await healthStatus(bridge)).toBe(503);
     startHeadlessEngine(endpoint, ENGINE);
-    await until(async () => (await healthStatus(bridge)) === 200);
+    await until(
+      () => healthStatus(bridge),
+      (status) => status === 200,
+      { timeoutMs: 30_000 },
+    );
     const want = arrays(await generate(sim.url, body(10)));
     expect(arrays(await generate(bridge.url, body(10)))).toEqual(want);
   });
   it('pause holds a request, resume finishes it, update_weights moves both paths to the same weights', async () => {
     // Each test's engine is killed after it: the bridge notices (ping), then this test's dials in.
-    await until(async () => (await healthStatus(bridge)) === 503);
+    await until(
+      () => healthStatus(bridge),
+      (status) => status === 503,
+      { timeoutMs: 30_000 },
+    );
     startHeadlessEngine(endpoint, ENGINE);
-    await until(async () => (await healthStatus(bridge)) === 200);
+    await until(
+      () => healthStatus(bridge),
+      (status) => status === 200,
+      { timeoutMs: 30_000 },
+    );
     // Paused, a request makes no progress (its HTTP answer does not come); resumed, it completes
     // with the tokens it would have had.
     const paused = await request(`${bridge.url}/pause`, { method: 'POST' });

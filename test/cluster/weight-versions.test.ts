@@ -9,8 +9,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generate, generateStream } from '../../src/client/index.js';
 import { STAT_RUNNING, STAT_WEIGHT_VERSION } from '../../src/shm/layout.js';
+import { until } from '../until.js';
 import { choice, genBody, post, sleep, weightDir } from './control-helpers.js';
-import { type Cluster, startCluster, waitFor } from './harness.js';
+import { type Cluster, startCluster } from './harness.js';
 
 describe('weight_versions (real-time engine)', () => {
   let cluster: Cluster;
@@ -44,7 +45,7 @@ describe('weight_versions (real-time engine)', () => {
     const prompt = [2, 7, 1, 8, 2, 8];
     // Streamed, so the per-event slices are exercised too; ~10 ms a token, 3 s in all.
     const done = generateStream(cluster.url, genBody(300, 2718, prompt)).collect();
-    await waitFor(
+    await until(
       () => cluster.engineStat(STAT_RUNNING),
       (n) => n === 1,
     );

@@ -22,6 +22,7 @@ import {
 } from '../../src/wire/messages.js';
 import { type EngineRequest, FinishReason } from '../../src/wire/types.js';
 import { key, prompt, request, runAll, tinyConfig } from '../sim/helpers.js';
+import { until } from '../until.js';
 import { testRegion, unlinkTestRegions } from './helpers.js';
 
 const OUTPUT_RING = 1 << 16;
@@ -137,14 +138,8 @@ function ringUsed(r: Running, k: number): number {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function until(what: string, ok: () => boolean, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!ok()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
-
+/** The loop runs in this process: polled every 5 ms, for at most 20 s. */
+const SOON = { timeoutMs: 20_000, intervalMs: 5 };
 const finished = (answers: Map<number, Answer>): number =>
   [...answers.values()].filter((a) => a.finish !== FinishReason.None).length;
 
@@ -154,10 +149,14 @@ describe('CoreLoop with an API server that does not drain its output ring', () =
     const stopped = new Map<number, Answer>();
     const served = new Map<number, Answer>();
     for (const req of [...requests(0), ...requests(1)]) send(r, req);
-    await until('server 1 to complete', () => {
-      drain(r, 1, served);
-      return finished(served) === SLOTS;
-    });
+    await until(
+      () => {
+        drain(r, 1, served);
+        return finished(served);
+      },
+      (n) => n === SLOTS,
+      { ...SOON, what: 'server 1 to complete' },
+    );
     // Server 0's ring filled up to the hold and stayed there; nothing of it was dropped.
     expect(ringUsed(r, 0)).toBeGreaterThan(OUTPUT_RING / 2);
     expect(r.gone).toEqual([]);
@@ -170,10 +169,14 @@ describe('CoreLoop with an API server that does not drain its output ring', () =
     // A request of the held server is aborted meanwhile: its confirmation waits too.
     sendAbort(r, 0, 3);
     await sleep(20);
-    await until('server 0 to complete once drained', () => {
-      drain(r, 0, stopped);
-      return finished(stopped) === SLOTS;
-    });
+    await until(
+      () => {
+        drain(r, 0, stopped);
+        return finished(stopped);
+      },
+      (n) => n === SLOTS,
+      { ...SOON, what: 'server 0 to complete once drained' },
+    );
     const expected = runAll(tinyConfig(), [...requests(0), ...requests(1)]);
     for (let slot = 0; slot < SLOTS; slot++) {
       expect(served.get(slot)?.tokens).toEqual(expected.get(key(1, slot))?.tokens);
@@ -190,20 +193,36 @@ describe('CoreLoop with an API server that does not drain its output ring', () =
   it('drops the requests of a held server whose consumer is gone, and goes on', async () => {
     const r = start();
     for (const req of requests(0)) send(r, req);
-    await until('server 0 to be held', () => ringUsed(r, 0) > OUTPUT_RING / 2);
+    await until(
+      () => ringUsed(r, 0),
+      (used) => used > OUTPUT_RING / 2,
+      { ...SOON, what: 'server 0 to be held' },
+    );
     await sleep(20);
     expect(r.gone).toEqual([]);
     r.consumers[0]!.detach();
-    await until('server 0 to be found gone', () => r.gone.length > 0);
+    await until(
+      () => r.gone.length,
+      (n) => n > 0,
+      { ...SOON, what: 'server 0 to be found gone' },
+    );
     expect(r.gone).toEqual([0]);
-    await until('its blocks to be freed', () => r.engine.stats().running === 0);
+    await until(
+      () => r.engine.stats().running,
+      (n) => n === 0,
+      { ...SOON, what: 'its blocks to be freed' },
+    );
     expect(r.engine.numFreeBlocks).toBe(r.engine.config.numGpuBlocks);
     // The other server is served as before.
     const served = new Map<number, Answer>();
     for (const req of requests(1)) send(r, req);
-    await until('server 1 to complete', () => {
-      drain(r, 1, served);
-      return finished(served) === SLOTS;
-    });
+    await until(
+      () => {
+        drain(r, 1, served);
+        return finished(served);
+      },
+      (n) => n === SLOTS,
+      { ...SOON, what: 'server 1 to complete' },
+    );
   });
 });

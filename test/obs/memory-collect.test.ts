@@ -13,7 +13,7 @@ import {
 } from '../../src/obs/memory-collect.js';
 import { PackerPool } from '../../src/server/main/packer-pool.js';
 import { makeHarness } from '../server/output/harness.js';
-import { until } from '../shm/helpers.js';
+import { until } from '../until.js';
 
 const FIXTURE = new URL('./fixtures/memory-collect-worker.mjs', import.meta.url);
 const MB = 1024 * 1024;
@@ -51,7 +51,11 @@ describe('collecting in every thread of a process', () => {
     pools.push(
       new PackerPool({ metaSab: h.meta.sab, accSab: h.acc.sab, arenaSab: h.arena.sab, threads: 2 }),
     );
-    await until(() => collect.threads === 4, 10_000, 'the packers to answer');
+    await until(
+      () => collect.threads,
+      (n) => n === 4,
+      { intervalMs: 5, what: 'the packers to answer' },
+    );
     await new Promise((r) => setTimeout(r, 300));
 
     const before = await heapOf(timer);
@@ -92,7 +96,11 @@ describe('collecting in every thread of a process', () => {
     const report = await collect.collect();
     expect(report).toMatchObject({ threads: 0, threadsAnswered: 0 });
     expect(report.ms).toBeLessThan(ANSWER_TIMEOUT_MS);
-    await until(() => collect.threads === 1, 5_000, 'the late thread to count itself');
+    await until(
+      () => collect.threads,
+      (n) => n === 1,
+      { timeoutMs: 5_000, intervalMs: 5, what: 'the late thread to count itself' },
+    );
     const next = await collect.collect();
     expect(next).toMatchObject({ threads: 1, threadsAnswered: 1 });
     expect(next.ms).toBeLessThan(ANSWER_TIMEOUT_MS);

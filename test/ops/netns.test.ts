@@ -25,6 +25,7 @@ import { afterAll, expect, it } from 'vitest';
 import { analyze, type FaultTimes } from '../../ops/netns/failover-report.js';
 import { serverStates } from '../../ops/netns/haproxy-socket.js';
 import type { LoadResult } from '../../ops/netns/load.js';
+import { until } from '../until.js';
 import { dashboardMetricNames, exposedNames } from './dashboard-names.js';
 
 const run = promisify(execFile);
@@ -74,13 +75,12 @@ async function waitState(
   accept: (state: string) => boolean,
   timeoutMs: number,
 ): Promise<number> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const state = (await serverStates(socket, BACKEND)).get(server) ?? 'absent';
-    if (accept(state)) return Date.now();
-    if (Date.now() > deadline) throw new Error(`${server} still ${state} after ${timeoutMs} ms`);
-    await sleep(100);
-  }
+  await until(async () => (await serverStates(socket, BACKEND)).get(server) ?? 'absent', accept, {
+    timeoutMs,
+    intervalMs: 100,
+    what: `${server} to pass ${accept.name} in HAProxy's view`,
+  });
+  return Date.now();
 }
 
 /** How many tokens the long request generates: about 10 s at the nodes' modelled step time. */

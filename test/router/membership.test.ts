@@ -5,6 +5,7 @@
  * they do); the last instance of a role stays; /liveness and /metrics show the members.
  */
 import { describe, expect, it } from 'vitest';
+import { until } from '../until.js';
 import { deadUrl, fakeInstance, gate, testRouter } from './fake-instances.js';
 
 const COMPLETION = { prompt: 'x', max_tokens: 2 };
@@ -22,11 +23,6 @@ async function decodeInstance(hold?: Promise<void>) {
 async function prefillInstance() {
   return fakeInstance({ '/v1/completions': async () => ({ kv_transfer_params: null }) });
 }
-
-const until = async (done: () => boolean): Promise<void> => {
-  for (let i = 0; i < 200 && !done(); i++) await new Promise((r) => setTimeout(r, 10));
-  expect(done()).toBe(true);
-};
 
 describe('instances added and removed while serving', () => {
   it('adds an instance once its health check passes; one that fails takes no traffic', async () => {
@@ -71,7 +67,10 @@ describe('instances added and removed while serving', () => {
     const { app, decode } = testRouter([prefill.url], [slow.url, other.url]);
     // Held on `slow` (least outstanding: the first listed of two idle instances).
     const held = [app.inject({ method: 'POST', url: '/v1/completions', payload: COMPLETION })];
-    await until(() => decode.find(slow.url)?.outstanding === 1);
+    await until(
+      () => decode.find(slow.url)?.outstanding,
+      (n) => n === 1,
+    );
     let removed = false;
     const removal = app
       .inject({ method: 'DELETE', url: '/instances', payload: { role: 'decode', url: slow.url } })
@@ -79,7 +78,10 @@ describe('instances added and removed while serving', () => {
         removed = true;
         return r;
       });
-    await until(() => decode.find(slow.url)?.draining === true);
+    await until(
+      () => decode.find(slow.url)?.draining,
+      (draining) => draining === true,
+    );
     // Sessions too: those whose choice is `slow` go to `other` while it drains.
     for (let i = 0; i < 5; i++) {
       const res = await app.inject({
@@ -114,7 +116,10 @@ describe('instances added and removed while serving', () => {
       drainTimeoutMs: 200,
     });
     const held = app.inject({ method: 'POST', url: '/v1/completions', payload: COMPLETION });
-    await until(() => decode.find(slow.url)?.outstanding === 1);
+    await until(
+      () => decode.find(slow.url)?.outstanding,
+      (n) => n === 1,
+    );
     const del = { method: 'DELETE' as const, url: `/instances?role=decode&url=${slow.url}` };
     const res = await app.inject(del);
     expect(res.statusCode).toBe(503);

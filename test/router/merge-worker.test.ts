@@ -12,6 +12,7 @@ import { MergePool } from '../../src/router/merge-pool.js';
 import { buildRouterApp } from '../../src/router/router-app.js';
 import { RouterMetrics } from '../../src/router/router-metrics.js';
 import { UpstreamPool } from '../../src/router/upstreams.js';
+import { until } from '../until.js';
 import {
   type Canned,
   decodeColumns,
@@ -25,6 +26,8 @@ import {
 } from './pd-fakes.js';
 
 const open: { close(): Promise<unknown> }[] = [];
+/** The merge threads and fakes run in this process: polled every 5 ms. */
+const SOON = { intervalMs: 5 };
 afterEach(async () => {
   for (const s of open.splice(0).reverse()) await s.close();
 });
@@ -159,19 +162,35 @@ describe('router merge threads', () => {
     open.push(merge);
     const c = { tokens: 50 };
     const r = await routed(c, 5, merge);
-    await until(() => merge.threads.length === 2);
+    await until(
+      () => merge.threads.length,
+      (n) => n === 2,
+      SOON,
+    );
     let release = (): void => {};
     r.decode.hold = new Promise<void>((resolve) => {
       release = resolve;
     });
     // Lane 0 then lane 1 (fewest open): both decoded their prefill answer, both wait for decode.
     const first = post(r.url, body(), 'on-lane-0');
-    await until(() => r.decode.bodies.length === 1);
+    await until(
+      () => r.decode.bodies.length,
+      (n) => n === 1,
+      SOON,
+    );
     const second = post(r.url, body(), 'on-lane-1');
-    await until(() => r.decode.bodies.length === 2);
+    await until(
+      () => r.decode.bodies.length,
+      (n) => n === 2,
+      SOON,
+    );
     const dead = merge.threads[0]!;
     await dead.terminate();
-    await until(() => merge.threads.length === 2 && !merge.threads.includes(dead));
+    await until(
+      () => merge.threads,
+      (threads) => threads.length === 2 && !threads.includes(dead),
+      { ...SOON, what: 'a new thread in place of the dead one' },
+    );
     r.decode.hold = null;
     release();
     const [lost, kept] = await Promise.all([first, second]);
@@ -198,7 +217,11 @@ describe('router merge threads', () => {
     open.push(merge);
     const c = { tokens: 30 };
     const r = await routed(c, 5, merge);
-    await until(() => merge.threads.length === 1);
+    await until(
+      () => merge.threads.length,
+      (n) => n === 1,
+      SOON,
+    );
     let sent = 0;
     let resume = (): void => {};
     r.decode.between = async () => {
@@ -209,10 +232,18 @@ describe('router merge threads', () => {
       });
     };
     const streamed = post(r.url, body({ stream: true }), 'id-cut');
-    await until(() => sent === 2);
+    await until(
+      () => sent,
+      (n) => n === 2,
+      SOON,
+    );
     const dead = merge.threads[0]!;
     await dead.terminate();
-    await until(() => merge.threads.length === 1 && !merge.threads.includes(dead));
+    await until(
+      () => merge.threads,
+      (threads) => threads.length === 1 && !threads.includes(dead),
+      { ...SOON, what: 'a new thread in place of the dead one' },
+    );
     resume();
     const res = await streamed;
     const events = res.bytes
@@ -228,11 +259,3 @@ describe('router merge threads', () => {
     for (const e of events.slice(0, -2)) expect(whole).toContain(e);
   });
 });
-
-async function until(check: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > end) throw new Error('timed out waiting');
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}

@@ -12,6 +12,7 @@ import type { GenerateResponseColumns } from '../../src/protocol/response-column
 import { buildRouterApp } from '../../src/router/router-app.js';
 import { RouterMetrics } from '../../src/router/router-metrics.js';
 import { UpstreamPool } from '../../src/router/upstreams.js';
+import { until } from '../until.js';
 
 const encoder = new GenerateResponseEncoder();
 const open: { close(): Promise<unknown> }[] = [];
@@ -149,11 +150,11 @@ describe('router app', () => {
     const deadUrl = await closed.listen({ host: '127.0.0.1', port: 0 });
     await closed.close();
     const app = await router(deadUrl, await fakeInstance(200, {}), true);
-    let status = 200;
-    for (let i = 0; i < 50 && status === 200; i++) {
-      await new Promise((r) => setTimeout(r, 20));
-      status = (await app.inject({ method: 'GET', url: '/health' })).statusCode;
-    }
+    const status = await until(
+      async () => (await app.inject({ method: 'GET', url: '/health' })).statusCode,
+      (code) => code !== 200,
+      { what: '/health to stop answering 200' },
+    );
     expect(status).toBe(503);
     const res = await generate(app);
     expect(res.statusCode).toBe(503);

@@ -5,6 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { testRunId } from '../test-run.js';
+import { until as pollUntil } from '../until.js';
 
 /** A region name of this test run (test/test-run.ts finds what a run left by its id). */
 export function uniqueRegionName(tag: string): string {
@@ -74,16 +75,16 @@ export async function stopFixture(fixture: Fixture | undefined): Promise<void> {
   await exited;
 }
 
-/** Polls `condition` every few ms until it holds, or throws after `timeoutMs`. */
+/**
+ * The old form of `until` (test/until.ts), kept for the test/server/** files that import it from
+ * here: polls `condition` every 5 ms, throws after `timeoutMs` naming `what`. New tests use
+ * test/until.ts.
+ * @deprecated use `until` of test/until.ts.
+ */
 export async function until(
   condition: () => boolean,
   timeoutMs: number,
   what: string,
 ): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline)
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
+  await pollUntil(condition, (holds) => holds, { timeoutMs, intervalMs: 5, what });
 }

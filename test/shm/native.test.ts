@@ -8,7 +8,8 @@ import {
   FUTEX_WOKEN,
   shmAddon,
 } from '../../src/shm/native.js';
-import { type Fixture, startFixture, stopFixture, uniqueRegionName, until } from './helpers.js';
+import { until } from '../until.js';
+import { type Fixture, startFixture, stopFixture, uniqueRegionName } from './helpers.js';
 
 const addon = shmAddon();
 const created: string[] = [];
@@ -165,14 +166,10 @@ describe('native addon', () => {
     fixture = startFixture('shm-futex-waiter.mjs', [name, '20000']);
     await fixture.waitFor('ready', 10_000);
     // The waiter announced itself just before entering the futex: wake until one is woken.
-    let woken = 0;
     await until(
-      () => {
-        woken = addon.futexWake(words, 0, 1);
-        return woken === 1;
-      },
-      10_000,
-      'the waiter to block on the futex',
+      () => addon.futexWake(words, 0, 1),
+      (woken) => woken === 1,
+      { intervalMs: 5, what: 'the waiter to block on the futex' },
     );
     const done = await fixture.waitFor('done', 10_000);
     expect(done.result).toBe(FUTEX_WOKEN);

@@ -12,7 +12,11 @@ import {
   ControlResult,
   ControlServer,
 } from '../../src/wire/control-channel.js';
-import { uniqueRegionName, until } from '../shm/helpers.js';
+import { uniqueRegionName } from '../shm/helpers.js';
+import { until } from '../until.js';
+
+/** A command reaches the engine within microseconds; polled often, as a caller may time out at 100 ms. */
+const SOON = { timeoutMs: 2_000, intervalMs: 5 };
 
 describe('control channel', () => {
   let region: Region;
@@ -32,7 +36,11 @@ describe('control channel', () => {
       null,
       5_000,
     );
-    await until(() => engine.hasPending(), 2_000, 'the command');
+    await until(
+      () => engine.hasPending(),
+      (held) => held,
+      { ...SOON, what: 'the command' },
+    );
     const command = engine.pending()!;
     expect(command.code).toBe(ControlCommand.UpdateWeights);
     expect(command.server).toBe(3);
@@ -55,7 +63,11 @@ describe('control channel', () => {
     expect(engine.pending()).toBeNull();
     expect(engine.hasPending()).toBe(false);
     const reply = client.call(ControlCommand.Resume, [], null, 5_000);
-    await until(() => engine.hasPending(), 2_000, 'the resume');
+    await until(
+      () => engine.hasPending(),
+      (held) => held,
+      { ...SOON, what: 'the resume' },
+    );
     expect(engine.pending()!.code).toBe(ControlCommand.Resume);
     engine.complete(ControlResult.Ok, 7);
     expect(await reply).toEqual({ code: ControlResult.Ok, value: 7, text: '' });
@@ -64,7 +76,11 @@ describe('control channel', () => {
   it('a late answer to a command the engine had taken is not taken for the next one', async () => {
     const engine = new ControlServer(region);
     const first = new ControlClient(region, 0).call(ControlCommand.Pause, [], null, 100);
-    await until(() => engine.hasPending(), 2_000, 'the pause');
+    await until(
+      () => engine.hasPending(),
+      (held) => held,
+      { ...SOON, what: 'the pause' },
+    );
     expect(engine.pending()!.code).toBe(ControlCommand.Pause);
     // The engine stalls with the pause in hand; its caller gives up, another one calls.
     await expect(first).rejects.toMatchObject({ code: 'RS_ERR_CONTROL_TIMEOUT' });
@@ -76,7 +92,11 @@ describe('control channel', () => {
     );
     await new Promise((r) => setTimeout(r, 20));
     engine.complete(ControlResult.Ok, 111); // the pause's answer
-    await until(() => engine.hasPending(), 2_000, 'the update');
+    await until(
+      () => engine.hasPending(),
+      (held) => held,
+      { ...SOON, what: 'the update' },
+    );
     const command = engine.pending()!;
     expect(command.code).toBe(ControlCommand.UpdateWeights);
     expect(command.args[0]).toBe(9);
@@ -87,7 +107,11 @@ describe('control channel', () => {
   it('a restarted engine answers the command its predecessor left as failed', async () => {
     const dead = new ControlServer(region);
     const reply = new ControlClient(region, 0).call(ControlCommand.Pause, [], null, 5_000);
-    await until(() => dead.hasPending(), 2_000, 'the pause');
+    await until(
+      () => dead.hasPending(),
+      (held) => held,
+      { ...SOON, what: 'the pause' },
+    );
     dead.pending();
     const restarted = new ControlServer(region);
     expect(await reply).toEqual({ code: ControlResult.Failed, value: 0, text: '' });
@@ -98,7 +122,11 @@ describe('control channel', () => {
     const engine = new ControlServer(region);
     const client = new ControlClient(region, 0);
     const reply = client.call(ControlCommand.LoadLora, [], 'x', 5_000);
-    await until(() => engine.hasPending(), 2_000, 'the load');
+    await until(
+      () => engine.hasPending(),
+      (held) => held,
+      { ...SOON, what: 'the load' },
+    );
     engine.pending();
     engine.complete(ControlResult.NotFound, 0, "no adapter at '/w/é' (adapter_config.json)");
     expect(await reply).toEqual({
@@ -107,7 +135,11 @@ describe('control channel', () => {
       text: "no adapter at '/w/é' (adapter_config.json)",
     });
     const long = client.call(ControlCommand.LoadLora, [], 'x', 5_000);
-    await until(() => engine.hasPending(), 2_000, 'the second load');
+    await until(
+      () => engine.hasPending(),
+      (held) => held,
+      { ...SOON, what: 'the second load' },
+    );
     engine.pending();
     engine.complete(ControlResult.Failed, 0, 'é'.repeat(CTL_REPLY_CAPACITY));
     const text = (await long).text;
@@ -120,7 +152,11 @@ describe('control channel', () => {
     Atomics.store(region.i32, CTL_LOCK >> 2, Number(gone.stdout.toString()));
     const engine = new ControlServer(region);
     const reply = new ControlClient(region, 0).call(ControlCommand.Resume, [], null, 5_000);
-    await until(() => engine.hasPending(), 2_000, 'the resume');
+    await until(
+      () => engine.hasPending(),
+      (held) => held,
+      { ...SOON, what: 'the resume' },
+    );
     engine.pending();
     engine.complete(ControlResult.Ok, 0);
     expect((await reply).code).toBe(ControlResult.Ok);

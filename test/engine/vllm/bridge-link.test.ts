@@ -14,6 +14,7 @@ import { parseEngineNote } from '../../../src/wire/engine-note.js';
 import { getModelCard } from '../../../src/wire/model-card.js';
 import { RejectReason } from '../../../src/wire/reject.js';
 import { type EngineRequest, FinishReason } from '../../../src/wire/types.js';
+import { until } from '../../until.js';
 import { Ext, f64, pack } from './mirror/codec.js';
 import {
   logprobAt,
@@ -35,13 +36,8 @@ afterEach(async () => {
   }
 });
 
-async function until(what: () => boolean, timeoutMs = 5_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!what()) {
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
+/** The link and the mirror run in this process: polled every 5 ms, for at most 5 s. */
+const SOON = { timeoutMs: 5_000, intervalMs: 5 };
 
 /** A bridge whose link a mirror engine of `era` dialled; `ready` waits for its READY. */
 async function linked(era: Era, engine: Partial<MirrorEngineOptions> = {}, ready = true) {
@@ -67,7 +63,12 @@ async function linked(era: Era, engine: Partial<MirrorEngineOptions> = {}, ready
   });
   open.push({ link, engine: mirror });
   await mirror.connect(endpoint);
-  if (ready) await until(() => bridge.ready);
+  if (ready)
+    await until(
+      () => bridge.ready,
+      (ready) => ready,
+      { ...SOON, what: 'the bridge to be ready' },
+    );
   return { bridge, mirror, logs, rows: new Rows(bridge) };
 }
 
@@ -126,10 +127,14 @@ class Rows {
 
   /** Steps the bridge until `slot` has finished. */
   async finished(slot: number, timeoutMs = 5_000): Promise<void> {
-    await until(() => {
-      this.step();
-      return this.of(slot).finish !== FinishReason.None;
-    }, timeoutMs);
+    await until(
+      () => {
+        this.step();
+        return this.of(slot).finish;
+      },
+      (finish) => finish !== FinishReason.None,
+      { ...SOON, timeoutMs, what: `slot ${slot} to finish` },
+    );
   }
 
   step(): void {
@@ -174,7 +179,11 @@ describe('VllmBridgeLink against an independent engine', () => {
 
   it('refuses an engine whose registration lacks max_model_len, saying what it saw', async () => {
     const { bridge } = await linked('0.29', { registration: { max_model_len: undefined } }, false);
-    await until(() => parseEngineNote(bridge.note).reason?.includes('max_model_len') === true);
+    await until(
+      () => parseEngineNote(bridge.note).reason,
+      (r) => r?.includes('max_model_len') === true,
+      SOON,
+    );
     const reason = parseEngineNote(bridge.note).reason!;
     expect(reason).toMatch(/registration did not decode/);
     expect(reason).toMatch(/keys: num_gpu_blocks/);
@@ -185,7 +194,11 @@ describe('VllmBridgeLink against an independent engine', () => {
   it('refuses an engine whose EngineCoreOutput has an element count no layout has', async () => {
     const { bridge, mirror } = await linked('0.29', { stepMs: 60_000 });
     bridge.add(request(0, 50));
-    await until(() => mirror.adds.length === 1);
+    await until(
+      () => mirror.adds.length,
+      (n) => n === 1,
+      SOON,
+    );
     const id = mirror.adds[0]!.request.request_id;
     const body = pack([
       0,
@@ -198,7 +211,11 @@ describe('VllmBridgeLink against an independent engine', () => {
       null,
     ]);
     await mirror.sendRaw([body]);
-    await until(() => !bridge.ready);
+    await until(
+      () => bridge.ready,
+      (ready) => !ready,
+      { ...SOON, what: 'the bridge to drop the link' },
+    );
     expect(parseEngineNote(bridge.note).reason).toMatch(/EngineCoreOutput has 15 fields; layouts:/);
   });
 
@@ -206,7 +223,11 @@ describe('VllmBridgeLink against an independent engine', () => {
     const { bridge, mirror, rows } = await linked('0.33', { stepMs: 20 });
     bridge.add(request(0, 400));
     bridge.add(request(1, 6));
-    await until(() => mirror.adds.length === 2);
+    await until(
+      () => mirror.adds.length,
+      (n) => n === 2,
+      SOON,
+    );
     const [a, b] = mirror.adds.map((x) => x.request.request_id);
     // An output for request 0 with finish reason 9, which no vLLM sends.
     const bad = [a, [7], ...Array(16).fill(null)];
@@ -217,7 +238,11 @@ describe('VllmBridgeLink against an independent engine', () => {
       finish: FinishReason.Error,
       reject: RejectReason.EngineFailed,
     });
-    await until(() => mirror.aborts.includes(a!));
+    await until(
+      () => mirror.aborts,
+      (aborts) => aborts.includes(a!),
+      SOON,
+    );
     await rows.finished(1);
     expect(rows.of(1)).toMatchObject({ tokens: tokens(6), finish: FinishReason.Length });
     expect(bridge.ready).toBe(true);
@@ -228,7 +253,11 @@ describe('VllmBridgeLink against an independent engine', () => {
   it('a message that breaks off fails the requests it names; others, and the link, go on', async () => {
     const { bridge, mirror, rows } = await linked('0.33', { stepMs: 20 });
     for (const slot of [0, 1, 2]) bridge.add(request(slot, slot === 2 ? 6 : 400));
-    await until(() => mirror.adds.length === 3);
+    await until(
+      () => mirror.adds.length,
+      (n) => n === 3,
+      SOON,
+    );
     const [a, b] = mirror.adds.map((x) => x.request.request_id);
     const whole = pack([
       0,
@@ -257,7 +286,11 @@ describe('VllmBridgeLink against an independent engine', () => {
   it('costs nothing: uint8 and =u1 dtype spellings, a 64-bit integer in a skipped field, a longer utility result', async () => {
     const { bridge, mirror, rows } = await linked('0.33', { stepMs: 50_000 });
     bridge.add(request(0, 2));
-    await until(() => mirror.adds.length === 1);
+    await until(
+      () => mirror.adds.length,
+      (n) => n === 1,
+      SOON,
+    );
     const id = mirror.adds[0]!.request.request_id;
     const out = [id, [5], ...Array(16).fill(null)];
     out[7] = [{ type: 1, timestamp: f64(1), extra: 2n ** 64n - 1n }]; // events: skipped

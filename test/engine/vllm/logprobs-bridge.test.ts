@@ -17,6 +17,7 @@ import { OutputView } from '../../../src/engine/vllm/outputs-reader.js';
 import { getModelCard } from '../../../src/wire/model-card.js';
 import { RejectReason } from '../../../src/wire/reject.js';
 import { type EngineRequest, FinishReason, type SamplingParams } from '../../../src/wire/types.js';
+import { until } from '../../until.js';
 import * as m from './mirror/codec.js';
 import {
   logprobRow,
@@ -40,13 +41,8 @@ afterEach(async () => {
   }
 });
 
-async function until(what: () => boolean, timeoutMs = 5_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!what()) {
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
+/** The link and the mirror run in this process: polled every 5 ms, for at most 5 s. */
+const SOON = { timeoutMs: 5_000, intervalMs: 5 };
 
 function params(over: Partial<SamplingParams> = {}): SamplingParams {
   return {
@@ -174,16 +170,24 @@ async function linked(era: m.Era, engine: Partial<MirrorEngineOptions> = {}) {
   const mirror = new MirrorEngine({ era, vocab: VOCAB, stepMs: 2, ...engine });
   open.push({ link, engine: mirror });
   await mirror.connect(endpoint);
-  await until(() => bridge.ready);
+  await until(
+    () => bridge.ready,
+    (ready) => ready,
+    { ...SOON, what: 'the bridge to be ready' },
+  );
   const rows = new Rows();
   const out = new StepOutputs(64);
   const finished = (slot: number) =>
-    until(() => {
-      out.clear();
-      bridge.step(out);
-      rows.take(out);
-      return rows.of(slot).finish !== FinishReason.None;
-    });
+    until(
+      () => {
+        out.clear();
+        bridge.step(out);
+        rows.take(out);
+        return rows.of(slot).finish;
+      },
+      (finish) => finish !== FinishReason.None,
+      { ...SOON, what: `slot ${slot} to finish` },
+    );
   return { bridge, mirror, rows, finished, errors };
 }
 
@@ -259,7 +263,11 @@ describe('the bridge against a mirror engine: prompt logprobs it cannot take', (
     const { bridge, mirror, rows, finished, errors } = await linked(era, { stepMs: 20 });
     bridge.add(request(0, PROMPT, { promptLogprobs: 1, maxTokens: 400 }));
     bridge.add(request(1, OTHER, { promptLogprobs: 1, maxTokens: 3 }));
-    await until(() => mirror.adds.length === 2);
+    await until(
+      () => mirror.adds.length,
+      (n) => n === 2,
+      SOON,
+    );
     const [a] = mirror.adds.map((x) => x.request.request_id);
     const frames: m.Frames = { aux: [] };
     const bad: unknown[] = m.OUTPUT_FIELDS[era].map((f) => (f === 'num_nans_in_logits' ? 0 : null));
@@ -281,7 +289,11 @@ describe('the bridge against a mirror engine: prompt logprobs it cannot take', (
     expect(errors.map((e) => (e as { param?: string }).param)).toContain(
       'new_prompt_logprobs_tensors.logprob_token_ids',
     );
-    await until(() => mirror.aborts.includes(a!));
+    await until(
+      () => mirror.aborts,
+      (aborts) => aborts.includes(a!),
+      SOON,
+    );
     await finished(1);
     expect(rows.of(1)).toMatchObject({
       finish: FinishReason.Length,
@@ -296,7 +308,11 @@ describe('the bridge against a mirror engine: prompt logprobs it cannot take', (
     const era = '0.26';
     const { bridge, mirror, rows, finished } = await linked(era, { stepMs: 60_000 });
     bridge.add(request(0, OTHER, { promptLogprobs: 0 }));
-    await until(() => mirror.adds.length === 1);
+    await until(
+      () => mirror.adds.length,
+      (n) => n === 1,
+      SOON,
+    );
     const frames = m.encodeOutputs(era, {
       outputs: [
         {

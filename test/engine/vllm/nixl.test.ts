@@ -16,6 +16,7 @@ import {
 } from '../../../src/engine/vllm/headless/nixl-connector.js';
 import { encodeKvParams } from '../../../src/engine/vllm/kv-params.js';
 import { FinishReason } from '../../../src/wire/types.js';
+import { until } from '../../until.js';
 
 const LOG = { warn: () => {} };
 const opened: NixlConnector[] = [];
@@ -154,7 +155,12 @@ describe('NixlConnector', () => {
     expect(await decode.load({ ...plan, blockIds: [[7, 8]] })).toMatchObject({ ok: false });
     expect(await decode.load(plan)).toEqual({ ok: true, numTokens: 40 });
     decode.done(plan);
-    await expect.poll(() => holder.released).toEqual([42]);
+    const released = await until(
+      () => holder.released,
+      (ids) => ids.length > 0,
+      { what: 'the prefill blocks to be released' },
+    );
+    expect(released).toEqual([42]);
     const again = await decode.load(plan);
     expect(again).toMatchObject({ ok: false, why: expect.stringMatching(/holds no KV/) });
     // Nothing listens there: a failed load, well within its bound.
