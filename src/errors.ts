@@ -560,6 +560,38 @@ export function toRingserveError(err: unknown): RingserveError {
   return out;
 }
 
+/**
+ * A coded error as plain data: what crosses between threads (a packer's or the tokenizer thread's
+ * failed task, the output worker's error message). A thrown Error reaches another thread through
+ * structured clone without its own fields (code, statusCode, param), so every crossing sends this
+ * (errorToData) and rebuilds the error on the other side (errorFromData).
+ */
+export interface ErrorData {
+  code: string;
+  message: string;
+  statusCode: number;
+  param: string | null;
+}
+
+/** Any thrown value as plain data, mapped as toRingserveError maps it. */
+export function errorToData(err: unknown): ErrorData {
+  const e = toRingserveError(err);
+  return { code: e.code, message: e.message, statusCode: e.statusCode, param: e.param };
+}
+
+/**
+ * The coded error back from its data: an instance of its code's constructor where this thread has
+ * it registered (so `instanceof RS_ERR_X` holds as on the thread that threw), else a RingserveError;
+ * code, message, status and param as sent.
+ */
+export function errorFromData(data: ErrorData): RingserveError {
+  const args = [data.code, data.message, data.statusCode, data.param];
+  const known = constructors.get(data.code);
+  return known === undefined
+    ? new RingserveError(data.code, data.message, data.statusCode, data.param)
+    : Reflect.construct(RingserveError, args, known);
+}
+
 /** The contract's error body for any thrown value (see toRingserveError for the mapping). */
 export function toErrorBody(err: unknown): ErrorBody {
   const e = toRingserveError(err);

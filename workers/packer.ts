@@ -4,31 +4,22 @@
 // keeps its encoder's buffers between tasks, gives their pages back once it has been idle for
 // 10 s (writer-scratch.ts), and runs below the main thread's priority.
 import { move, workerData } from 'piscina';
-import { toRingserveError } from '../src/errors.js';
+import { errorToData } from '../src/errors.js';
 import { answerMemoryCollect } from '../src/obs/memory-collect.js';
 import { startThreadHealth } from '../src/obs/thread-health-share.js';
 import { ResponsePacker } from '../src/server/packer/pack.js';
-import { tokenByteSource } from '../src/server/shared/detokenizer.js';
-import type { PackerWorkerData, PackFailure, PackTask } from '../src/server/shared/pack-task.js';
+import { tokenBytesFor } from '../src/server/shared/detokenizer.js';
+import type { PackAnswer, PackerWorkerData, PackTask } from '../src/server/shared/pack-task.js';
 import { ResponsePool } from '../src/server/shared/response-pool.js';
-import { tokenTextSource } from '../src/server/shared/token-text.js';
 import { IdleRelease, reservedScratch } from '../src/server/shared/writer-scratch.js';
 import { lowerThisThread } from '../src/shm/thread-priority.js';
-import { TokenBytesTable } from '../src/tokenizer/token-bytes.js';
 
 const data = workerData as PackerWorkerData;
 lowerThisThread(data.priority);
-const packer = new ResponsePacker(
-  data.metaSab,
-  data.accSab,
-  data.arenaSab,
-  tokenTextSource(
-    data.tokenBytes === undefined
-      ? tokenByteSource(data.preset, data.specialTokenIds)
-      : new TokenBytesTable(data.tokenBytes),
-  ),
-  { json: reservedScratch(), msgpack: reservedScratch() },
-);
+const packer = new ResponsePacker(data.metaSab, data.accSab, data.arenaSab, tokenBytesFor(data), {
+  json: reservedScratch(),
+  msgpack: reservedScratch(),
+});
 const idle = new IdleRelease(() => packer.release());
 startThreadHealth('packer');
 answerMemoryCollect('timer');
@@ -44,7 +35,6 @@ export default function pack(task: PackTask): unknown {
     const out = packer.packInto(task, pool);
     return out instanceof Uint8Array ? move(out) : out;
   } catch (err) {
-    const e = toRingserveError(err);
-    return { code: e.code, message: e.message, statusCode: e.statusCode } satisfies PackFailure;
+    return { error: errorToData(err) } satisfies PackAnswer;
   }
 }

@@ -5,7 +5,7 @@
 // tokenizer families the byte table cannot; a failure, the load's included, comes back as the
 // coded error in plain data.
 import { move, workerData } from 'piscina';
-import { toRingserveError } from '../src/errors.js';
+import { errorToData, toRingserveError } from '../src/errors.js';
 import { answerMemoryCollect } from '../src/obs/memory-collect.js';
 import { packRendered, type TokenizeFailure, type TokenizeTask } from '../src/tokenizer/pool.js';
 import { openTokenizer, type TokenizerSource } from '../src/tokenizer/source.js';
@@ -42,13 +42,6 @@ export default async function tokenize(task: TokenizeTask): Promise<unknown> {
         return Array.from(task.ids, (id) => tokenizer.idToToken(id));
     }
   } catch (err) {
-    const e = toRingserveError(err);
-    return {
-      failed: true,
-      code: e.code,
-      message: e.message,
-      statusCode: e.statusCode,
-      param: e.param,
-    } satisfies TokenizeFailure;
+    return { error: errorToData(err) } satisfies TokenizeFailure;
   }
 }

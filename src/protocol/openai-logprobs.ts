@@ -1,5 +1,6 @@
 import type { JsonWriter } from './json-writer.js';
 import { LOGPROB_FLOOR, type TopColumns } from './response-columns.js';
+import type { TokenBytes } from './token-bytes.js';
 import { countChars, sequenceAt } from './utf8.js';
 
 /**
@@ -8,7 +9,8 @@ import { countChars, sequenceAt } from './utf8.js';
  *   completions: `{"text_offset": [..], "token_logprobs": [..], "tokens": [..], "top_logprobs": [{tok: lp}, ..]}`
  *   chat:        `{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}`
  * A token's text is its bytes decoded with U+FFFD for a character split across tokens, as vLLM's
- * `tokenizer.decode([id])` gives it; `bytes` are that text's UTF-8 bytes.
+ * `tokenizer.decode([id])` gives it, special tokens included (written as their text: `skipSpecial`
+ * false); `bytes` are that text's UTF-8 bytes.
  *
  * `top_logprobs` lists what vLLM lists (its serving_completion / serving_chat at v0.11-v0.13 and
  * since): the sampled token first, then the engine's best candidates in order, each token once;
@@ -16,12 +18,6 @@ import { countChars, sequenceAt } from './utf8.js';
  * A completion's dict is keyed by token text, so two candidates of the same text collapse into one
  * key for a JSON reader, as they do in vLLM's Python dict.
  */
-
-/** Token id -> UTF-8 bytes (the output side's TokenByteSource has this shape). */
-export interface TokenBytes {
-  readonly maxTokenBytes: number;
-  write(tokenId: number, out: Uint8Array, offset: number): number;
-}
 
 const FLOOR = LOGPROB_FLOOR;
 
@@ -51,7 +47,7 @@ export class LogprobsWriter {
     for (let i = 0; i < ids.length; i++) {
       if (i > 0) w.raw(',');
       w.int(offset);
-      const n = this.#tokens.write(ids[i]!, this.#scratch, 0);
+      const n = this.#tokens.write(ids[i]!, this.#scratch, 0, false);
       offset += countChars(this.#scratch, 0, n);
     }
     w.raw('],"token_logprobs":[');
@@ -123,7 +119,7 @@ export class LogprobsWriter {
 
   /** Writes the token's text as a JSON string; returns its byte count (left in the scratch). */
   #tokenText(w: JsonWriter, id: number): number {
-    const n = this.#tokens.write(id, this.#scratch, 0);
+    const n = this.#tokens.write(id, this.#scratch, 0, false);
     w.utf8String(this.#scratch, 0, n);
     return n;
   }

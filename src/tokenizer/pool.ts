@@ -8,7 +8,7 @@
 
 import { join } from 'node:path';
 import { Piscina } from 'piscina';
-import { RingserveError } from '../errors.js';
+import { type ErrorData, errorFromData } from '../errors.js';
 import type { ChatMessage, ChatTemplateOptions } from './chat-template.js';
 import { packageRoot } from './package-root.js';
 import type { TokenizerSource } from './source.js';
@@ -28,13 +28,9 @@ export type TokenizeTask =
   | { kind: 'decode'; ids: Int32Array; skipSpecialTokens: boolean }
   | { kind: 'token-strs'; ids: Int32Array };
 
-/** What a thread answers when the task fails: the coded error as plain data. */
+/** What a thread answers when the task fails: the coded error as plain data (src/errors.ts). */
 export interface TokenizeFailure {
-  failed: true;
-  code: string;
-  message: string;
-  statusCode: number;
-  param: string | null;
+  error: ErrorData;
 }
 
 type TokenizeAnswer = ArrayBuffer | TokenizerDescription | string | (string | null)[];
@@ -138,12 +134,12 @@ async function run(
   task: TokenizeTask,
 ): Promise<TokenizeAnswer> {
   const out = await pool.run(task);
-  if (isFailure(out)) throw new RingserveError(out.code, out.message, out.statusCode, out.param);
+  if (isFailure(out)) throw errorFromData(out.error);
   return out;
 }
 
 function isFailure(out: TokenizeAnswer | TokenizeFailure): out is TokenizeFailure {
-  return typeof out === 'object' && out !== null && (out as TokenizeFailure).failed === true;
+  return typeof out === 'object' && out !== null && 'error' in out;
 }
 
 /**

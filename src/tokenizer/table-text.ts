@@ -17,7 +17,7 @@ export function decodeWithTable(
   for (let i = 0; i < ids.length; i++) length += table.tokenLength(ids[i]!);
   const out = new Uint8Array(length);
   let at = 0;
-  for (let i = 0; i < ids.length; i++) at += table.writeText(ids[i]!, out, at, skipSpecialTokens);
+  for (let i = 0; i < ids.length; i++) at += table.write(ids[i]!, out, at, skipSpecialTokens);
   return textDecoder.decode(out.subarray(0, at));
 }
 

@@ -6,7 +6,9 @@
 //
 //   sab: | offsets: Int32 x (count + 1) | flags: Uint8 x count | bytes: Uint8 x offsets[count] |
 //
-// It has the shape of the output worker's TokenByteSource (src/server/shared/detokenizer.ts).
+// The table is what every consumer of token bytes reads them through: it has the shape of TokenBytes
+// (src/protocol/token-bytes.ts, the one interface; this layer may not import protocol, so the shape
+// is checked where a table is handed on as one).
 
 /** Flag bits per id. */
 export const TokenFlag = {
@@ -22,14 +24,6 @@ export const TokenFlag = {
 export interface SharedTokenBytes {
   sab: SharedArrayBuffer;
   count: number;
-}
-
-/** One id's entry when building a table: its bytes and whether it is special. */
-export interface TokenBytesEntry {
-  id: number;
-  bytes: Uint8Array;
-  special: boolean;
-  added?: boolean;
 }
 
 export class TokenBytesTable {
@@ -54,18 +48,6 @@ export class TokenBytesTable {
     this.maxTokenBytes = longest;
   }
 
-  /** Packs entries (ids in any order, holes allowed; a later entry for an id wins) into a new table. */
-  static build(entries: readonly TokenBytesEntry[]): TokenBytesTable {
-    let count = 0;
-    for (const e of entries) count = Math.max(count, e.id + 1);
-    const builder = new TokenBytesBuilder(count);
-    for (const e of entries) {
-      builder.room(e.bytes.length).set(e.bytes, builder.at);
-      builder.commit(e.id, e.bytes.length, e.special, e.added === true);
-    }
-    return builder.finish();
-  }
-
   /** Whether `id` has a token. */
   has(id: number): boolean {
     return id >= 0 && id < this.size && (this.#flags[id]! & TokenFlag.Present) !== 0;
@@ -86,15 +68,10 @@ export class TokenBytesTable {
   }
 
   /**
-   * Writes `id`'s bytes at `out[offset..]` (room for maxTokenBytes) and returns how many; special
-   * tokens and ids without a token write nothing (TokenByteSource, skip_special_tokens).
+   * TokenBytes.write: `id`'s bytes at `out[offset..]` (room for maxTokenBytes), how many returned;
+   * ids without a token write nothing, special tokens their text unless `skipSpecial` (the default).
    */
-  write(tokenId: number, out: Uint8Array, offset: number): number {
-    return this.writeText(tokenId, out, offset, true);
-  }
-
-  /** As write(), with special tokens written as their text unless `skipSpecial`. */
-  writeText(tokenId: number, out: Uint8Array, offset: number, skipSpecial: boolean): number {
+  write(tokenId: number, out: Uint8Array, offset: number, skipSpecial = true): number {
     if (tokenId < 0 || tokenId >= this.size) return 0;
     if (skipSpecial && (this.#flags[tokenId]! & TokenFlag.Special) !== 0) return 0;
     const from = this.#offsets[tokenId]!;

@@ -32,7 +32,7 @@ export class TokenizerView {
   readonly name: string;
   /** `byte-level`: ids turn into text and spellings from the byte table alone. */
   readonly kind: Tokenizer['kind'];
-  /** Each id's UTF-8 bytes over the thread's SharedArrayBuffer (the output worker's TokenByteSource). */
+  /** Each id's UTF-8 bytes over the thread's SharedArrayBuffer (the output worker's TokenBytes). */
   readonly bytes: TokenBytesTable;
   readonly vocabSize: number;
   readonly eosTokenIds: readonly number[];

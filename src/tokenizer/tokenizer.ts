@@ -46,7 +46,7 @@ export class Tokenizer {
   /** generation_config.json's eos_token_id, else tokenizer_config.json's eos_token; first = the model's. */
   readonly eosTokenIds: readonly number[];
   readonly bosTokenId: number | null;
-  /** Each id's UTF-8 bytes over a SharedArrayBuffer (the output worker's TokenByteSource). */
+  /** Each id's UTF-8 bytes over a SharedArrayBuffer (the output worker's TokenBytes). */
   readonly bytes: TokenBytesTable;
   readonly #engine: TokenizerEngine;
   readonly #added: ReadonlyMap<string, number>;

@@ -17,6 +17,7 @@ import {
 } from '../../src/server/main/request-coordinator.js';
 import { FakeEngineClient, type Output } from './fake-engine-client.js';
 import type { StepRow } from './output/step-records.js';
+import { TINY_BYTES } from './tiny-tokens.js';
 
 /** What the client of one request received. */
 export class FakeReply implements ReplySink {
@@ -124,7 +125,14 @@ export function startCoordinatorRig(maxQueueLen = 8): CoordinatorRig {
   const engine = new FakeEngineClient();
   const done: CompletedRequest[] = [];
   const coordinator = new RequestCoordinator(config, engine, { onDone: (d) => done.push(d) });
-  const output = new InlineOutputPath(engine.outputRing, coordinator, 'tiny', maxQueueLen);
+  // Stop strings are matched in the tiny tokenizer's bytes, as a server serving it matches them.
+  const output = new InlineOutputPath(
+    engine.outputRing,
+    coordinator,
+    'tiny',
+    maxQueueLen,
+    TINY_BYTES,
+  );
   coordinator.attach(output);
   const drained = <T extends unknown[]>(run: (...args: T) => void) => {
     return (...args: T): void => {

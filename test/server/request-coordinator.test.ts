@@ -15,6 +15,7 @@ import {
   startCoordinatorRig,
   thrown,
 } from './coordinator-rig.js';
+import { tinyChars } from './tiny-tokens.js';
 
 const { Stop, Length, Error: Failed } = FinishReason;
 
@@ -105,15 +106,16 @@ describe('a request from ADD to a free slot', () => {
     rig = startCoordinatorRig();
     const reply = rig.submit(generateBody({ stop: ['ab'] }, { request_id: 'x' }));
     const [slot] = rig.slotsOf('x');
-    rig.emit(slot!, { token: 0x61 });
-    rig.emit(slot!, { token: 0x62 });
+    const [a, b, c] = tinyChars('abc') as [number, number, number];
+    rig.emit(slot!, { token: a });
+    rig.emit(slot!, { token: b });
     await rig.settle();
     expect(reply.json().choices[0]).toMatchObject({
-      token_ids: [0x61, 0x62],
+      token_ids: [a, b],
       finish_reason: 'stop',
     });
     expect(rig.engine.aborts).toEqual([slot]);
-    rig.emit(slot!, { token: 0x63 });
+    rig.emit(slot!, { token: c });
     expect(rig.coordinator.table.slots.taken).toBe(1);
     rig.confirmAborts();
     expect(rig.coordinator.table.slots.taken).toBe(0);

@@ -25,6 +25,7 @@ import {
   writeStreamEventText,
   writeStreamUsageChunk,
 } from '../../protocol/sse.js';
+import type { TokenBytes } from '../../protocol/token-bytes.js';
 import type { RingConsumer } from '../../shm/ring.js';
 import { RecordType, StepColumn, StepRecordView } from '../../wire/messages.js';
 import { getModelCard } from '../../wire/model-card.js';
@@ -33,7 +34,7 @@ import { decodeKvParams } from '../main/engine-kv-params.js';
 import type { OutputEvents, OutputPath } from '../main/output-path.js';
 import type { RequestRecord } from '../main/request-record.js';
 import { slotMetaRow } from '../main/slot-meta-row.js';
-import { StopStringMatcher, type TokenByteSource, tokenByteSource } from '../shared/detokenizer.js';
+import { ByteLevelStandIn, StopStringMatcher } from '../shared/detokenizer.js';
 import { rejectError } from '../shared/reject-error.js';
 import { SlotMetaTable } from '../shared/slot-meta.js';
 import { legacyStreamEvent, stringifyLegacyResponse } from './inline-legacy.js';
@@ -66,13 +67,17 @@ export class InlineOutputPath implements OutputPath {
   #open = 0;
   #timer: NodeJS.Timeout | null = null;
 
-  /** Drains `consumer` (this server's output ring) for request slots [0, slots). */
+  /**
+   * Drains `consumer` (this server's output ring) for request slots [0, slots); stop strings are
+   * matched in `tokens`, the served tokenizer's bytes (without: the byte-level stand-in, with the
+   * preset's EOS ids special).
+   */
   constructor(
     consumer: RingConsumer,
     events: OutputEvents,
     presetName: string,
     slots: number,
-    tokens?: TokenByteSource,
+    tokens?: TokenBytes,
   ) {
     this.#consumer = consumer;
     this.#events = events;
@@ -80,7 +85,7 @@ export class InlineOutputPath implements OutputPath {
     this.#meta = new SlotMetaTable(slots);
     this.#stops = new StopStringMatcher(
       this.#meta,
-      tokens ?? tokenByteSource(presetName, preset.eosTokenIds),
+      tokens ?? new ByteLevelStandIn(preset.eosTokenIds),
     );
   }
 

@@ -6,12 +6,12 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
-import type { RingserveError } from '../../errors.js';
+import { errorFromData, type RingserveError } from '../../errors.js';
 import { Doorbell } from '../../shm/doorbell.js';
 import { RING_DOORBELL } from '../../shm/layout.js';
 import type { ThreadPriority } from '../../shm/thread-priority.js';
-import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
 import type { AccumulatorTable } from '../shared/accumulators.js';
+import type { TokenBytesData } from '../shared/detokenizer.js';
 import { RS_ERR_OUTPUT_WORKER_FAILED, RS_ERR_OUTPUT_WORKER_TIMEOUT } from '../shared/errors.js';
 import type {
   FromOutputWorker,
@@ -22,7 +22,11 @@ import type {
 } from '../shared/messages.js';
 import type { SlotMetaTable } from '../shared/slot-meta.js';
 
-export interface OutputWorkerOptions {
+/**
+ * The worker's tables, callbacks and token bytes (TokenBytesData): the served tokenizer's table,
+ * handed over without a copy, else the byte-level stand-in with the special ids.
+ */
+export interface OutputWorkerOptions extends TokenBytesData {
   ringSab: SharedArrayBuffer;
   ringOffset: number;
   ringCapacity: number;
@@ -30,10 +34,11 @@ export interface OutputWorkerOptions {
   acc: AccumulatorTable;
   arenaSab: SharedArrayBuffer;
   serverIndex: number;
-  preset: string;
-  specialTokenIds: readonly number[];
-  /** The served tokenizer's byte table, handed to the worker without a copy. */
-  tokenBytes?: SharedTokenBytes;
+  /**
+   * Not read: the token bytes are `tokenBytes`, else the stand-in, whatever the preset. Accepted
+   * so that callers which still name it (bench/arena-rss.ts) compile.
+   */
+  preset?: string;
   onBatch: (batch: OutputBatch) => void;
   /** A worker error: `fatal` ones mean the worker is gone and in-flight requests must fail. */
   onFailure: (error: RingserveError, fatal: boolean) => void;
@@ -86,7 +91,6 @@ export class OutputWorker {
       arenaSab: opts.arenaSab,
       port: channel.port2,
       serverIndex: opts.serverIndex,
-      preset: opts.preset,
       specialTokenIds: [...opts.specialTokenIds],
       waitMs: opts.waitMs ?? 50,
       ...(opts.tokenBytes === undefined ? {} : { tokenBytes: opts.tokenBytes }),
@@ -115,8 +119,12 @@ export class OutputWorker {
           clearTimeout(timer);
           resolve(this);
         } else if (msg.type === 'batch') opts.onBatch(msg);
-        else if (msg.type === 'error')
-          this.#fail(new RS_ERR_OUTPUT_WORKER_FAILED(`${msg.code}: ${msg.message}`), msg.fatal);
+        else if (msg.type === 'error') {
+          const cause = errorFromData(msg.error);
+          const error = new RS_ERR_OUTPUT_WORKER_FAILED(`${cause.code}: ${cause.message}`);
+          error.cause = cause;
+          this.#fail(error, msg.fatal);
+        }
       });
       this.#worker.on('error', (err) => {
         clearTimeout(timer);

@@ -5,12 +5,12 @@
 // longer than its bound is abandoned with RS_ERR_OUTPUT_PACK_TIMEOUT.
 
 import { Piscina } from 'piscina';
-import { RingserveError } from '../../errors.js';
+import { errorFromData, RingserveError } from '../../errors.js';
 import { SAME_PRIORITY, type ThreadPriority } from '../../shm/thread-priority.js';
 import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
 import { RS_ERR_OUTPUT_PACK_TIMEOUT } from '../shared/errors.js';
-import type { PackerWorkerData, PackFailure, PackTask } from '../shared/pack-task.js';
-import { type PoolRun, ResponsePool, type ResponsePoolStats } from '../shared/response-pool.js';
+import type { PackAnswer, PackerWorkerData, PackTask } from '../shared/pack-task.js';
+import { ResponsePool, type ResponsePoolStats } from '../shared/response-pool.js';
 import { distPath } from './output-worker-handle.js';
 import { pooledAnswer } from './sent-answers.js';
 
@@ -35,14 +35,16 @@ export interface PackerPoolOptions {
   responsePoolBytes?: number;
   /** How far the packer threads lower themselves below the main thread (default: not at all). */
   priority?: ThreadPriority;
-  /** Model preset and its special ids, for token text (default: the byte-level stand-in). */
-  preset?: string;
-  specialTokenIds?: readonly number[];
+  /**
+   * The token bytes of the OpenAI answers' logprobs: the served tokenizer's table, shared; without
+   * one, the byte-level stand-in with these special ids (default none).
+   */
   tokenBytes?: SharedTokenBytes;
+  specialTokenIds?: readonly number[];
 }
 
 export class PackerPool {
-  readonly #pool: Piscina<PackTask, Uint8Array | PoolRun | PackFailure>;
+  readonly #pool: Piscina<PackTask, PackAnswer>;
   readonly #timeoutMs: number;
   readonly #answers: ResponsePool | null;
   readonly #trimTimer: NodeJS.Timeout | null;
@@ -58,7 +60,6 @@ export class PackerPool {
       arenaSab: opts.arenaSab,
       poolSab: this.#answers?.sab ?? null,
       priority: opts.priority ?? SAME_PRIORITY,
-      preset: opts.preset ?? '',
       specialTokenIds: [...(opts.specialTokenIds ?? [])],
       ...(opts.tokenBytes === undefined ? {} : { tokenBytes: opts.tokenBytes }),
     };
@@ -91,7 +92,7 @@ export class PackerPool {
     try {
       const out = await this.#pool.run(task, { signal });
       if (out instanceof Uint8Array) return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
-      if ('code' in out) throw new RingserveError(out.code, out.message, out.statusCode, null);
+      if ('error' in out) throw errorFromData(out.error);
       return pooledAnswer(this.#answers!, out);
     } catch (err) {
       if (signal.aborted && !(err instanceof RingserveError))

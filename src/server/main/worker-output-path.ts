@@ -15,6 +15,7 @@ import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
 import { getModelCard } from '../../wire/model-card.js';
 import { AccumulatorTable } from '../shared/accumulators.js';
 import { reserveArenaBuffer } from '../shared/block-arena.js';
+import type { TokenBytesData } from '../shared/detokenizer.js';
 import type { KvParamsBatch, OutputBatch } from '../shared/messages.js';
 import type { PackOpenAi } from '../shared/pack-task.js';
 import type { ResponsePoolStats } from '../shared/response-pool.js';
@@ -58,7 +59,11 @@ export class WorkerOutputPath implements OutputPath {
     const acc = new AccumulatorTable(slots);
     const arenaSab = reserveArenaBuffer();
     const priority = { nice: config.workerNice, policy: config.workerSchedPolicy };
-    const preset = getModelCard(config.model);
+    // The threads detokenize with the served tokenizer's table (the stand-in only without one).
+    const tokens: TokenBytesData = {
+      specialTokenIds: getModelCard(config.model).eosTokenIds,
+      ...(tokenBytes === undefined ? {} : { tokenBytes }),
+    };
     const packers = new PackerPool({
       metaSab: meta.sab,
       accSab: acc.sab,
@@ -66,9 +71,7 @@ export class WorkerOutputPath implements OutputPath {
       threads: config.packerThreads,
       responsePoolBytes: config.responsePoolMb * 1024 * 1024,
       priority,
-      preset: config.model,
-      specialTokenIds: preset.eosTokenIds,
-      ...(tokenBytes === undefined ? {} : { tokenBytes }),
+      ...tokens,
     });
     const path = new WorkerOutputPath(meta, acc, packers, events);
     path.#worker = await OutputWorker.start({
@@ -79,9 +82,7 @@ export class WorkerOutputPath implements OutputPath {
       acc,
       arenaSab,
       serverIndex: server,
-      preset: config.model,
-      specialTokenIds: preset.eosTokenIds,
-      ...(tokenBytes === undefined ? {} : { tokenBytes }),
+      ...tokens,
       priority,
       onBatch: (batch) => path.#onBatch(batch),
       onFailure: (error, fatal) => {

@@ -10,11 +10,12 @@
 // the optimiser chose not to inline (seen as 1.6 MB per 100k tokens in the allocation probe). So
 // per-token calls carry only small integers: element indices (byte offsets / 4, which stay below
 // 2^30 for buffers under 4 GiB) and the record's views, and floats are read where they are stored.
+
+import type { TokenBytes } from '../../protocol/token-bytes.js';
 import type { RegionViews, StepRecordView } from '../../wire/messages.js';
 import { LOGPROB_FLOOR } from '../../wire/sampling-check.js';
 import { type AccumulatorTable, AccWord, COLUMN_COUNT, Column } from '../shared/accumulators.js';
 import { type BlockArena, CLASS_COUNT, classBytes, classForBytes } from '../shared/block-arena.js';
-import type { TokenByteSource } from '../shared/detokenizer.js';
 import { RS_ERR_OUTPUT_BAD_STEP } from '../shared/errors.js';
 
 /** Routing copies of at least this many bytes use one TypedArray.set (one view object per copy). */
@@ -233,12 +234,21 @@ export class ColumnWriter {
     words[base + AccWord.RoutingRows] = stored;
   }
 
-  /** Appends the UTF-8 bytes of `token` to the slot's text column; returns how many. */
-  appendText(slot: number, base: number, tokens: TokenByteSource, token: number): number {
+  /**
+   * Appends the UTF-8 bytes of `token` to the slot's text column (a special token's only unless
+   * `skipSpecial`); returns how many.
+   */
+  appendText(
+    slot: number,
+    base: number,
+    tokens: TokenBytes,
+    token: number,
+    skipSpecial: boolean,
+  ): number {
     const words = this.#words;
     const used = words[base + AccWord.TextBytes]!;
     const at = this.#ensure(slot, base, Column.Text, used, used + tokens.maxTokenBytes, 1);
-    const added = tokens.write(token, this.#arena.bytes, at + used);
+    const added = tokens.write(token, this.#arena.bytes, at + used, skipSpecial);
     words[base + AccWord.TextBytes] = used + added;
     return added;
   }

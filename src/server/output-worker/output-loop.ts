@@ -3,13 +3,13 @@
 // stream deltas, posts one message per pass, reads main-thread messages synchronously between
 // passes, and sleeps on the ring's futex doorbell (bounded) when the ring is empty.
 import { type MessagePort, receiveMessageOnPort } from 'node:worker_threads';
+import { errorToData } from '../../errors.js';
 import { recorderFromEnvironment } from '../../obs/worker-metrics.js';
 import { RingConsumer } from '../../shm/ring.js';
-import { TokenBytesTable } from '../../tokenizer/token-bytes.js';
 import { RecordType } from '../../wire/messages.js';
 import { AccumulatorTable } from '../shared/accumulators.js';
 import { BlockArena } from '../shared/block-arena.js';
-import { tokenByteSource } from '../shared/detokenizer.js';
+import { tokenBytesFor } from '../shared/detokenizer.js';
 import type {
   FromOutputWorker,
   OutputBatch,
@@ -18,7 +18,6 @@ import type {
 } from '../shared/messages.js';
 import { ResponseView } from '../shared/response-view.js';
 import { SlotMetaTable } from '../shared/slot-meta.js';
-import { tokenTextSource } from '../shared/token-text.js';
 import { reservedScratch } from '../shared/writer-scratch.js';
 import { StepScatter } from './scatter.js';
 import { SlotEventList } from './slot-events.js';
@@ -63,10 +62,7 @@ export class OutputLoop {
       data.arenaGrowStepBytes === undefined ? {} : { growStepBytes: data.arenaGrowStepBytes },
     );
     this.#arena = arena;
-    const tokens =
-      data.tokenBytes === undefined
-        ? tokenByteSource(data.preset, data.specialTokenIds)
-        : new TokenBytesTable(data.tokenBytes);
+    const tokens = tokenBytesFor(data);
     // Request metrics into the region, when the API server shared where (worker-metrics.ts).
     const metrics = recorderFromEnvironment((slot) => meta.promptLen(slot));
     this.scatter = new StepScatter({
@@ -79,7 +75,7 @@ export class OutputLoop {
     this.#streams = new StreamEncoder(
       new ResponseView(meta, acc, data.arenaSab),
       new SlotEventList(acc.slots),
-      tokenTextSource(tokens),
+      tokens,
       reservedScratch(),
     );
     this.#consumer = new RingConsumer(data.ringSab, data.ringOffset, data.ringCapacity);
@@ -105,13 +101,7 @@ export class OutputLoop {
       this.#consumer.detach();
       this.#post({ type: 'stopped' });
     } catch (err) {
-      const e = err as { code?: unknown; message?: unknown };
-      this.#post({
-        type: 'error',
-        code: typeof e.code === 'string' ? e.code : 'RS_ERR_OUTPUT_WORKER_FAILED',
-        message: typeof e.message === 'string' ? e.message : String(err),
-        fatal: true,
-      });
+      this.#post({ type: 'error', error: errorToData(err), fatal: true });
     }
   }
 
@@ -128,12 +118,7 @@ export class OutputLoop {
         scatter.scatterStep(consumer, consumer.offset, consumer.length);
       } catch (err) {
         if ((err as { code?: unknown }).code !== 'RS_ERR_OUTPUT_BAD_STEP') throw err;
-        this.#post({
-          type: 'error',
-          code: 'RS_ERR_OUTPUT_BAD_STEP',
-          message: (err as Error).message,
-          fatal: false,
-        });
+        this.#post({ type: 'error', error: errorToData(err), fatal: false });
       }
     }
     if (records > 0) consumer.release();

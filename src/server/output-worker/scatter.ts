@@ -9,6 +9,7 @@
 // seen yet starts that request.
 
 import type { ScatterMetrics } from '../../obs/request-recorder.js';
+import type { TokenBytes } from '../../protocol/token-bytes.js';
 import {
   type RegionViews,
   StepColumn,
@@ -24,10 +25,9 @@ import {
   WORDS_PER_SLOT,
 } from '../shared/accumulators.js';
 import type { BlockArena } from '../shared/block-arena.js';
-import { StopStringMatcher, type TokenByteSource } from '../shared/detokenizer.js';
+import { StopStringMatcher } from '../shared/detokenizer.js';
 import { RS_ERR_OUTPUT_BAD_STEP } from '../shared/errors.js';
 import { SlotFlag, type SlotMetaTable } from '../shared/slot-meta.js';
-import { tokenTextSource } from '../shared/token-text.js';
 import { ColumnWriter } from './column-writer.js';
 import { KvParamsList } from './kv-params-list.js';
 import { SlotEventList } from './slot-events.js';
@@ -36,7 +36,7 @@ export interface StepScatterOptions {
   meta: SlotMetaTable;
   acc: AccumulatorTable;
   arena: BlockArena;
-  tokens: TokenByteSource;
+  tokens: TokenBytes;
   /** Observes request figures as outputs arrive (the output worker's RequestRecorder). */
   metrics?: ScatterMetrics;
 }
@@ -62,9 +62,7 @@ export class StepScatter {
   readonly #metaWords: Int32Array;
   readonly #columns: ColumnWriter;
   readonly #stops: StopStringMatcher;
-  readonly #tokens: TokenByteSource;
-  /** The same with special tokens written as their text (skip_special_tokens false). */
-  readonly #tokenText: TokenByteSource;
+  readonly #tokens: TokenBytes;
   readonly #rec = new StepRecordView();
   readonly #metrics: ScatterMetrics;
 
@@ -76,7 +74,6 @@ export class StepScatter {
     this.#columns = new ColumnWriter(opts.acc, opts.arena);
     this.#stops = new StopStringMatcher(opts.meta, opts.tokens);
     this.#tokens = opts.tokens;
-    this.#tokenText = tokenTextSource(opts.tokens);
     this.#metrics = opts.metrics ?? NO_METRICS;
     const slots = opts.acc.slots;
     this.finished = new SlotEventList(slots);
@@ -340,8 +337,8 @@ export class StepScatter {
       (flags & SlotFlag.Text) !== 0 &&
       (finish !== FinishReason.Stop || (flags & SlotFlag.IncludeStopStrInOutput) !== 0)
     ) {
-      const source = (flags & SlotFlag.KeepSpecialTokens) !== 0 ? this.#tokenText : this.#tokens;
-      this.#columns.appendText(slot, base, source, token);
+      const skipSpecial = (flags & SlotFlag.KeepSpecialTokens) === 0;
+      this.#columns.appendText(slot, base, this.#tokens, token, skipSpecial);
     }
     if ((flags & SlotFlag.HasStopStrings) !== 0) {
       this.#checkStop(slot, base, token, finish, flags, textBefore);

@@ -11,7 +11,7 @@ import {
 } from '../../protocol/chat-parse/chat-output.js';
 import { newToolCallId } from '../../protocol/chat-parse/tool-call-id.js';
 import { JsonWriter } from '../../protocol/json-writer.js';
-import { LogprobsWriter, type TokenBytes } from '../../protocol/openai-logprobs.js';
+import { LogprobsWriter } from '../../protocol/openai-logprobs.js';
 import type { OpenAiKind } from '../../protocol/openai-response.js';
 import { writeOpenAiChunk, writeOpenAiUsageChunk } from '../../protocol/openai-stream.js';
 import {
@@ -20,6 +20,7 @@ import {
   writeStreamError,
   writeStreamUsageChunk,
 } from '../../protocol/sse.js';
+import type { TokenBytes } from '../../protocol/token-bytes.js';
 import { FinishReason } from '../../wire/types.js';
 import { type AccumulatorTable, AccWord, SlotState } from '../shared/accumulators.js';
 import type { StreamBytes } from '../shared/messages.js';

@@ -12,15 +12,15 @@ import {
 } from '../../protocol/generate-response.js';
 import { JsonWriter } from '../../protocol/json-writer.js';
 import { MsgpackWriter } from '../../protocol/msgpack-writer.js';
-import { LogprobsWriter, type TokenBytes } from '../../protocol/openai-logprobs.js';
+import { LogprobsWriter } from '../../protocol/openai-logprobs.js';
 import {
   type OpenAiChoice,
   type OpenAiResponseColumns,
   writeOpenAiResponse,
 } from '../../protocol/openai-response.js';
 import type { ChoiceColumns, GenerateResponseColumns } from '../../protocol/response-columns.js';
+import type { TokenBytes } from '../../protocol/token-bytes.js';
 import { AccumulatorTable, SlotState } from '../shared/accumulators.js';
-import { ByteLevelStandIn } from '../shared/detokenizer.js';
 import { RS_ERR_OUTPUT_BAD_SLOT, RS_ERR_OUTPUT_NOT_FINISHED } from '../shared/errors.js';
 import type { PackTask } from '../shared/pack-task.js';
 import type { PoolRun, ResponsePool } from '../shared/response-pool.js';
@@ -36,14 +36,14 @@ export class ResponsePacker {
   readonly #logprobs: LogprobsWriter;
 
   /**
-   * `tokens`: the token bytes of the OpenAI answers' logprobs (the output worker's source);
+   * `tokens`: the token bytes of the OpenAI answers' logprobs (the same as the output worker's);
    * `scratch`: memory for the JSON and msgpack writers that release() can give back (else the heap).
    */
   constructor(
     metaSab: SharedArrayBuffer,
     accSab: SharedArrayBuffer,
     arenaSab: SharedArrayBuffer,
-    tokens: TokenBytes = new ByteLevelStandIn(),
+    tokens: TokenBytes,
     scratch: { json: WriterScratch | null; msgpack: WriterScratch | null } = {
       json: null,
       msgpack: null,

@@ -1,7 +1,8 @@
 import type { MessagePort } from 'node:worker_threads';
+import type { ErrorData } from '../../errors.js';
 import type { ChatParseOptions } from '../../protocol/chat-parse/chat-output.js';
 import type { ThreadPriority } from '../../shm/thread-priority.js';
-import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
+import type { TokenBytesData } from './detokenizer.js';
 
 /**
  * The messages between an API server's main thread and its output worker, and the worker's start
@@ -9,8 +10,11 @@ import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
  * travel with their generation, so a message about a request the slot has moved past is ignored.
  */
 
-/** What the main thread starts the output worker with. */
-export interface OutputWorkerData {
+/**
+ * What the main thread starts the output worker with; its token bytes (TokenBytesData): the served
+ * tokenizer's table, shared, else the byte-level stand-in with the special ids.
+ */
+export interface OutputWorkerData extends TokenBytesData {
   /** The buffer holding the output ring (the shared region, or any SAB in tests). */
   ringSab: SharedArrayBuffer;
   ringOffset: number;
@@ -21,11 +25,6 @@ export interface OutputWorkerData {
   /** The worker's end of a MessageChannel (transferred); it reads it with receiveMessageOnPort. */
   port: MessagePort;
   serverIndex: number;
-  /** Model preset (picks the detokenizer's vocabulary) and its special token ids (decode to nothing). */
-  preset: string;
-  specialTokenIds: number[];
-  /** The served tokenizer's byte table (shared, not copied); absent: the preset's stand-in. */
-  tokenBytes?: SharedTokenBytes;
   /** Longest futex sleep when the ring is empty, ms (bounds how late a message is seen). */
   waitMs: number;
   /** Arena growth step, bytes. */
@@ -120,11 +119,10 @@ export interface OutputReady {
   type: 'ready';
 }
 
-/** An error in the worker; `fatal` means the worker has stopped. */
+/** An error in the worker, as plain data (errorFromData); `fatal` means the worker has stopped. */
 export interface OutputFailure {
   type: 'error';
-  code: string;
-  message: string;
+  error: ErrorData;
   fatal: boolean;
 }
 

@@ -1,9 +1,12 @@
 // What the main thread's packer pool (main/packer-pool.ts) and a packer thread (workers/packer.ts,
-// packer/pack.ts) pass each other: the task, the thread's start data, a failure as plain data.
+// packer/pack.ts) pass each other: the task, the thread's start data, the answer (a failure as the
+// coded error's plain data, src/errors.ts).
+import type { ErrorData } from '../../errors.js';
 import type { ChatParseOptions } from '../../protocol/chat-parse/chat-output.js';
 import type { ResponseForm } from '../../protocol/generate-response.js';
 import type { ThreadPriority } from '../../shm/thread-priority.js';
-import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
+import type { TokenBytesData } from './detokenizer.js';
+import type { PoolRun } from './response-pool.js';
 
 /** One finished request to encode. */
 export interface PackTask {
@@ -37,23 +40,21 @@ export interface PackOpenAi {
   chatParse?: ChatParseOptions | null;
 }
 
-/** What a packer returns instead of bytes when a request cannot be packed. */
-export interface PackFailure {
-  code: string;
-  message: string;
-  statusCode: number;
-}
+/**
+ * What a packer answers a task with: the response in a run of the response pool, or in a Buffer
+ * moved to the main thread; or, when the request cannot be packed, its coded error as plain data.
+ */
+export type PackAnswer = PoolRun | Uint8Array | { error: ErrorData };
 
-export interface PackerWorkerData {
+/**
+ * A packer thread's start data; its token bytes (TokenBytesData), for the OpenAI answers' logprobs:
+ * the served tokenizer's table, shared, else the byte-level stand-in with the special ids.
+ */
+export interface PackerWorkerData extends TokenBytesData {
   metaSab: SharedArrayBuffer;
   accSab: SharedArrayBuffer;
   arenaSab: SharedArrayBuffer;
   /** The response pool's buffer, or null: every answer in a Buffer of its own. */
   poolSab: SharedArrayBuffer | null;
   priority: ThreadPriority;
-  /** Model preset and its special token ids: the token bytes of the OpenAI answers' logprobs. */
-  preset: string;
-  specialTokenIds: number[];
-  /** The served tokenizer's byte table (shared, not copied); absent: the preset's stand-in. */
-  tokenBytes?: SharedTokenBytes;
 }

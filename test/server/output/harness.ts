@@ -1,10 +1,11 @@
 // The output side without threads: slot meta, accumulators, arena, a StepScatter and a
-// ResponseView over them, and `feed` to scatter hand-written STEP records.
+// ResponseView over them, and `feed` to scatter hand-written STEP records. Text is the committed
+// tiny tokenizer's bytes unless a test gives other TokenBytes.
 
+import type { TokenBytes } from '../../../src/protocol/token-bytes.js';
 import { StepScatter } from '../../../src/server/output-worker/scatter.js';
 import { AccumulatorTable } from '../../../src/server/shared/accumulators.js';
 import { BlockArena, createArenaBuffer } from '../../../src/server/shared/block-arena.js';
-import { ByteLevelStandIn, type TokenByteSource } from '../../../src/server/shared/detokenizer.js';
 import { ResponseView } from '../../../src/server/shared/response-view.js';
 import {
   ResponseFormCode,
@@ -12,6 +13,7 @@ import {
   SlotMetaTable,
 } from '../../../src/server/shared/slot-meta.js';
 import { regionViews } from '../../../src/wire/messages.js';
+import { TINY_BYTES } from '../tiny-tokens.js';
 import { type StepGeometry, type StepRow, TINY_GEOMETRY, writeStep } from './step-records.js';
 
 export interface Harness {
@@ -20,6 +22,8 @@ export interface Harness {
   arena: BlockArena;
   scatter: StepScatter;
   view: ResponseView;
+  /** The token bytes the scatter writes text with (give them to a packer or stream encoder too). */
+  tokens: TokenBytes;
   /** Scatters one STEP record made of `rows` (events of earlier feeds are cleared first). */
   feed(rows: readonly StepRow[], geometry?: StepGeometry): void;
   /** The same, keeping earlier events: several records in one drain pass. */
@@ -31,7 +35,8 @@ export interface HarnessOptions {
   arenaInitialBytes?: number;
   arenaMaxBytes?: number;
   arenaGrowStepBytes?: number;
-  tokens?: TokenByteSource;
+  /** The token bytes (default: the tiny tokenizer's table). */
+  tokens?: TokenBytes;
 }
 
 export function makeHarness(opts: HarnessOptions = {}): Harness {
@@ -42,12 +47,8 @@ export function makeHarness(opts: HarnessOptions = {}): Harness {
     opts.arenaMaxBytes ?? 64 * 1024 * 1024,
   );
   const arena = new BlockArena(arenaSab, { growStepBytes: opts.arenaGrowStepBytes ?? 256 * 1024 });
-  const scatter = new StepScatter({
-    meta,
-    acc,
-    arena,
-    tokens: opts.tokens ?? new ByteLevelStandIn([999]),
-  });
+  const tokens = opts.tokens ?? TINY_BYTES;
+  const scatter = new StepScatter({ meta, acc, arena, tokens });
   const view = new ResponseView(meta, acc, arenaSab);
   const records = regionViews(new SharedArrayBuffer(4 * 1024 * 1024));
   return {
@@ -56,6 +57,7 @@ export function makeHarness(opts: HarnessOptions = {}): Harness {
     arena,
     scatter,
     view,
+    tokens,
     feed(rows, geometry = TINY_GEOMETRY) {
       scatter.clearEvents();
       this.feedMore(rows, geometry);

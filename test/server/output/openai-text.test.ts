@@ -3,28 +3,17 @@ import { SseParser } from '../../../src/client/stream.js';
 import { SlotEventList } from '../../../src/server/output-worker/slot-events.js';
 import { StreamEncoder } from '../../../src/server/output-worker/stream-encoder.js';
 import { ResponsePacker } from '../../../src/server/packer/pack.js';
-import { type TokenByteSource, VocabTable } from '../../../src/server/shared/detokenizer.js';
 import type { PackTask } from '../../../src/server/shared/pack-task.js';
 import { ResponseFormCode, type SlotMetaFields } from '../../../src/server/shared/slot-meta.js';
-import { TokenBytesTable } from '../../../src/tokenizer/token-bytes.js';
+import { tokenizerForModel } from '../../../src/tokenizer/presets.js';
 import { FinishReason } from '../../../src/wire/types.js';
+import { TINY_IM_END, tinyId, tinyIds } from '../tiny-tokens.js';
 import { type Harness, makeHarness, metaFields } from './harness.js';
 
 // The OpenAI answers' text as the output side builds it: detokenized into the text column by the
 // scatter, cut at a stop string (across token boundaries, inside a token), held back while
-// streaming, and the same text whether streamed or packed whole.
-
-/** Ids 0..255 are raw bytes (so a character can be split over tokens); 256.. are these words. */
-const WORDS = ['hello', ' wor', 'ld!', ' end', 'é', '<eos>'];
-const EOS = 256 + WORDS.length - 1;
-function vocab(): TokenByteSource {
-  const tokens: (string | Uint8Array)[] = [];
-  for (let b = 0; b < 256; b++) tokens.push(Uint8Array.of(b));
-  tokens.push(...WORDS.slice(0, -1), '');
-  return new VocabTable(tokens);
-}
-const W = (word: string): number => 256 + WORDS.indexOf(word);
-const B = (ch: string): number => ch.charCodeAt(0);
+// streaming, and the same text whether streamed or packed whole. The text is the committed tiny
+// tokenizer's (the harness's), whose non-ASCII characters are always split over byte tokens.
 
 function openAiMeta(o: Partial<SlotMetaFields> = {}): SlotMetaFields {
   return metaFields({
@@ -64,7 +53,7 @@ function run(
   finish: number,
   stream: boolean,
 ): { events: Record<string, unknown>[]; deltas: string[] } {
-  const enc = new StreamEncoder(h.view, new SlotEventList(h.acc.slots), vocab());
+  const enc = new StreamEncoder(h.view, new SlotEventList(h.acc.slots), h.tokens);
   enc.setHeader(0, { generation: 1, requestId: 'r1', model: 'm', created: 1 });
   const events: Record<string, unknown>[] = [];
   tokens.forEach((token, i) => {
@@ -85,7 +74,7 @@ function run(
 }
 
 function packed(h: Harness, form: 'completion' | 'chat' = 'completion'): Record<string, unknown> {
-  const packer = new ResponsePacker(h.meta.sab, h.acc.sab, h.arena.sab, vocab());
+  const packer = new ResponsePacker(h.meta.sab, h.acc.sab, h.arena.sab, h.tokens);
   return JSON.parse(packer.pack(task(form)).toString('utf8')) as Record<string, unknown>;
 }
 
@@ -95,41 +84,46 @@ function choice0(res: Record<string, unknown>): Record<string, unknown> {
 
 describe('OpenAI text on the output side', () => {
   it('cuts the text before a stop string that spans two tokens, or after it when asked', () => {
+    // 'hel' 'lo' ' w' 'or' 'l' 'd' '!': the stop string ends in the third token.
+    const tokens = tinyIds('hello world!');
+    expect(tokens.slice(0, 3)).toEqual([tinyId('hel'), tinyId('lo'), tinyId(' w')]);
     for (const include of [false, true]) {
-      const h = makeHarness({ tokens: vocab() });
+      const h = makeHarness();
       h.meta.write(0, 1, openAiMeta({ stop: ['o w'], includeStopStrInOutput: include }));
-      run(h, [W('hello'), W(' wor'), W('ld!')], FinishReason.Length, false);
+      run(h, tokens, FinishReason.Length, false);
       const c = choice0(packed(h));
       expect(c.text).toBe(include ? 'hello w' : 'hell');
       expect(c.finish_reason).toBe('stop');
       expect(c.stop_reason).toBe('o w');
-      // Both tokens that reached the stop string were generated and are counted.
-      expect(h.acc.completionTokens(0)).toBe(2);
+      // The tokens up to the one that completed the stop string were generated and are counted.
+      expect(h.acc.completionTokens(0)).toBe(3);
     }
   });
 
   it('leaves the EOS token out of the text but counts it', () => {
-    const h = makeHarness({ tokens: vocab() });
+    const h = makeHarness();
     h.meta.write(0, 1, openAiMeta());
-    run(h, [W('hello'), W(' end'), EOS], FinishReason.Stop, false);
+    const tokens = [...tinyIds('hello end'), TINY_IM_END];
+    run(h, tokens, FinishReason.Stop, false);
     const res = packed(h);
     expect(choice0(res).text).toBe('hello end');
     expect(res.usage).toEqual({
       prompt_tokens: 4,
-      completion_tokens: 3,
-      total_tokens: 7,
+      completion_tokens: tokens.length,
+      total_tokens: 4 + tokens.length,
       prompt_tokens_details: null,
     });
   });
 
   it('streams the same text it packs, holding back a split character and a possible stop string', () => {
-    const tokens = [W('hello'), 0xc3, 0xa9, W(' wor'), B('x'), W('ld!'), W(' end'), B('Q')];
+    // 'é' is two byte tokens; the stop string ends inside the token 'end'.
+    const tokens = ['hello', 'é', ' wor', 'x', 'ld!', ' end', 'Q'].flatMap(tinyIds);
     const stop = ['ld! e'];
     for (const include of [false, true]) {
-      const h = makeHarness({ tokens: vocab() });
+      const h = makeHarness();
       h.meta.write(0, 1, openAiMeta({ stream: true, stop, includeStopStrInOutput: include }));
       const { deltas, events } = run(h, tokens, FinishReason.Length, true);
-      const whole = makeHarness({ tokens: vocab() });
+      const whole = makeHarness();
       whole.meta.write(0, 1, openAiMeta({ stop, includeStopStrInOutput: include }));
       run(whole, tokens, FinishReason.Length, false);
       const text = choice0(packed(whole)).text as string;
@@ -144,25 +138,36 @@ describe('OpenAI text on the output side', () => {
   });
 
   it('writes completions logprobs with token text, offsets and the sampled token as top entry', () => {
-    const h = makeHarness({ tokens: vocab() });
+    const h = makeHarness();
     h.meta.write(0, 1, openAiMeta());
-    run(h, [W('hello'), 0xc3, 0xa9, W(' end')], FinishReason.Length, false);
-    const lp = choice0(packed(h)).logprobs as Record<string, unknown[]>;
-    expect(lp.tokens).toEqual(['hello', '\ufffd', '\ufffd', ' end']);
-    expect(lp.token_logprobs).toEqual([-0.5, -0.5, -0.5, -0.5]);
-    expect(lp.text_offset).toEqual([0, 5, 6, 7]);
+    // A split character's tokens show U+FFFD each; the EOS token, left out of the text, shows as
+    // itself (vLLM decodes a logprob's token without skipping special tokens).
+    const tokens = [tinyId(' The'), ...tinyIds('é'), tinyId(' answer'), TINY_IM_END];
+    run(h, tokens, FinishReason.Stop, false);
+    const c = choice0(packed(h));
+    expect(c.text).toBe(' Theé answer');
+    const lp = c.logprobs as Record<string, unknown[]>;
+    expect(lp.tokens).toEqual([' The', '\ufffd', '\ufffd', ' answer', '<|im_end|>']);
+    expect(lp.token_logprobs).toEqual([-0.5, -0.5, -0.5, -0.5, -0.5]);
+    expect(lp.text_offset).toEqual([0, 4, 5, 6, 13]);
     expect(lp.top_logprobs).toEqual([
-      { hello: -0.5 },
+      { ' The': -0.5 },
       { '\ufffd': -0.5 },
       { '\ufffd': -0.5 },
-      { ' end': -0.5 },
+      { ' answer': -0.5 },
+      { '<|im_end|>': -0.5 },
     ]);
   });
 
-  it('writes a chat message and chat logprobs with bytes', () => {
-    const h = makeHarness({ tokens: vocab() });
+  it('writes a chat message and chat logprobs with bytes', async () => {
+    // A token that is a whole character of several bytes: the tiny vocabulary has none, Qwen3's
+    // (the other committed preset) has 'é'.
+    const qwen3 = await tokenizerForModel('qwen3-30b-a3b');
+    const ids = (text: string) => Array.from(qwen3.encode(text, { addSpecialTokens: false }));
+    expect(ids('é')).toHaveLength(1);
+    const h = makeHarness({ tokens: qwen3.bytes });
     h.meta.write(0, 1, openAiMeta({ form: ResponseFormCode.Chat }));
-    run(h, [W('é'), W(' end')], FinishReason.Length, false);
+    run(h, [...ids('é'), ...ids(' end')], FinishReason.Length, false);
     const res = packed(h, 'chat');
     expect(res.object).toBe('chat.completion');
     expect(String(res.id).startsWith('chatcmpl-')).toBe(true);
@@ -179,8 +184,22 @@ describe('OpenAI text on the output side', () => {
     expect(c.finish_reason).toBe('length');
   });
 
+  it("writes a split character's chat logprob as U+FFFD and its bytes", () => {
+    const h = makeHarness();
+    h.meta.write(0, 1, openAiMeta({ form: ResponseFormCode.Chat }));
+    run(h, [tinyId(' The'), ...tinyIds('é')], FinishReason.Length, false);
+    const c = choice0(packed(h, 'chat'));
+    expect((c.message as Record<string, unknown>).content).toBe(' Theé');
+    const content = (c.logprobs as { content: Record<string, unknown>[] }).content;
+    expect(content.map((e) => [e.token, e.bytes])).toEqual([
+      [' The', [0x20, 0x54, 0x68, 0x65]],
+      ['\ufffd', [0xef, 0xbf, 0xbd]],
+      ['\ufffd', [0xef, 0xbf, 0xbd]],
+    ]);
+  });
+
   it('streams chat as a role chunk, content deltas, then usage and [DONE]', () => {
-    const h = makeHarness({ tokens: vocab() });
+    const h = makeHarness();
     h.meta.write(
       0,
       1,
@@ -192,7 +211,8 @@ describe('OpenAI text on the output side', () => {
         includeUsage: true,
       }),
     );
-    const { events } = run(h, [W('hello'), W(' end'), EOS], FinishReason.Stop, true);
+    const tokens = [...tinyIds('hello end'), TINY_IM_END];
+    const { events } = run(h, tokens, FinishReason.Stop, true);
     expect(events[0]).toEqual({
       id: 'chatcmpl-r1',
       object: 'chat.completion.chunk',
@@ -215,28 +235,21 @@ describe('OpenAI text on the output side', () => {
     expect(usage.choices).toEqual([]);
     expect(usage.usage).toEqual({
       prompt_tokens: 4,
-      completion_tokens: 3,
-      total_tokens: 7,
+      completion_tokens: tokens.length,
+      total_tokens: 4 + tokens.length,
       prompt_tokens_details: null,
     });
   });
 
   it('writes special tokens into the text only with skip_special_tokens false', () => {
-    const enc = (t: string) => new TextEncoder().encode(t);
-    const table = TokenBytesTable.build([
-      { id: 0, bytes: enc('a'), special: false },
-      { id: 1, bytes: enc('<|sep|>'), special: true },
-      { id: 2, bytes: enc('b'), special: false },
-    ]);
+    const tokens = [tinyId('a'), tinyId('<|im_start|>'), tinyId('b')];
     for (const keep of [false, true]) {
-      const h = makeHarness({ tokens: table });
+      const h = makeHarness();
       h.meta.write(0, 1, openAiMeta({ keepSpecialTokens: keep, logprobs: false, topLogprobs: -1 }));
-      for (const [i, token] of [0, 1, 2].entries()) {
+      for (const [i, token] of tokens.entries()) {
         h.feed([{ slot: 0, gen: 1, token, finish: i === 2 ? FinishReason.Length : 0 }]);
       }
-      const packer = new ResponsePacker(h.meta.sab, h.acc.sab, h.arena.sab, table);
-      const res = JSON.parse(packer.pack(task('completion')).toString('utf8'));
-      expect(choice0(res).text).toBe(keep ? 'a<|sep|>b' : 'ab');
+      expect(choice0(packed(h)).text).toBe(keep ? 'a<|im_start|>b' : 'ab');
     }
   });
 });

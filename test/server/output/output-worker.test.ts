@@ -2,10 +2,15 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { decodeGenerateBody } from '../../../src/client/decode.js';
 import { SseParser, StreamAccumulator } from '../../../src/client/stream.js';
+import type { RingserveError } from '../../../src/errors.js';
 import { OutputWorker } from '../../../src/server/main/output-worker-handle.js';
 import { ResponsePacker } from '../../../src/server/packer/pack.js';
 import { AccumulatorTable, SlotState } from '../../../src/server/shared/accumulators.js';
 import { createArenaBuffer, reserveArenaBuffer } from '../../../src/server/shared/block-arena.js';
+import {
+  RS_ERR_OUTPUT_BAD_STEP,
+  RS_ERR_OUTPUT_WORKER_FAILED,
+} from '../../../src/server/shared/errors.js';
 import type { OutputBatch } from '../../../src/server/shared/messages.js';
 import { ResponseFormCode, SlotMetaTable } from '../../../src/server/shared/slot-meta.js';
 import { outputRingOffset } from '../../../src/shm/layout.js';
@@ -19,6 +24,7 @@ import type { RingProducer } from '../../../src/shm/ring.js';
 import type { ThreadPriority } from '../../../src/shm/thread-priority.js';
 import { RecordType } from '../../../src/wire/messages.js';
 import { uniqueRegionName, until } from '../../shm/helpers.js';
+import { TINY_BYTES, tiny, tinyId } from '../tiny-tokens.js';
 import { metaFields } from './harness.js';
 import { type StepRow, stepBytes, TINY_GEOMETRY, writeStep } from './step-records.js';
 
@@ -31,6 +37,8 @@ interface Rig {
   worker: OutputWorker;
   batches: OutputBatch[];
   failures: string[];
+  /** Each failure's error as onFailure got it, and whether it was fatal. */
+  errors: { error: RingserveError; fatal: boolean }[];
   send(rows: StepRow[]): void;
 }
 
@@ -56,6 +64,7 @@ async function startRig(
   const arena = opts.arena ?? createArenaBuffer(64 * 1024, 64 * 1024 * 1024);
   const batches: OutputBatch[] = [];
   const failures: string[] = [];
+  const errors: Rig['errors'] = [];
   const worker = await OutputWorker.start({
     ringSab: region.sab,
     ringOffset: outputRingOffset(region.params, 0),
@@ -64,10 +73,14 @@ async function startRig(
     acc,
     arenaSab: arena,
     serverIndex: 0,
-    preset: 'tiny',
-    specialTokenIds: [999, 998],
+    // The served tokenizer's table, shared with the thread as an API server shares it.
+    tokenBytes: TINY_BYTES.shared,
+    specialTokenIds: tiny.eosTokenIds,
     onBatch: (b) => batches.push(b),
-    onFailure: (e) => failures.push(e.message),
+    onFailure: (error, fatal) => {
+      failures.push(error.message);
+      errors.push({ error, fatal });
+    },
     waitMs: 20,
     ...(opts.priority === undefined ? {} : { priority: opts.priority }),
   });
@@ -76,7 +89,7 @@ async function startRig(
     writeStep(producer, at, rows, TINY_GEOMETRY);
     producer.commit();
   };
-  rig = { region, producer, meta, acc, arena, worker, batches, failures, send };
+  rig = { region, producer, meta, acc, arena, worker, batches, failures, errors, send };
   return rig;
 }
 
@@ -108,7 +121,7 @@ describe('output worker thread fed by a real ring', () => {
     await until(() => listed(r.batches, 'finished').includes(3), 10_000, 'the finished batch');
     expect(listed(r.batches, 'released')).toEqual([3]);
     expect(r.failures).toEqual([]);
-    const body = new ResponsePacker(r.meta.sab, r.acc.sab, r.arena).pack({
+    const body = new ResponsePacker(r.meta.sab, r.acc.sab, r.arena, TINY_BYTES).pack({
       slots: [3],
       form: 'packed',
       requestId: 'w',
@@ -180,7 +193,7 @@ describe('output worker thread fed by a real ring', () => {
     expect(streamed.requestId).toBe('generate-tokens-abc');
     expect(streamed.usage?.completionTokens).toBe(50);
     const whole = decodeGenerateBody(
-      new ResponsePacker(r.meta.sab, r.acc.sab, r.arena).pack({
+      new ResponsePacker(r.meta.sab, r.acc.sab, r.arena, TINY_BYTES).pack({
         slots: [1],
         form: 'packed',
         requestId: 'abc',
@@ -202,18 +215,40 @@ describe('output worker thread fed by a real ring', () => {
   it('finishes a stop-string match itself and asks for the engine abort; ignores stale generations', async () => {
     const r = await startRig();
     r.meta.write(0, 5, metaFields({ stop: ['!!'], promptLen: 1, routedExperts: false }));
+    const bang = tinyId('!');
     r.send([
-      { slot: 0, gen: 4, token: 33 },
-      { slot: 0, gen: 5, token: 33 },
+      { slot: 0, gen: 4, token: bang },
+      { slot: 0, gen: 5, token: bang },
     ]);
-    r.send([{ slot: 0, gen: 5, token: 33 }]);
-    r.send([{ slot: 0, gen: 5, token: 34 }]);
+    r.send([{ slot: 0, gen: 5, token: bang }]);
+    r.send([{ slot: 0, gen: 5, token: tinyId('"') }]);
     await until(() => listed(r.batches, 'stopped').includes(0), 5_000, 'the stop-string finish');
     expect(listed(r.batches, 'finished')).toEqual([0]);
     expect(listed(r.batches, 'released')).toEqual([]);
     expect(r.acc.completionTokens(0)).toBe(2);
     r.send([{ slot: 0, gen: 5, finish: 3 }]);
     await until(() => listed(r.batches, 'released').includes(0), 5_000, 'the release');
+  });
+
+  it("reports a malformed STEP record with the scatter's coded error, and goes on", async () => {
+    const r = await startRig();
+    // A record that declares 1000 rows in 512 bytes.
+    const at = r.producer.reserve(RecordType.Step, 512, 5_000);
+    r.producer.i32.fill(0, at >> 2, (at + 512) >> 2);
+    r.producer.i32[at >> 2] = 1000;
+    r.producer.i32[(at >> 2) + 5] = 1;
+    r.producer.commit();
+    await until(() => r.errors.length > 0, 5_000, 'the error message');
+    const [{ error, fatal }] = r.errors as [Rig['errors'][number]];
+    expect(fatal).toBe(false);
+    expect(error).toBeInstanceOf(RS_ERR_OUTPUT_WORKER_FAILED);
+    expect(error.message).toMatch(/^the output worker failed: RS_ERR_OUTPUT_BAD_STEP: /);
+    // The scatter's error, rebuilt on this thread from its plain data (errorFromData).
+    expect(error.cause).toBeInstanceOf(RS_ERR_OUTPUT_BAD_STEP);
+    expect(error.cause).toMatchObject({ code: 'RS_ERR_OUTPUT_BAD_STEP', statusCode: 500 });
+    r.meta.write(1, 3, metaFields({ promptLen: 1, routedExperts: false }));
+    r.send([{ slot: 1, gen: 3, token: 5, finish: 2 }]);
+    await until(() => listed(r.batches, 'finished').includes(1), 5_000, 'a later request');
   });
 
   it('after engine-down, running requests are dropped; a request started later is not', async () => {
@@ -256,7 +291,7 @@ describe('output worker thread fed by a real ring', () => {
       r.send([{ slot: 1, gen: 7, token: i, logprob: -1, maskIds: [i], finish: i === 299 ? 2 : 0 }]);
     }
     await until(() => listed(r.batches, 'finished').includes(1), 10_000, 'the finished batch');
-    const body = new ResponsePacker(r.meta.sab, r.acc.sab, r.arena).pack({
+    const body = new ResponsePacker(r.meta.sab, r.acc.sab, r.arena, TINY_BYTES).pack({
       slots: [1],
       form: 'msgpack',
       requestId: 'r',

@@ -8,6 +8,7 @@ import { PackerPool, type PackerPoolOptions } from '../../../src/server/main/pac
 import { releaseWhenSent } from '../../../src/server/main/sent-answers.js';
 import { ResponsePacker } from '../../../src/server/packer/pack.js';
 import type { PackTask } from '../../../src/server/shared/pack-task.js';
+import { TINY_BYTES } from '../tiny-tokens.js';
 import { events, type Harness, makeHarness, metaFields } from './harness.js';
 
 const FORMS: readonly ResponseForm[] = ['packed', 'legacy', 'msgpack'];
@@ -117,7 +118,12 @@ function expectDecoded(r: GenerateResult, want: ReturnType<typeof finishedReques
 describe('ResponsePacker (in this thread)', () => {
   it('encodes a finished request in all three forms, which decode to the same arrays', () => {
     const want = finishedRequests();
-    const packer = new ResponsePacker(want.h.meta.sab, want.h.acc.sab, want.h.arena.sab);
+    const packer = new ResponsePacker(
+      want.h.meta.sab,
+      want.h.acc.sab,
+      want.h.arena.sab,
+      want.h.tokens,
+    );
     for (const form of FORMS) {
       const body = packer.pack(taskFor(form));
       expect(body.buffer.byteLength).toBe(body.length);
@@ -137,7 +143,12 @@ describe('ResponsePacker (in this thread)', () => {
 
   it('packs n choices from n slots, and refuses a slot that holds no finished response', () => {
     const want = finishedRequests();
-    const packer = new ResponsePacker(want.h.meta.sab, want.h.acc.sab, want.h.arena.sab);
+    const packer = new ResponsePacker(
+      want.h.meta.sab,
+      want.h.acc.sab,
+      want.h.arena.sab,
+      want.h.tokens,
+    );
     const both = decodeGenerateBody(
       packer.pack({ slots: [5, 2], form: 'msgpack', requestId: 'n2', model: 'm', created: 1 }),
       'application/msgpack',
@@ -186,6 +197,7 @@ describe('PackerPool (piscina threads running dist/workers/packer.js)', () => {
       accSab: h.acc.sab,
       arenaSab: h.arena.sab,
       threads: 2,
+      tokenBytes: TINY_BYTES.shared,
       ...extra,
     });
     pools.push(pool);
@@ -218,7 +230,12 @@ describe('PackerPool (piscina threads running dist/workers/packer.js)', () => {
       priority: { nice: 1, policy: 'batch' },
     });
     const task = (i: number): PackTask => taskFor(FORMS[i % FORMS.length]!);
-    const reference = new ResponsePacker(want.h.meta.sab, want.h.acc.sab, want.h.arena.sab);
+    const reference = new ResponsePacker(
+      want.h.meta.sab,
+      want.h.acc.sab,
+      want.h.arena.sab,
+      want.h.tokens,
+    );
     const count = 24;
     const bodies = await Promise.all(Array.from({ length: count }, (_, i) => pool.pack(task(i))));
     // The two packer threads lowered themselves (kernel's view: policy is stat field 41).

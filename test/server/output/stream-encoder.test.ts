@@ -2,13 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { SseParser, StreamAccumulator } from '../../../src/client/stream.js';
 import { SlotEventList } from '../../../src/server/output-worker/slot-events.js';
 import { StreamEncoder } from '../../../src/server/output-worker/stream-encoder.js';
-import { ByteLevelStandIn } from '../../../src/server/shared/detokenizer.js';
 import type { StreamBytes } from '../../../src/server/shared/messages.js';
 import { ResponseFormCode } from '../../../src/server/shared/slot-meta.js';
 import { type Harness, makeHarness, metaFields } from './harness.js';
 
 function encoderFor(h: Harness): StreamEncoder {
-  return new StreamEncoder(h.view, new SlotEventList(h.acc.slots), new ByteLevelStandIn());
+  return new StreamEncoder(h.view, new SlotEventList(h.acc.slots), h.tokens);
 }
 
 /** The SSE events of one slot in a pass's bytes. */
