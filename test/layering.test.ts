@@ -29,7 +29,7 @@ const THREAD_OUTSIDE = ['wire', 'shm', 'protocol', 'obs', 'errors', 'tokenizer']
  * - server/packer: the packer threads (workers/packer.ts): the response packer;
  * - server/shared: what two or more threads use: the shared tables and their views (slot meta,
  *   accumulators, block arena, response pool, response view), the messages between threads
- *   (messages.ts, pack-task.ts), code that more than one thread runs (detokenizer, token text,
+ *   (messages.ts, pack-task.ts), code that more than one thread runs (detokenizer,
  *   writer scratch, reject-error) and the output side's errors. It imports no thread's folder;
  * - server/inline: the inline baseline (--output-processing inline), which runs on the main thread
  *   in place of the output worker and packers: it implements main's OutputPath and may import main;

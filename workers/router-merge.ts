@@ -2,7 +2,7 @@
 // merge of the requests pinned to it, off the router's event loop (issue 32). The state and the
 // work are src/router/merge-table.ts's; this file moves the bytes and turns errors into data.
 import { move, transferableSymbol, valueSymbol, workerData } from 'piscina';
-import { toRingserveError } from '../src/errors.js';
+import { errorToData } from '../src/errors.js';
 import { answerMemoryCollect } from '../src/obs/memory-collect.js';
 import type { MergeFailure, MergeReply, MergeTask } from '../src/router/merge-messages.js';
 import type { MergeWorkerData } from '../src/router/merge-pool.js';
@@ -38,7 +38,6 @@ export default function merge(task: MergeTask): unknown {
   try {
     return move(new MovedReply(table.run(task)) as never);
   } catch (err) {
-    const e = toRingserveError(err);
-    return { code: e.code, message: e.message, statusCode: e.statusCode } satisfies MergeFailure;
+    return { error: errorToData(err) } satisfies MergeFailure;
   }
 }

@@ -11,6 +11,7 @@
  *   stream cut short     ── 'end'     ──▶ error event + [DONE], forget
  *   request given up     ── 'drop'    ──▶ forget
  */
+import type { ErrorData } from '../errors.js';
 import type { ResponseForm } from '../protocol/generate-response.js';
 
 export type MergeOp = 'prefill' | 'merge' | 'chunk' | 'end' | 'drop';
@@ -62,7 +63,5 @@ export interface MergeReply {
 
 /** A request the thread could not merge: its coded error as plain data (an Error loses its code). */
 export interface MergeFailure {
-  code: string;
-  message: string;
-  statusCode: number;
+  error: ErrorData;
 }

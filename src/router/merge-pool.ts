@@ -18,7 +18,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
-import { RingserveError, toRingserveError } from '../errors.js';
+import { errorFromData, RingserveError } from '../errors.js';
 import { SAME_PRIORITY, type ThreadPriority } from '../shm/thread-priority.js';
 import { RS_ERR_ROUTER_MERGE_WORKER } from './errors.js';
 import type { MergeFailure, MergeOp, MergeReply, MergeSpec, MergeTask } from './merge-messages.js';
@@ -96,7 +96,7 @@ export class MergePool {
       if (error instanceof RingserveError) throw error;
       throw new RS_ERR_ROUTER_MERGE_WORKER((error as Error).message);
     }
-    if ('code' in out) throw toRingserveError(out);
+    if ('error' in out) throw errorFromData(out.error);
     return out;
   }
 
