@@ -9,7 +9,7 @@
  * The figures come from two child processes of this script: one times renders with V8's default
  * flags, as an API server runs; one measures allocation with 128 MB semi-spaces, so that no scavenge
  * runs in a round and hides what it allocated. Until the commit that removed prom-client, this bench
- * also rendered the same families through prom-client; README.md (Metrics) quotes both.
+ * also rendered the same families through prom-client; docs/performance.md ("Metrics exposition and scraping") quotes both.
  *
  * Prints a table (fastest first, with the ratio to the slowest) and, with --json, a last line
  * {"bench":"exposition","rows":[...]}.

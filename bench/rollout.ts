@@ -4,7 +4,7 @@
  *
  *   npm run bench -- [--profile quick|rl] [--arms objects-mask,packed-mask] [--json]
  *
- * See bench/rollout/main.ts and README.md, "Performance".
+ * See bench/rollout/main.ts and docs/performance.md, "The rollout benchmark".
  */
 import { exitCodeFor, isRingserveError } from '../src/errors.js';
 import { runRolloutBench } from './rollout/main.js';

@@ -13,9 +13,8 @@ const SERVER_OUTSIDE = ['wire', 'shm', 'protocol', 'obs', 'config', 'errors', 't
 const THREAD_OUTSIDE = ['wire', 'shm', 'protocol', 'obs', 'errors', 'tokenizer'] as const;
 
 /**
- * The layers of src/ and which others each may import (README, "How it is
- * built"). A layer is a folder of src/ or one of the root modules; a file may always import its own
- * layer. cluster/ and the CLI are the composition roots: they may import anything in src/.
+ * The layers of src/ and which others each may import (docs/design.md, "Source layout"). A
+ * layer is a folder of src/ or one of the root modules; a file may always import its own layer. cluster/ and the CLI are the composition roots: they may import anything in src/.
  * Nothing in src/ imports bench/ or test/.
  *
  * src/server/ is split by the thread of an API-server process that runs each file, one layer per

@@ -3,7 +3,7 @@ import { ARM_NAMES, ARMS, type ArmDef, armByName } from './arms.js';
 
 /**
  * Profiles and flags of `npm run bench` (= `ringserve-bench`). A profile fixes the load and the
- * engine's time compression; flags override single figures. See README.md, "Performance".
+ * engine's time compression; flags override single figures. See docs/performance.md, "The rollout benchmark".
  */
 export interface Profile {
   name: string;
@@ -45,7 +45,7 @@ const PROMPT_ID_CEILING_MARGIN = 8;
  * front of one GPU node. The simulated engine sleeps its modelled step times, as a GPU-bound engine
  * leaves the host CPU to the API tier. --max-speed (or a speedup past ~13, where a modelled step
  * is under the loop's 1 ms sleep threshold) makes the engine spin a core of the two the tier needs
- * and measures the machine's total capacity instead; README.md, "Performance", has both.
+ * and measures the machine's total capacity instead; docs/performance.md has both.
  */
 const SPEEDUP = 8;
 

@@ -5,7 +5,7 @@
  * time, so a scrape costs the same whatever the other processes are doing (a sibling in a long GC
  * pause, a busy engine) and never waits.
  *
- * The text is written here, not through prom-client (issue 10, item 7; README.md, Metrics). The
+ * The text is written here, not through prom-client (issue 10, item 7; docs/performance.md, "Metrics exposition and scraping"). The
  * figures already sit in the region, so a prom-client Registry (built once, Gauges and Counters
  * whose collect() read the region, custom collectors for the histograms' bucket slots) only copies
  * them into its objects on every scrape, hashes and re-escapes every label set, and awaits its async

@@ -1,6 +1,6 @@
 /**
- * `ringserve router`: a P/D proxy in front of prefill and decode instances (README, "Prefill/decode
- * and the router"). Starts the health checks and the HTTP server; close() stops both, and answers any
+ * `ringserve router`: a P/D proxy in front of prefill and decode instances (docs/operating.md,
+ * "Prefill/decode and the router"). Starts the health checks and the HTTP server; close() stops both, and answers any
  * DELETE /instances still waiting for a drain.
  */
 import type { FastifyInstance } from 'fastify';

@@ -8,7 +8,7 @@
  * Only the added_tokens array is parsed. A whole tokenizer.json (Qwen3's is 11 MB: ~150k
  * vocabulary entries and as many merges) would be parsed in every process that reads the card,
  * the API servers' main thread included, whose heap the tokenizer thread exists to keep small
- * (README, "Tokenizers"). The tokenizers library writes "added_tokens" right after "version",
+ * (README, "Models and tokenizers"). The tokenizers library writes "added_tokens" right after "version",
  * "truncation" and "padding" (tokenizers/src/tokenizer/serialization.rs), so its first occurrence
  * is the top-level key; anything else found there falls back to parsing the whole file.
  */

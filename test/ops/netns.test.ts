@@ -215,7 +215,7 @@ it.skipIf(reason !== null)(
     await sleep(3_000);
     // A long generation on node 2 keeps its drain going past the checks that mark it down, as an
     // RL rollout's minutes do. (A drain that ends sooner closes the listener while the balancer may
-    // still send: such a request gets a 502; README, "Running many nodes".)
+    // still send: such a request gets a 502; docs/operating.md, "Many nodes".)
     const long = longRequest(state.lb.ns, state.nodes[2].url, state.api_key);
     await long.admitted;
     t.drain = Date.now();

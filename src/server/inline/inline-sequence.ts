@@ -6,7 +6,7 @@
  * one number[] per position holds its kept ids; routed experts go into one growing typed array per
  * sequence (inline-routing.ts), as vLLM's capturer keeps a numpy buffer. This per-token
  * representation is the one thing the baseline does differently from the worker path, on purpose:
- * it is what the benchmark's objects arms measure (README, Performance).
+ * it is what the benchmark's objects arms measure (docs/performance.md).
  *
  * The legacy answer is built from it directly (inline-legacy.ts); the packed forms, which a
  * per-token-object frontend can only make by packing its objects, go through the encoders' columns
