@@ -7,18 +7,15 @@
 import { RS_ERR_ENGINE_DEAD } from '../../errors.js';
 import { engineNoteSeq, readEngineNote } from '../../shm/engine-note.js';
 import {
-  ENG_LAST_BEAT_MS,
-  ENG_PID,
-  ENG_STATE,
-  ENG_STATS_SEQ,
   ENGINE_STATE_STARTING,
-  ENGINE_STATS,
+  ENGINE_STATS_INDEX,
   STAT_SAMPLING_MASKS,
   STATS_SLOT_COUNT,
 } from '../../shm/layout.js';
 import type { Region } from '../../shm/region.js';
 import { requestRingProducer } from '../../shm/region.js';
 import type { RingProducer } from '../../shm/ring.js';
+import { engineLastBeatMs, enginePid, engineStat, engineState, statsSeq } from '../../shm/words.js';
 import { ControlClient } from '../../wire/control-channel.js';
 import { type EngineNote, parseEngineNote } from '../../wire/engine-note.js';
 import {
@@ -95,7 +92,7 @@ export class EngineClient implements EnginePort {
 
   /** Milliseconds since the engine's last heartbeat (Infinity before the first). */
   heartbeatAgeMs(): number {
-    const last = this.region.f64[ENG_LAST_BEAT_MS >> 3]!;
+    const last = engineLastBeatMs(this.region.f64);
     return last > 0 ? Date.now() - last : Number.POSITIVE_INFINITY;
   }
 
@@ -107,15 +104,15 @@ export class EngineClient implements EnginePort {
     const i32 = this.region.i32;
     return (
       this.#up &&
-      Atomics.load(i32, ENG_PID >> 2) !== 0 &&
-      Atomics.load(i32, ENG_STATE >> 2) !== ENGINE_STATE_STARTING &&
+      enginePid(i32) !== 0 &&
+      engineState(i32) !== ENGINE_STATE_STARTING &&
       this.heartbeatAgeMs() < HEARTBEAT_STALE_MS
     );
   }
 
   /** Whether the engine returns sampling masks (a vLLM engine only with ringserve's extension). */
   samplingMasks(): boolean {
-    return this.region.f64[(ENGINE_STATS >> 3) + STAT_SAMPLING_MASKS] === 1;
+    return engineStat(this.region.f64, STAT_SAMPLING_MASKS) === 1;
   }
 
   /**
@@ -138,12 +135,11 @@ export class EngineClient implements EnginePort {
   /** A consistent copy of the engine's stats block (seqlock read); index with the STAT_* constants. */
   stats(): Float64Array {
     const { i32, f64 } = this.region;
-    const base = ENGINE_STATS >> 3;
     for (let attempt = 0; attempt < 100; attempt++) {
-      const before = Atomics.load(i32, ENG_STATS_SEQ >> 2);
+      const before = statsSeq(i32);
       if ((before & 1) !== 0) continue;
-      for (let s = 0; s < STATS_SLOT_COUNT; s++) this.#stats[s] = f64[base + s]!;
-      if (Atomics.load(i32, ENG_STATS_SEQ >> 2) === before) break;
+      for (let s = 0; s < STATS_SLOT_COUNT; s++) this.#stats[s] = f64[ENGINE_STATS_INDEX + s]!;
+      if (statsSeq(i32) === before) break;
     }
     return this.#stats;
   }
