@@ -8,7 +8,7 @@
 import { connect } from 'node:net';
 import { request } from 'undici';
 import { describe, expect, it } from 'vitest';
-import { STAT_RUNNING } from '../../src/shm/layout.js';
+import { STAT_PROMPT_TOKENS, STAT_RUNNING } from '../../src/shm/layout.js';
 import { until } from '../until.js';
 import { startCluster } from './harness.js';
 
@@ -160,9 +160,11 @@ describe('limits', () => {
     );
     // Never read: the kernel's buffers fill, then the server's own queue passes the bound.
     socket.pause();
+    // Started: its prompt reached the engine (at --max-speed it may be cut before a poll sees it
+    // in flight).
     await until(
-      () => cluster.serverInFlight(0),
-      (n) => n === 1,
+      () => cluster.engineStat(STAT_PROMPT_TOKENS),
+      (n) => n > 0,
     );
     expect(
       await until(
