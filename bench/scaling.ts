@@ -3,14 +3,19 @@
  * short requests (prompt 512, 16 tokens: the HTTP and request-handling path) and long ones (prompt
  * 512, 2048 tokens: the output path), against a bare fastify route on the same machine in the same
  * run as the ceiling (bench/scaling/bare-server.ts, also with 1, 2 and 4 workers). The engine runs
- * at --max-speed, packed responses without masks. Prints a table and, with --json, a last line
- * `{"bench": "scaling", "rows": [...]}`; a progress line per cell on stderr.
+ * at --max-speed, packed responses without masks. ringserve runs with each --listener asked for
+ * (`--listener both`, the default where Node has reusePort: primary and reuseport, alternating at
+ * each count, so both see the same machine). Prints a table, the listener modes side by side and,
+ * with --json, a last line `{"bench": "scaling", "rows": [...]}` (each row names its listener); a
+ * progress line per cell on stderr.
  *
  *   npm run bench:scaling -- [--json] [--seconds 10] [--counts 1,2,4] [--kinds short,long]
+ *     [--listener primary|reuseport|both]
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { type ListenerMode, reusePortSupported } from '../src/cluster/listener.js';
 import { ExitCode, isRingserveError, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
 import { getPreset } from '../src/sim/presets.js';
 import { formatDuration } from './loadtest/progress.js';
@@ -21,7 +26,7 @@ import {
   runCell,
   type Target,
 } from './scaling/cell.js';
-import { type ScalingRow, scalingJson, scalingTable } from './scaling/table.js';
+import { listenerComparison, type ScalingRow, scalingJson, scalingTable } from './scaling/table.js';
 
 const MODEL = 'qwen3-30b-a3b';
 const KINDS: readonly RequestKind[] = [
@@ -35,6 +40,29 @@ interface Options {
   warmupSeconds: number;
   counts: number[];
   kinds: RequestKind[];
+  listeners: ListenerMode[];
+}
+
+const USAGE =
+  'usage: [--json] [--seconds S] [--counts 1,2,4] [--kinds short,long] [--listener primary|reuseport|both]';
+
+/** --listener's value as the modes to run; reuseport only where this Node has reusePort. */
+function parseListeners(value: string): ListenerMode[] {
+  const modes: ListenerMode[] | undefined =
+    value === 'both'
+      ? ['primary', 'reuseport']
+      : value === 'primary' || value === 'reuseport'
+        ? [value]
+        : undefined;
+  if (modes === undefined)
+    throw new RS_ERR_CONFIG_INVALID('--listener', `"${value}": primary, reuseport or both`);
+  if (modes.includes('reuseport') && !reusePortSupported()) {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--listener',
+      `${value} needs Node >= 22.12 (23.1 on the 23 line) on Linux; this is Node ${process.versions.node}`,
+    );
+  }
+  return modes;
 }
 
 function parseOptions(argv: string[]): Options {
@@ -44,6 +72,7 @@ function parseOptions(argv: string[]): Options {
     warmupSeconds: 2,
     counts: [1, 2, 4],
     kinds: [...KINDS],
+    listeners: reusePortSupported() ? ['primary', 'reuseport'] : ['primary'],
   };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
@@ -67,11 +96,11 @@ function parseOptions(argv: string[]): Options {
         return kind;
       });
       i++;
+    } else if (flag === '--listener' && value !== undefined) {
+      o.listeners = parseListeners(value);
+      i++;
     } else {
-      throw new RS_ERR_CONFIG_INVALID(
-        String(flag),
-        'usage: [--json] [--seconds S] [--counts 1,2,4] [--kinds short,long]',
-      );
+      throw new RS_ERR_CONFIG_INVALID(String(flag), USAGE);
     }
   }
   return o;
@@ -80,6 +109,7 @@ function parseOptions(argv: string[]): Options {
 function row(
   kind: RequestKind,
   target: string,
+  listener: string,
   servers: number,
   r: CellResult,
   base: CellResult | undefined,
@@ -90,6 +120,7 @@ function row(
   return {
     kind: kind.name,
     target,
+    listener,
     api_server_count: servers,
     concurrency: kind.concurrency,
     req_s: r.requestsPerS,
@@ -116,34 +147,59 @@ class ScalingRun {
     this.#o = o;
     this.#ceiling = ceiling;
     this.#dir = dir;
-    this.#cells = o.kinds.length * o.counts.length * 2;
+    this.#cells = o.kinds.length * o.counts.length * (o.listeners.length + 1);
   }
 
-  /** ringserve at every count, then the bare route (serving ringserve's own answer) at every count. */
+  /**
+   * ringserve at every count, each listener mode in turn at each count, then the bare route
+   * (serving ringserve's own answer) at every count.
+   */
   async kind(kind: RequestKind): Promise<void> {
     const bodyFile = join(this.#dir, `${kind.name}.bin`);
     let contentType = 'application/json';
+    let captured = false;
     const capture = async (url: string): Promise<void> => {
       contentType = await captureBody(url, kind, this.#ceiling, bodyFile);
+      captured = true;
     };
-    const flags = ['--model', MODEL, '--max-speed', '--drain-timeout-s', '1'];
-    let base: CellResult | undefined;
+    const base = new Map<ListenerMode, CellResult>();
     for (const k of this.#o.counts) {
-      const before = k === 1 ? capture : undefined;
-      const r = await this.#cell(kind, 'ringserve', { kind: 'ringserve', flags }, k, base, before);
-      base ??= r;
+      for (const listener of this.#o.listeners) {
+        const flags = [
+          '--model',
+          MODEL,
+          '--max-speed',
+          '--drain-timeout-s',
+          '1',
+          '--listener',
+          listener,
+        ];
+        const target: Target = { kind: 'ringserve', flags };
+        const before = captured ? undefined : capture;
+        const r = await this.#cell(
+          kind,
+          'ringserve',
+          listener,
+          target,
+          k,
+          base.get(listener),
+          before,
+        );
+        if (!base.has(listener)) base.set(listener, r);
+      }
     }
-    base = undefined;
+    let bareBase: CellResult | undefined;
     for (const k of this.#o.counts) {
       const bare: Target = { kind: 'bare', bodyFile, contentType };
-      const r = await this.#cell(kind, 'bare fastify', bare, k, base);
-      base ??= r;
+      const r = await this.#cell(kind, 'bare fastify', 'node:cluster', bare, k, bareBase);
+      bareBase ??= r;
     }
   }
 
   async #cell(
     kind: RequestKind,
     label: string,
+    listener: string,
     target: Target,
     servers: number,
     base: CellResult | undefined,
@@ -152,7 +208,7 @@ class ScalingRun {
     const elapsed = formatDuration(Date.now() - this.#started);
     this.#n++;
     process.stderr.write(
-      `[${this.#n}/${this.#cells}] ${kind.name} ${label} x${servers} (${elapsed} elapsed)\n`,
+      `[${this.#n}/${this.#cells}] ${kind.name} ${label} (${listener}) x${servers} (${elapsed} elapsed)\n`,
     );
     const r = await runCell({
       kind,
@@ -163,11 +219,27 @@ class ScalingRun {
       promptIdCeiling: this.#ceiling,
       ...(before === undefined ? {} : { before }),
     });
-    this.rows.push(row(kind, label, servers, r, base));
+    this.rows.push(row(kind, label, listener, servers, r, base));
     if (r.errors > 0)
       process.stderr.write(`  ${r.errors} failed requests, e.g. ${r.errorSample}\n`);
     return r;
   }
+}
+
+/**
+ * The rows as the table shows them: per kind, ringserve by listener (in --listener's order) at
+ * every count, then the bare route (the run alternates the listeners at each count).
+ */
+function byTarget(rows: readonly ScalingRow[], listeners: readonly ListenerMode[]): ScalingRow[] {
+  const kinds = [...new Set(rows.map((r) => r.kind))];
+  const group = (r: ScalingRow): number =>
+    r.target === 'ringserve' ? listeners.indexOf(r.listener as ListenerMode) : listeners.length;
+  return [...rows].sort(
+    (a, b) =>
+      kinds.indexOf(a.kind) - kinds.indexOf(b.kind) ||
+      group(a) - group(b) ||
+      a.api_server_count - b.api_server_count,
+  );
 }
 
 async function main(): Promise<ExitCode> {
@@ -182,10 +254,13 @@ async function main(): Promise<ExitCode> {
   }
   const header =
     `# ${availableParallelism()} cores, Node ${process.version}; engine ${MODEL} at --max-speed; ` +
-    `${o.warmupSeconds} s warm-up + ${o.seconds} s per cell; the load generator runs in its own ` +
-    'process on the same cores';
-  const out = [header, '', scalingTable(run.rows)];
-  if (o.json) out.push(scalingJson(run.rows));
+    `${o.warmupSeconds} s warm-up + ${o.seconds} s per cell; --listener ${o.listeners.join(', ')}; ` +
+    'the load generator runs in its own process on the same cores';
+  const rows = byTarget(run.rows, o.listeners);
+  const out = [header, '', scalingTable(rows)];
+  const side = listenerComparison(rows);
+  if (side !== '') out.push('', '## ringserve by --listener', '', side);
+  if (o.json) out.push(scalingJson(rows));
   process.stdout.write(`${out.join('\n')}\n`);
   return ExitCode.Ok;
 }

@@ -32,6 +32,7 @@ export interface RingserveConfig {
   readonly host: string;
   readonly port: number;
   readonly apiServerCount: number;
+  readonly listener: 'primary' | 'reuseport';
   readonly model: string;
   readonly servedModelName: string;
   readonly maxModelLen: number;
@@ -129,6 +130,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'host', flag: '--host', kind: 'string', default: '127.0.0.1', help: 'address to listen on; to serve on a network: --host 0.0.0.0 --api-key <key> (or --allow-unauthenticated)' },
   { key: 'port', flag: '--port', kind: 'int', default: 8000, min: 0, max: 65535, help: 'TCP port (0 = any free port)' },
   { key: 'apiServerCount', flag: '--api-server-count', kind: 'int', default: 1, min: 1, max: 32, help: 'API-server processes sharing the port' },
+  { key: 'listener', flag: '--listener', kind: 'enum', default: 'primary', choices: ['primary', 'reuseport'], help: 'primary: the primary accepts and hands each connection to an API server (Node 20+); reuseport: each API server listens on the port itself with SO_REUSEPORT, the kernel spreads connections (Node >= 22.12)' },
   { key: 'model', flag: '--model', kind: 'string', default: 'qwen3-30b-a3b', accepts: `one of ${MODEL_NAMES.join(', ')}, or a local Hugging Face model directory`, help: 'model the simulated engine imitates: a preset, or a local Hugging Face model directory (config.json and the tokenizer files) whose shape it takes' },
   { key: 'servedModelName', flag: '--served-model-name', kind: 'string', default: null, derived: 'sim-<model> (a directory: the --model path)', help: 'model name clients must send and /v1/models lists' },
   { key: 'maxModelLen', flag: '--max-model-len', kind: 'int', default: null, min: 16, max: MAX_MODEL_LEN_CAP, derived: "the model's", help: 'longest sequence (prompt + completion) in tokens' },
@@ -300,6 +302,12 @@ function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): v
 
 function checkCrossFields(c: RingserveConfig): void {
   checkExposure(c, 'serving');
+  if (c.listener === 'reuseport' && !nodeHasReusePort()) {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--listener',
+      `reuseport needs Node >= 22.12 (on the 23 line >= 23.1) on Linux, whose net.Server listens with SO_REUSEPORT (reusePort); this is Node ${process.versions.node} on ${process.platform}: use --listener primary`,
+    );
+  }
   parseFailureKinds(c.failureKinds);
   // vLLM refuses these combinations at startup for the same reasons: a step must be able to
   // hold one token per running sequence, and one full-length sequence must fit in the KV cache.
@@ -335,6 +343,22 @@ function checkCrossFields(c: RingserveConfig): void {
       `${c.model} has no tokenizer.json: give the tokenizer's directory with --tokenizer DIR`,
     );
   }
+}
+
+/**
+ * Whether this Node can listen with SO_REUSEPORT (`reusePort` in net.Server.listen): added in
+ * 22.12.0 and 23.1.0, so 22.12+, 23.1+ and 24+; earlier versions ignore the option. Only Linux is
+ * a platform ringserve runs on (its region lives in /dev/shm), and Linux has had SO_REUSEPORT since
+ * 3.9. src/cluster/listener.ts's reusePortSupported() is this check for the cluster and the tests
+ * (the config layer imports nothing of src/cluster).
+ */
+export function nodeHasReusePort(
+  version: string = process.versions.node,
+  platform: NodeJS.Platform = process.platform,
+): boolean {
+  if (platform !== 'linux') return false;
+  const [major = 0, minor = 0] = version.split('.').map(Number);
+  return major >= 24 || (major === 23 && minor >= 1) || (major === 22 && minor >= 12);
 }
 
 /**

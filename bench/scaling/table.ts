@@ -1,13 +1,19 @@
 import { round } from '../loadtest/stats.js';
 
 /**
- * The scaling benchmark's output: one row per (request kind, target, API-server count). speedup_vs_1
- * is requests/s over the same target's count-1 requests/s; efficiency is that speedup divided by
- * the count (1.0 = perfect scaling; on a 2-core machine more than 2 processes cannot reach it).
+ * The scaling benchmark's output: one row per (request kind, target, listener, API-server count).
+ * speedup_vs_1 is requests/s over the same target's (and listener's) count-1 requests/s;
+ * efficiency is that speedup divided by the count (1.0 = perfect scaling; on a 2-core machine more
+ * than 2 processes cannot reach it).
  */
 export interface ScalingRow {
   kind: string;
   target: string;
+  /**
+   * How connections reach the servers: ringserve's --listener (primary, reuseport), or
+   * `node:cluster` for the bare route. Absent in rows of runs before the option: no column then.
+   */
+  listener?: string;
   api_server_count: number;
   concurrency: number;
   req_s: number;
@@ -39,9 +45,11 @@ const HEAD = [
 ];
 
 export function scalingTable(rows: readonly ScalingRow[]): string {
+  const withListener = rows.some((r) => r.listener !== undefined);
   const cells = rows.map((r) => [
     r.kind,
     r.target,
+    ...(withListener ? [r.listener ?? ''] : []),
     String(r.api_server_count),
     String(r.concurrency),
     cell(r.req_s, 1),
@@ -52,12 +60,63 @@ export function scalingTable(rows: readonly ScalingRow[]): string {
     cell(r.efficiency, 2),
     String(r.errors),
   ]);
-  const all = [HEAD, ...cells];
-  const widths = HEAD.map((_, i) => Math.max(...all.map((c) => (c[i] as string).length)));
+  const head = withListener ? [...HEAD.slice(0, 2), 'listener', ...HEAD.slice(2)] : HEAD;
+  return markdownTable(head, cells, withListener ? 3 : 2);
+}
+
+/** A markdown table: the first `textColumns` columns left-aligned, the others right-aligned. */
+function markdownTable(head: string[], cells: string[][], textColumns: number): string {
+  const all = [head, ...cells];
+  const widths = head.map((_, i) => Math.max(...all.map((c) => (c[i] as string).length)));
   const line = (c: string[]): string =>
-    `| ${c.map((v, i) => (i < 2 ? v.padEnd(widths[i] as number) : v.padStart(widths[i] as number))).join(' | ')} |`;
-  const rule = `|${widths.map((w, i) => (i < 2 ? `:${'-'.repeat(w + 1)}` : `${'-'.repeat(w + 1)}:`)).join('|')}|`;
-  return [line(HEAD), rule, ...cells.map(line)].join('\n');
+    `| ${c.map((v, i) => (i < textColumns ? v.padEnd(widths[i] as number) : v.padStart(widths[i] as number))).join(' | ')} |`;
+  const rule = `|${widths.map((w, i) => (i < textColumns ? `:${'-'.repeat(w + 1)}` : `${'-'.repeat(w + 1)}:`)).join('|')}|`;
+  return [line(head), rule, ...cells.map(line)].join('\n');
+}
+
+/**
+ * ringserve's listener modes side by side, one line per (kind, API-server count): requests/s and
+ * p99 of each mode, reuseport's requests/s over primary's, and each mode's requests/s over the bare
+ * route's at the same count. Empty when the rows hold fewer than two of ringserve's modes.
+ */
+export function listenerComparison(rows: readonly ScalingRow[]): string {
+  const ringserve = rows.filter((r) => r.target === 'ringserve' && r.listener !== undefined);
+  const modes = [...new Set(ringserve.map((r) => r.listener as string))];
+  if (modes.length < 2) return '';
+  const find = (kind: string, target: string, listener: string | null, k: number) =>
+    rows.find(
+      (r) =>
+        r.kind === kind &&
+        r.target === target &&
+        (listener === null || r.listener === listener) &&
+        r.api_server_count === k,
+    );
+  const keys = [...new Set(ringserve.map((r) => `${r.kind}\t${r.api_server_count}`))];
+  const cells = keys.map((key) => {
+    const [kind, count] = key.split('\t') as [string, string];
+    const k = Number(count);
+    const bare = find(kind, 'bare fastify', null, k);
+    const of = modes.map((m) => find(kind, 'ringserve', m, k));
+    const ratio = (a: ScalingRow | undefined, b: ScalingRow | undefined): number | null =>
+      a === undefined || b === undefined || b.req_s === 0 ? null : a.req_s / b.req_s;
+    return [
+      kind,
+      count,
+      ...of.flatMap((r) => [cell(r?.req_s ?? null, 1), cell(r?.p99_ms ?? null, 1)]),
+      cell(ratio(of[1], of[0]), 2),
+      cell(bare?.req_s ?? null, 1),
+      ...of.map((r) => cell(ratio(r, bare), 2)),
+    ];
+  });
+  const head = [
+    'kind',
+    'servers',
+    ...modes.flatMap((m) => [`${m} req/s`, `${m} p99 ms`]),
+    `${modes[1]} / ${modes[0]}`,
+    'bare req/s',
+    ...modes.map((m) => `${m} / bare`),
+  ];
+  return markdownTable(head, cells, 1);
 }
 
 export function scalingJson(rows: readonly ScalingRow[]): string {

@@ -1,11 +1,12 @@
 /**
  * Entry point of API server k (a node:cluster worker): maps the region, starts the output side
  * (output worker + packer pool, or the inline baseline), builds the fastify app and serves the
- * connections the primary hands it. Supervisor messages switch it between engine-up and engine-down, and drain it.
+ * connections the primary hands it; with --listener reuseport also those of its own listener on the
+ * port (listener.ts). Supervisor messages switch it between engine-up and engine-down, and drain it.
  */
 
 import type { Server } from 'node:http';
-import type { Socket } from 'node:net';
+import type { Server as NetServer, Socket } from 'node:net';
 import { ExitCode } from '../errors.js';
 import { createLogger, type Logger, rateLimit } from '../obs/log.js';
 import { shareMemoryCollect } from '../obs/memory-collect.js';
@@ -33,6 +34,7 @@ import { openRegion, populateRegion, type Region } from '../shm/region.js';
 import { engineState, ringUsedBytes, setServerPid } from '../shm/words.js';
 import { TokenizerPool } from '../tokenizer/pool.js';
 import { getModelCard } from '../wire/model-card.js';
+import { listenReusePort } from './listener.js';
 import { type ChildEnv, readChildEnv, type SupervisorMessage, sendToParent } from './roles.js';
 
 /** How often an API server looks at how full its output ring is. */
@@ -89,9 +91,15 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
   const ringCheck = startRingCheck(region, server, output, log);
 
   let closing = false;
+  /** --listener reuseport: this server's own listener on the port, once it listens. */
+  let listener: NetServer | null = null;
   const shutdown = async (timeoutMs: number): Promise<void> => {
     if (closing) return;
     closing = true;
+    // Out of the port's SO_REUSEPORT group first: new connections go to the primary's 503 answer
+    // (or its siblings), none to a server that no longer admits requests.
+    listener?.close();
+    listener = null;
     clearInterval(ringCheck);
     // Requests on a paused engine can never finish: waiting for them would only delay the exit.
     await coordinator.drain(timeoutMs, () => enginePaused(region));
@@ -112,8 +120,19 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
   process.on('SIGINT', () => void shutdown(config.drainTimeoutS * 1000));
 
   // The primary listens and hands connections over ('conn' messages): connection-distributor.ts.
+  // With reuseport, this server also listens on the port itself, before it reports ready (a
+  // restarted one rejoins the port so), and the primary stops listening once one does.
   await app.ready();
-  log.info({ output_processing: config.outputProcessing }, 'API server ready');
+  if (config.listener === 'reuseport') {
+    const own = await listenReusePort(app.server, config.host, config.port);
+    // A drain that began while it was getting ready: no listener any more.
+    if (closing) own.close();
+    else listener = own;
+  }
+  log.info(
+    { output_processing: config.outputProcessing, listener: config.listener },
+    'API server ready',
+  );
   sendToParent({ type: 'ready', role: 'api', server });
 }
 

@@ -14,12 +14,17 @@
  *   is accepted for it.
  *
  * The server acknowledges before it reads a byte (api-process.ts), so a connection is either still
- * the primary's or wholly the server's. Node >= 22.12 could give each server its own listener with
- * SO_REUSEPORT (`reusePort`), leaving the kernel to skip dead ones; ringserve runs on Node 20.
+ * the primary's or wholly the server's.
+ *
+ * With --listener reuseport (listener.ts) the API servers listen on the port themselves and this
+ * listener is open only while none does (start, every server dead, drain): it listens with
+ * `reusePort` too, and stopListening() closes the listen socket while what it already accepted
+ * is still handed over. Each listen is a new net.Server, so a closed one is never listened again.
  */
 import type { Worker } from 'node:cluster';
 import { createServer, type Server, type Socket } from 'node:net';
 import { DrainingAnswer } from './draining-answer.js';
+import type { ReusePortListenOptions } from './listener.js';
 import type { SupervisorMessage } from './roles.js';
 
 /** A connection that waited longer than this for a free API server is reported (onSlowHandover). */
@@ -30,6 +35,11 @@ export interface DistributorOptions {
   onSlowHandover?: (waitedMs: number, queued: number) => void;
 }
 
+export interface ListenAt {
+  /** SO_REUSEPORT: share the port with the API servers' own listeners (Node >= 22.12). */
+  reusePort?: boolean;
+}
+
 interface Member {
   readonly worker: Worker;
   /** The connection handed over and not yet acknowledged, or null when it may take another. */
@@ -37,7 +47,13 @@ interface Member {
 }
 
 export class ConnectionDistributor {
-  readonly #server: Server;
+  /** The listen socket, or null while the primary does not listen. */
+  #server: Server | null = null;
+  /** listen() and stopListening() run one after the other, in the order they were called. */
+  #ops: Promise<unknown> = Promise.resolve();
+  #port = 0;
+  /** Set by close(): nothing listens again. */
+  #closed = false;
   /** Live servers in rotation order. */
   readonly #members: Member[] = [];
   /** Accepted connections no server could take yet (every one busy with a handover, or none up). */
@@ -51,19 +67,44 @@ export class ConnectionDistributor {
 
   constructor(options: DistributorOptions = {}) {
     this.#onSlowHandover = options.onSlowHandover;
-    // pauseOnConnect: the primary never reads; the bytes wait in the socket for the server.
-    this.#server = createServer({ pauseOnConnect: true }, (socket) => this.#accept(socket));
   }
 
-  listen(host: string, port: number): Promise<number> {
-    return new Promise((resolve, reject) => {
-      this.#server.once('error', reject);
-      this.#server.listen({ host, port }, () => {
-        this.#server.off('error', reject);
-        const address = this.#server.address();
-        resolve(typeof address === 'object' && address !== null ? address.port : port);
-      });
+  /**
+   * Listens on `host:port` (port 0: any free port); resolves with the port. Already listening: the
+   * port at once. After stopListening() it may listen again (the same port, with reusePort).
+   */
+  listen(host: string, port: number, at: ListenAt = {}): Promise<number> {
+    const op = this.#ops.then(() => this.#listenNow(host, port, at.reusePort === true));
+    this.#ops = op.catch(() => {});
+    return op;
+  }
+
+  /** Connections accepted and waiting for a server to take them. */
+  get queued(): number {
+    return this.#queue.length;
+  }
+
+  /** Whether the primary's listen socket is open (or opening). */
+  get listening(): boolean {
+    return this.#server !== null;
+  }
+
+  /**
+   * Closes the listen socket only: connections accepted and not yet handed over still go to the
+   * API servers (or get the drain's 503), unlike close(). With SO_REUSEPORT, connections the kernel
+   * had queued on this socket and the primary had not yet accepted are reset, unless the sysctl
+   * net.ipv4.tcp_migrate_req moves them to another listener of the port. Resolves with whether
+   * it was listening.
+   */
+  stopListening(): Promise<boolean> {
+    const op = this.#ops.then(() => {
+      const server = this.#server;
+      this.#server = null;
+      server?.close();
+      return server !== null;
     });
+    this.#ops = op;
+    return op;
   }
 
   /** Puts a server (listening for 'conn' messages) in the rotation. */
@@ -101,9 +142,40 @@ export class ConnectionDistributor {
 
   /** Stops accepting; connections not yet handed over (or still being refused) are closed. */
   close(): void {
-    this.#server.close();
+    this.#closed = true;
+    this.#server?.close();
+    this.#server = null;
     for (const socket of this.#queue.splice(0)) socket.destroy();
     this.#draining?.close();
+  }
+
+  #listenNow(host: string, port: number, reusePort: boolean): Promise<number> {
+    if (this.#server !== null) return Promise.resolve(this.#port);
+    if (this.#closed) return Promise.reject(new Error('the connection distributor is closed'));
+    // pauseOnConnect: the primary never reads; the bytes wait in the socket for the server.
+    // noDelay: TCP_NODELAY on the socket itself, which the server's copy shares, as http.Server
+    // sets on the connections it accepts (with Nagle on, a reply written in more than one piece
+    // waits for the client's delayed ACK).
+    const server = createServer({ pauseOnConnect: true, noDelay: true }, (socket) =>
+      this.#accept(socket),
+    );
+    this.#server = server;
+    const options: ReusePortListenOptions = reusePort ? { host, port, reusePort } : { host, port };
+    return new Promise((resolve, reject) => {
+      const failed = (error: Error): void => {
+        if (this.#server === server) this.#server = null;
+        reject(error);
+      };
+      server.once('error', failed);
+      server.listen(options, () => {
+        server.off('error', failed);
+        const address = server.address();
+        this.#port = typeof address === 'object' && address !== null ? address.port : port;
+        // Closed while the listen was under way: it must not stay open.
+        if (this.#server !== server) server.close();
+        resolve(this.#port);
+      });
+    });
   }
 
   #accept(socket: Socket): void {

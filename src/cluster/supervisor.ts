@@ -4,6 +4,10 @@
  * hands each connection to a live API server (connection-distributor.ts), restarts whichever child
  * crashes (restart-backoff.ts), drains on SIGTERM and unlinks the region on the way out.
  *
+ * --listener reuseport (listener.ts): the API servers listen on the port themselves (SO_REUSEPORT)
+ * and the primary's listener is open only while none does: from the start until every API server
+ * is ready, whenever every one is dead, and from the start of a drain to the end of its grace.
+ *
  * Restart rules (README, "Restarts"):
  * - an API server dies: the engine drops that server's requests and frees their blocks (server-down),
  *   then a new API server takes the same index; the others keep serving;
@@ -71,6 +75,10 @@ export class Supervisor {
   readonly #serverBackoff = new Map<number, RestartBackoff>();
   /** What a restarted engine takes over from the one that died (pause state, weight version). */
   #engineRestore: EngineRestore | null = null;
+  /** --listener reuseport: the API servers listening on the port themselves (ready, not dead). */
+  readonly #listening = new Set<Worker>();
+  /** Every initial API server was ready: from now on the primary listens only while none does. */
+  #started = false;
 
   constructor(config: RingserveConfig, options: SupervisorOptions = {}) {
     this.config = config;
@@ -106,11 +114,62 @@ export class Supervisor {
     cluster.setupPrimary({ exec: entryPoint('api'), silent: false });
     cluster.on('exit', (worker, code, signal) => this.#onServerExit(worker, code, signal));
     // The primary listens and hands each connection to a live API server (connection-distributor.ts).
-    this.#port = await this.#connections.listen(this.config.host, this.config.port);
+    // With reuseport it resolves the port (0: any free one) for the API servers, and hands over
+    // what reaches it until they all listen.
+    this.#port = await this.#connections.listen(this.config.host, this.config.port, {
+      reusePort: this.#reusePort,
+    });
     const servers = [];
     for (let k = 0; k < this.config.apiServerCount; k++) servers.push(this.#startServer(k));
     await Promise.all(servers);
+    this.#started = true;
+    await this.#followServers();
+    this.#log.info(
+      {
+        host: this.config.host,
+        port: this.#port,
+        listener: this.config.listener,
+        api_server_count: this.config.apiServerCount,
+      },
+      'listening',
+    );
     return this.#port;
+  }
+
+  get #reusePort(): boolean {
+    return this.config.listener === 'reuseport';
+  }
+
+  /**
+   * --listener reuseport: the primary listens while no API server does, so that a client never
+   * finds the port closed on a node that is up (a sole API server restarting), and stops once one
+   * does. Before the start completes it listens anyway; from the drain on, stop() decides.
+   */
+  async #followServers(): Promise<void> {
+    if (!this.#reusePort || !this.#started || this.#stopping) return;
+    // Each call queues the state of its moment (the distributor runs them in order), so the last
+    // one called decides, however their awaits interleave.
+    if (this.#listening.size > 0) {
+      if (await this.#connections.stopListening())
+        this.#log.info(
+          { port: this.#port },
+          'API servers listen on the port: the primary stops listening',
+        );
+      return;
+    }
+    const wasListening = this.#connections.listening;
+    await this.#connections
+      .listen(this.config.host, this.#port, { reusePort: true })
+      .then(() => {
+        if (!wasListening)
+          this.#log.warn(
+            { port: this.#port },
+            'no API server listens: the primary takes the connections until one is back',
+          );
+      })
+      .catch((error: unknown) =>
+        this.#log.error({ err: error, port: this.#port }, 'the primary could not listen again'),
+      );
   }
 
   /**
@@ -122,8 +181,12 @@ export class Supervisor {
     if (this.#stopping) return;
     this.#stopping = true;
     const graceS = this.config.drainGraceS;
-    if (graceS > 0) this.#connections.refuse(Math.max(1, Math.ceil(graceS)));
-    else this.#connections.close();
+    if (graceS > 0) {
+      this.#connections.refuse(Math.max(1, Math.ceil(graceS)));
+      // reuseport: the primary's 503 listener joins the port before the API servers leave it, so
+      // the kernel sends it the new connections once they have closed their own (on SIGTERM).
+      if (this.#reusePort && this.#port !== 0) await this.#listenToRefuse();
+    } else this.#connections.close();
     const drainMs = this.config.drainTimeoutS * 1000;
     await Promise.all(
       [...this.#servers.values()].map((worker) => stopChild(worker.process, drainMs + 2_000)),
@@ -135,6 +198,14 @@ export class Supervisor {
     }
     await engineStopped;
     if (this.#region) unlinkRegion(this.regionName);
+  }
+
+  async #listenToRefuse(): Promise<void> {
+    await this.#connections
+      .listen(this.config.host, this.#port, { reusePort: true })
+      .catch((error: unknown) =>
+        this.#log.error({ err: error, port: this.#port }, 'the draining answer could not listen'),
+      );
   }
 
   #startEngine(): Promise<void> {
@@ -221,24 +292,37 @@ export class Supervisor {
   }
 
   #startServer(server: number): Promise<number> {
-    const worker = cluster.fork({ ...childEnv('api', this.regionName, this.config, server) });
+    // The port as resolved (--port 0): a reuseport API server listens on it itself.
+    const config = { ...this.config, port: this.#port };
+    const worker = cluster.fork({ ...childEnv('api', this.regionName, config, server) });
     this.#servers.set(server, worker);
     return new Promise((resolve, reject) => {
       worker.on('message', (message: ChildMessage) => {
         if (message.type === 'conn-ack') this.#connections.acknowledged(worker);
         else if (message.type === 'ready' && message.role === 'api') {
+          // reuseport: it listens on the port already; it takes what the primary accepted too.
           this.#connections.add(worker);
+          if (this.#reusePort && worker.isConnected()) {
+            this.#listening.add(worker);
+            void this.#followServers();
+          }
           resolve(this.#port);
         } else if (message.type === 'abort-ids') this.#broadcast(message, message.from);
       });
       // Out of the rotation at the first sign of its death, before 'exit' is even reaped.
-      worker.once('disconnect', () => this.#connections.remove(worker));
+      worker.once('disconnect', () => this.#serverGone(worker));
       worker.once('exit', (code) => reject(new Error(`API server ${server} exited with ${code}`)));
     });
   }
 
-  #onServerExit(worker: Worker, code: number, signal: string): void {
+  /** An API server is dying: out of the rotation; reuseport: the primary listens if none is left. */
+  #serverGone(worker: Worker): void {
     this.#connections.remove(worker);
+    if (this.#listening.delete(worker)) void this.#followServers();
+  }
+
+  #onServerExit(worker: Worker, code: number, signal: string): void {
+    this.#serverGone(worker);
     const server = indexOf(this.#servers, worker);
     if (server < 0) return;
     this.#servers.delete(server);
