@@ -1,8 +1,9 @@
 /**
  * POST /v1/completions and POST /v1/chat/completions (vLLM's OpenAI-compatible routes): parse
- * (every 400, naming the field), check the model (404 in OpenAI's error shape), tokenize (the
- * tokenizer's pool, off this thread for long prompts), then the same path as the generate route:
- * the coordinator fans out n, the output worker detokenizes and streams, a packer writes the answer.
+ * (every 400, naming the field), check the model (404 in OpenAI's error shape), tokenize (on the
+ * tokenizer thread), then the same path as the generate route: the coordinator fans out n, the
+ * output worker detokenizes and streams, a packer writes the answer. Chat answers are split by the
+ * parsers of docs/chat-parsing.md; with the simulator each choice carries its scripted answer.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { RingserveConfig } from '../../../../config.js';
@@ -98,6 +99,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
     const body = parseChatBody(request.body, opts);
     const deadline = requestDeadline(request.headers[DEADLINE_HEADER], config.requestTimeout);
     const loraId = deps.models.loraId(body.common.model);
+    const chatParse = chatParseOptions(config, body);
     const ids = await tokenizer.encodeChat(body.messages, {
       tools: body.tools,
       addGenerationPrompt: body.addGenerationPrompt,
@@ -114,7 +116,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
     parsed.loraId = loraId;
     checkVllmSampling(config, parsed.params, '', deps.engine);
     const openai = parsed.openai!;
-    openai.chatParse = chatParseOptions(config, body);
+    openai.chatParse = chatParse;
     if (config.engine === 'sim') {
       openai.scripts = await simScripts(config, body, parsed.params.seed, parsed.n, tokenizer);
     }
