@@ -26,7 +26,7 @@ const THREAD_OUTSIDE = ['wire', 'shm', 'protocol', 'obs', 'errors', 'tokenizer']
  * - server/output-worker: the output worker thread (workers/output-worker.ts): its loop, the
  *   scatter and column writer, the stream encoder;
  * - server/packer: the packer threads (workers/packer.ts): the response packer;
- * - server/shared: what two or more threads use: the shared tables and their views (slot meta,
+ * - server/cross-thread: what two or more threads use: the shared tables and their views (slot meta,
  *   accumulators, block arena, response pool, response view), the messages between threads
  *   (messages.ts, pack-task.ts), code that more than one thread runs (detokenizer,
  *   writer scratch, reject-error) and the output side's errors. It imports no thread's folder;
@@ -34,8 +34,8 @@ const THREAD_OUTSIDE = ['wire', 'shm', 'protocol', 'obs', 'errors', 'tokenizer']
  *   in place of the output worker and packers: it implements main's OutputPath and may import main;
  *   main does not import it;
  * - server: the files directly in src/server/ (only create-output-path.ts, which picks the worker
- *   path or the inline one): they may import main, inline and shared.
- * The output worker and the packers import shared only, never main nor each other, so neither
+ *   path or the inline one): they may import main, inline and cross-thread.
+ * The output worker and the packers import cross-thread only, never main nor each other, so neither
  * thread loads the main thread's modules (fastify, the coordinator).
  */
 const ALLOWED: Readonly<Record<string, readonly string[] | 'any'>> = {
@@ -47,12 +47,12 @@ const ALLOWED: Readonly<Record<string, readonly string[] | 'any'>> = {
   engine: ['wire', 'shm', 'errors'],
   sim: ['wire', 'engine', 'errors'],
   protocol: ['wire', 'errors'],
-  server: [...SERVER_OUTSIDE, 'server/main', 'server/inline', 'server/shared'],
-  'server/main': [...SERVER_OUTSIDE, 'server/shared'],
-  'server/inline': [...SERVER_OUTSIDE, 'server/main', 'server/shared'],
-  'server/output-worker': [...THREAD_OUTSIDE, 'server/shared'],
-  'server/packer': [...THREAD_OUTSIDE, 'server/shared'],
-  'server/shared': ['wire', 'shm', 'protocol', 'errors', 'tokenizer'],
+  server: [...SERVER_OUTSIDE, 'server/main', 'server/inline', 'server/cross-thread'],
+  'server/main': [...SERVER_OUTSIDE, 'server/cross-thread'],
+  'server/inline': [...SERVER_OUTSIDE, 'server/main', 'server/cross-thread'],
+  'server/output-worker': [...THREAD_OUTSIDE, 'server/cross-thread'],
+  'server/packer': [...THREAD_OUTSIDE, 'server/cross-thread'],
+  'server/cross-thread': ['wire', 'shm', 'protocol', 'errors', 'tokenizer'],
   client: ['protocol', 'errors'],
   // shm: the merge threads' priority (thread-priority.ts), as the server's packers.
   router: ['protocol', 'client', 'obs', 'config', 'errors', 'shm'],
@@ -77,7 +77,7 @@ function layerOf(path: string): string | null {
 
 /**
  * The entry points (workers/, outside src/) of the server's threads, each with its thread's layer:
- * of src/server/, an entry point may import only that folder and server/shared.
+ * of src/server/, an entry point may import only that folder and server/cross-thread.
  */
 const THREAD_ENTRIES: Readonly<Record<string, string>> = {
   'workers/output-worker.ts': 'server/output-worker',
@@ -91,7 +91,7 @@ function entryViolations(file: string, thread: string, text: string): Violation[
     const spec = ref.fileName;
     if (!spec.startsWith('.')) continue;
     const to = layerOf(posix.normalize(posix.join(posix.dirname(file), spec)));
-    if (to === null || !to.startsWith('server') || to === thread || to === 'server/shared')
+    if (to === null || !to.startsWith('server') || to === thread || to === 'server/cross-thread')
       continue;
     found.push({ file, imports: spec, why: `${thread}'s entry point may import only its folder` });
   }
@@ -166,11 +166,11 @@ describe('layering of src/', () => {
     const entries = readdirSync(join(root, 'src', 'server'), { withFileTypes: true });
     const folders = entries.filter((e) => e.isDirectory()).map((e) => `server/${e.name}`);
     expect(folders.sort()).toEqual([
+      'server/cross-thread',
       'server/inline',
       'server/main',
       'server/output-worker',
       'server/packer',
-      'server/shared',
     ]);
     for (const folder of folders) expect(Object.keys(ALLOWED)).toContain(folder);
     const files = entries.filter((e) => e.isFile()).map((e) => e.name);
@@ -202,7 +202,7 @@ describe('layering of src/', () => {
     ).toHaveLength(1);
   });
 
-  it("refuses a server thread's import of another thread's folder, and shared's of any", () => {
+  it("refuses a server thread's import of another thread's folder, and cross-thread's of any", () => {
     expect(
       violations(
         'src/server/packer/pack.ts',
@@ -212,7 +212,7 @@ describe('layering of src/', () => {
       {
         file: 'src/server/packer/pack.ts',
         imports: '../main/packer-pool.js',
-        why: 'server/packer may import only wire, shm, protocol, obs, errors, tokenizer, server/shared',
+        why: 'server/packer may import only wire, shm, protocol, obs, errors, tokenizer, server/cross-thread',
       },
     ]);
     expect(
@@ -229,13 +229,13 @@ describe('layering of src/', () => {
     ).toHaveLength(1);
     expect(
       violations(
-        'src/server/shared/slot-meta.ts',
+        'src/server/cross-thread/slot-meta.ts',
         "import type { R } from '../main/request-record.js';",
       ),
     ).toHaveLength(1);
     expect(
       violations(
-        'src/server/shared/messages.ts',
+        'src/server/cross-thread/messages.ts',
         "import { s } from '../output-worker/slot-events.js';",
       ),
     ).toHaveLength(1);
@@ -258,7 +258,7 @@ describe('layering of src/', () => {
         why: 'layer "server/frontend" is not in the layering table',
       },
     ]);
-    // A thread's entry point: only its folder and shared/ of src/server/.
+    // A thread's entry point: only its folder and cross-thread/ of src/server/.
     expect(
       violations(
         'workers/packer.ts',
@@ -276,8 +276,8 @@ describe('layering of src/', () => {
     ).toHaveLength(1);
   });
 
-  it('lets the server threads import shared/, inline import main, and the switch import both', () => {
-    const shared = "import { AccumulatorTable } from '../shared/accumulators.js';";
+  it('lets the server threads import cross-thread/, inline import main, and the switch import both', () => {
+    const shared = "import { AccumulatorTable } from '../cross-thread/accumulators.js';";
     expect(violations('src/server/main/worker-output-path.ts', shared)).toEqual([]);
     expect(violations('src/server/output-worker/output-loop.ts', shared)).toEqual([]);
     expect(violations('src/server/packer/pack.ts', shared)).toEqual([]);
@@ -303,7 +303,7 @@ describe('layering of src/', () => {
     expect(
       violations(
         'workers/packer.ts',
-        "import type { T } from '../src/server/shared/pack-task.js';\nimport { P } from '../src/server/packer/pack.js';\nimport { e } from '../src/errors.js';",
+        "import type { T } from '../src/server/cross-thread/pack-task.js';\nimport { P } from '../src/server/packer/pack.js';\nimport { e } from '../src/errors.js';",
       ),
     ).toEqual([]);
     expect(

@@ -4,8 +4,8 @@
 import { workerData } from 'node:worker_threads';
 import { answerMemoryCollect } from '../src/obs/memory-collect.js';
 import { startThreadHealth } from '../src/obs/thread-health-share.js';
+import type { OutputWorkerData } from '../src/server/cross-thread/messages.js';
 import { OutputLoop } from '../src/server/output-worker/output-loop.js';
-import type { OutputWorkerData } from '../src/server/shared/messages.js';
 import { lowerThisThread, SAME_PRIORITY } from '../src/shm/thread-priority.js';
 
 const data = workerData as OutputWorkerData;

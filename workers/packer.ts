@@ -7,11 +7,15 @@ import { move, workerData } from 'piscina';
 import { errorToData } from '../src/errors.js';
 import { answerMemoryCollect } from '../src/obs/memory-collect.js';
 import { startThreadHealth } from '../src/obs/thread-health-share.js';
+import { tokenBytesFor } from '../src/server/cross-thread/detokenizer.js';
+import type {
+  PackAnswer,
+  PackerWorkerData,
+  PackTask,
+} from '../src/server/cross-thread/pack-task.js';
+import { ResponsePool } from '../src/server/cross-thread/response-pool.js';
+import { IdleRelease, reservedScratch } from '../src/server/cross-thread/writer-scratch.js';
 import { ResponsePacker } from '../src/server/packer/pack.js';
-import { tokenBytesFor } from '../src/server/shared/detokenizer.js';
-import type { PackAnswer, PackerWorkerData, PackTask } from '../src/server/shared/pack-task.js';
-import { ResponsePool } from '../src/server/shared/response-pool.js';
-import { IdleRelease, reservedScratch } from '../src/server/shared/writer-scratch.js';
 import { lowerThisThread } from '../src/shm/thread-priority.js';
 
 const data = workerData as PackerWorkerData;

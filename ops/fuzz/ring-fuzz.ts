@@ -8,11 +8,11 @@
  */
 import fc from 'fast-check';
 import { isRingserveError } from '../../src/errors.js';
+import { AccumulatorTable } from '../../src/server/cross-thread/accumulators.js';
+import { BlockArena, createArenaBuffer } from '../../src/server/cross-thread/block-arena.js';
+import { ByteLevelStandIn } from '../../src/server/cross-thread/detokenizer.js';
+import { ResponseFormCode, SlotMetaTable } from '../../src/server/cross-thread/slot-meta.js';
 import { StepScatter } from '../../src/server/output-worker/scatter.js';
-import { AccumulatorTable } from '../../src/server/shared/accumulators.js';
-import { BlockArena, createArenaBuffer } from '../../src/server/shared/block-arena.js';
-import { ByteLevelStandIn } from '../../src/server/shared/detokenizer.js';
-import { ResponseFormCode, SlotMetaTable } from '../../src/server/shared/slot-meta.js';
 import { RING_DATA, RING_HEAD, RING_TAIL } from '../../src/shm/layout.js';
 import { RingConsumer } from '../../src/shm/ring.js';
 import { type RegionViews, readAbortSlot, readAdd, regionViews } from '../../src/wire/messages.js';

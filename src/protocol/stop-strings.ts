@@ -1,6 +1,6 @@
 /**
  * The limits on a request's stop strings. The output side keeps each request's stop strings in a
- * fixed-size row of shared memory (src/server/shared/slot-meta.ts), so these bounds are what it can
+ * fixed-size row of shared memory (src/server/cross-thread/slot-meta.ts), so these bounds are what it can
  * hold; request parsing refuses more with a 400 on `sampling_params.stop`.
  */
 

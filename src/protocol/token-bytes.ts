@@ -1,15 +1,15 @@
 // The bytes of a token id: the one interface every consumer of token text reads them through. The
-// output worker's scatter (the text column), the stop-string detokenizer (server/shared), the
+// output worker's scatter (the text column), the stop-string detokenizer (server/cross-thread), the
 // OpenAI logprobs writer (openai-logprobs.ts, run by the stream encoder and the packers) and the
 // inline baseline all take a TokenBytes. Two things implement it:
 //   - TokenBytesTable (src/tokenizer/token-bytes.ts): the served tokenizer's table, every id's bytes
 //     in one SharedArrayBuffer that the threads share. What an API server always detokenizes with.
-//   - ByteLevelStandIn (src/server/shared/detokenizer.ts): bytes for any id by a fixed rule, for a
+//   - ByteLevelStandIn (src/server/cross-thread/detokenizer.ts): bytes for any id by a fixed rule, for a
 //     caller that starts the output side with no tokenizer (benchmarks, the fuzzer, some tests).
 // It lives here, in protocol, because protocol may import only wire and errors (test/layering.test.ts)
 // and the logprobs writer needs it; the server's layers import protocol. The tokenizer layer may
 // import neither, so TokenBytesTable satisfies it by shape (TypeScript checks that wherever a table
-// is passed as a TokenBytes, e.g. server/shared/detokenizer.ts's tokenBytesFor).
+// is passed as a TokenBytes, e.g. server/cross-thread/detokenizer.ts's tokenBytesFor).
 
 /** Token id -> its UTF-8 bytes, written into a caller's buffer (no object per token). */
 export interface TokenBytes {

@@ -3,7 +3,7 @@ import { createError } from '../errors.js';
 /**
  * Codes of the router's merge threads (merge-pool.ts), made by the one factory in src/errors.ts and
  * documented in docs/errors.md. They live beside the code that raises them, as the server's output
- * codes do (src/server/shared/errors.ts), so a merge thread loads only this small module.
+ * codes do (src/server/cross-thread/errors.ts), so a merge thread loads only this small module.
  */
 
 /**

@@ -4,11 +4,11 @@
 
 import { RequestRecorder } from '../../src/obs/request-recorder.js';
 import { RequestTimeline } from '../../src/obs/request-timeline.js';
+import { AccumulatorTable } from '../../src/server/cross-thread/accumulators.js';
+import { BlockArena, createArenaBuffer } from '../../src/server/cross-thread/block-arena.js';
+import { ByteLevelStandIn } from '../../src/server/cross-thread/detokenizer.js';
+import { type SlotMetaFields, SlotMetaTable } from '../../src/server/cross-thread/slot-meta.js';
 import { StepScatter } from '../../src/server/output-worker/scatter.js';
-import { AccumulatorTable } from '../../src/server/shared/accumulators.js';
-import { BlockArena, createArenaBuffer } from '../../src/server/shared/block-arena.js';
-import { ByteLevelStandIn } from '../../src/server/shared/detokenizer.js';
-import { type SlotMetaFields, SlotMetaTable } from '../../src/server/shared/slot-meta.js';
 import { REQ_METRICS_SLOT_COUNT } from '../../src/shm/layout.js';
 import { regionViews } from '../../src/wire/messages.js';
 import { metaFields } from '../server/output/harness.js';

@@ -9,7 +9,7 @@ import {
   RS_ERR_REQ_INVALID_FIELD,
   RS_ERR_SERVER_INTERNAL,
 } from '../../src/errors.js';
-import { RS_ERR_OUTPUT_NOT_FINISHED } from '../../src/server/shared/errors.js';
+import { RS_ERR_OUTPUT_NOT_FINISHED } from '../../src/server/cross-thread/errors.js';
 
 const across = (err: unknown): RingserveError => errorFromData(structuredClone(errorToData(err)));
 

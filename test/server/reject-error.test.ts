@@ -1,10 +1,10 @@
 /**
- * What an API server answers a request the engine refused with (server/shared/reject-error.ts): a 500
+ * What an API server answers a request the engine refused with (server/cross-thread/reject-error.ts): a 500
  * naming the reason for most, a 400 naming max_tokens for a request over the engine's
  * max_model_len, a 503 for one whose engine died under it.
  */
 import { describe, expect, it } from 'vitest';
-import { rejectError } from '../../src/server/shared/reject-error.js';
+import { rejectError } from '../../src/server/cross-thread/reject-error.js';
 import { RejectReason } from '../../src/wire/reject.js';
 
 describe('rejectError', () => {

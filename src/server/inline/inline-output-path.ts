@@ -8,7 +8,7 @@
  *
  * Everything but the per-token representation (inline-sequence.ts, inline-routing.ts) and the
  * legacy objects built from it (inline-legacy.ts) is the worker path's: the slot
- * meta row and the stop-string matcher (shared/detokenizer.ts, with the output worker's rules), the
+ * meta row and the stop-string matcher (cross-thread/detokenizer.ts, with the output worker's rules), the
  * SSE framing and `[DONE]` (protocol/sse.ts), response ids and encoders (protocol/), and completion
  * of a request's choices by the coordinator's ChoiceGroup.
  */
@@ -30,13 +30,13 @@ import type { RingConsumer } from '../../shm/ring.js';
 import { RecordType, StepColumn, StepRecordView } from '../../wire/messages.js';
 import { getModelCard } from '../../wire/model-card.js';
 import { FinishReason } from '../../wire/types.js';
+import { ByteLevelStandIn, StopStringMatcher } from '../cross-thread/detokenizer.js';
+import { rejectError } from '../cross-thread/reject-error.js';
+import { SlotMetaTable } from '../cross-thread/slot-meta.js';
 import { decodeKvParams } from '../main/engine-kv-params.js';
 import type { OutputEvents, OutputPath } from '../main/output-path.js';
 import type { RequestRecord } from '../main/request-record.js';
 import { slotMetaRow } from '../main/slot-meta-row.js';
-import { ByteLevelStandIn, StopStringMatcher } from '../shared/detokenizer.js';
-import { rejectError } from '../shared/reject-error.js';
-import { SlotMetaTable } from '../shared/slot-meta.js';
 import { legacyStreamEvent, stringifyLegacyResponse } from './inline-legacy.js';
 import {
   choiceColumns,

@@ -5,7 +5,7 @@
  * an output path only reports what happened to each sequence (slot, gen): when a request is
  * complete is decided once, by the coordinator and the request's ChoiceGroup.
  */
-import type { ResponsePoolStats } from '../shared/response-pool.js';
+import type { ResponsePoolStats } from '../cross-thread/response-pool.js';
 import type { RequestRecord } from './request-record.js';
 
 export interface OutputEvents {

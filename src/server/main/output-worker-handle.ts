@@ -10,17 +10,20 @@ import { errorFromData, type RingserveError } from '../../errors.js';
 import { Doorbell } from '../../shm/doorbell.js';
 import { RING_DOORBELL } from '../../shm/layout.js';
 import type { ThreadPriority } from '../../shm/thread-priority.js';
-import type { AccumulatorTable } from '../shared/accumulators.js';
-import type { TokenBytesData } from '../shared/detokenizer.js';
-import { RS_ERR_OUTPUT_WORKER_FAILED, RS_ERR_OUTPUT_WORKER_TIMEOUT } from '../shared/errors.js';
+import type { AccumulatorTable } from '../cross-thread/accumulators.js';
+import type { TokenBytesData } from '../cross-thread/detokenizer.js';
+import {
+  RS_ERR_OUTPUT_WORKER_FAILED,
+  RS_ERR_OUTPUT_WORKER_TIMEOUT,
+} from '../cross-thread/errors.js';
 import type {
   FromOutputWorker,
   OutputBatch,
   OutputWorkerData,
   StreamMessage,
   ToOutputWorker,
-} from '../shared/messages.js';
-import type { SlotMetaTable } from '../shared/slot-meta.js';
+} from '../cross-thread/messages.js';
+import type { SlotMetaTable } from '../cross-thread/slot-meta.js';
 
 /**
  * The worker's tables, callbacks and token bytes (TokenBytesData): the served tokenizer's table,

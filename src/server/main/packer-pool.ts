@@ -8,9 +8,9 @@ import { Piscina } from 'piscina';
 import { errorFromData, RingserveError } from '../../errors.js';
 import { SAME_PRIORITY, type ThreadPriority } from '../../shm/thread-priority.js';
 import type { SharedTokenBytes } from '../../tokenizer/token-bytes.js';
-import { RS_ERR_OUTPUT_PACK_TIMEOUT } from '../shared/errors.js';
-import type { PackAnswer, PackerWorkerData, PackTask } from '../shared/pack-task.js';
-import { ResponsePool, type ResponsePoolStats } from '../shared/response-pool.js';
+import { RS_ERR_OUTPUT_PACK_TIMEOUT } from '../cross-thread/errors.js';
+import type { PackAnswer, PackerWorkerData, PackTask } from '../cross-thread/pack-task.js';
+import { ResponsePool, type ResponsePoolStats } from '../cross-thread/response-pool.js';
 import { distPath } from './output-worker-handle.js';
 import { pooledAnswer } from './sent-answers.js';
 

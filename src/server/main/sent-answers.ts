@@ -4,7 +4,7 @@
 // destroyed and libuv has dropped its pending writes. An answer that is never sent (its client left
 // first, an onSend hook replaced it) goes back when its view is collected: nothing can read a
 // view after that, so the run cannot be reused while a write still reads it.
-import type { PoolRun, ResponsePool } from '../shared/response-pool.js';
+import type { PoolRun, ResponsePool } from '../cross-thread/response-pool.js';
 
 interface Lease {
   readonly pool: ResponsePool;

@@ -1,9 +1,9 @@
 /**
- * The slot meta row of one choice of a request (src/server/shared/slot-meta.ts), as both output
+ * The slot meta row of one choice of a request (src/server/cross-thread/slot-meta.ts), as both output
  * paths write it when the choice is opened: what the output side needs to know about a sequence.
  */
 import type { ResponseForm } from '../../protocol/generate-response.js';
-import { ResponseFormCode, type SlotMetaFields } from '../shared/slot-meta.js';
+import { ResponseFormCode, type SlotMetaFields } from '../cross-thread/slot-meta.js';
 import type { RequestRecord } from './request-record.js';
 
 const FORM_CODE: Readonly<Record<ResponseForm, ResponseFormCode>> = {

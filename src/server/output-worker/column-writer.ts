@@ -14,9 +14,19 @@
 import type { TokenBytes } from '../../protocol/token-bytes.js';
 import type { RegionViews, StepRecordView } from '../../wire/messages.js';
 import { LOGPROB_FLOOR } from '../../wire/sampling-check.js';
-import { type AccumulatorTable, AccWord, COLUMN_COUNT, Column } from '../shared/accumulators.js';
-import { type BlockArena, CLASS_COUNT, classBytes, classForBytes } from '../shared/block-arena.js';
-import { RS_ERR_OUTPUT_BAD_STEP } from '../shared/errors.js';
+import {
+  type AccumulatorTable,
+  AccWord,
+  COLUMN_COUNT,
+  Column,
+} from '../cross-thread/accumulators.js';
+import {
+  type BlockArena,
+  CLASS_COUNT,
+  classBytes,
+  classForBytes,
+} from '../cross-thread/block-arena.js';
+import { RS_ERR_OUTPUT_BAD_STEP } from '../cross-thread/errors.js';
 
 /** Routing copies of at least this many bytes use one TypedArray.set (one view object per copy). */
 const BULK_COPY_BYTES = 512;

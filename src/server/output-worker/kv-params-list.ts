@@ -4,7 +4,7 @@
  * thread sets them on the request before it encodes the answer. Only a prefill leg through a vLLM
  * engine has them, once per request: a copy per entry, none per token.
  */
-import type { KvParamsBatch } from '../shared/messages.js';
+import type { KvParamsBatch } from '../cross-thread/messages.js';
 
 export class KvParamsList {
   #slots: number[] = [];

@@ -7,18 +7,18 @@ import { errorToData } from '../../errors.js';
 import { recorderFromEnvironment } from '../../obs/worker-metrics.js';
 import { RingConsumer } from '../../shm/ring.js';
 import { RecordType } from '../../wire/messages.js';
-import { AccumulatorTable } from '../shared/accumulators.js';
-import { BlockArena } from '../shared/block-arena.js';
-import { tokenBytesFor } from '../shared/detokenizer.js';
+import { AccumulatorTable } from '../cross-thread/accumulators.js';
+import { BlockArena } from '../cross-thread/block-arena.js';
+import { tokenBytesFor } from '../cross-thread/detokenizer.js';
 import type {
   FromOutputWorker,
   OutputBatch,
   OutputWorkerData,
   ToOutputWorker,
-} from '../shared/messages.js';
-import { ResponseView } from '../shared/response-view.js';
-import { SlotMetaTable } from '../shared/slot-meta.js';
-import { reservedScratch } from '../shared/writer-scratch.js';
+} from '../cross-thread/messages.js';
+import { ResponseView } from '../cross-thread/response-view.js';
+import { SlotMetaTable } from '../cross-thread/slot-meta.js';
+import { reservedScratch } from '../cross-thread/writer-scratch.js';
 import { StepScatter } from './scatter.js';
 import { SlotEventList } from './slot-events.js';
 import { StreamEncoder } from './stream-encoder.js';

@@ -23,11 +23,11 @@ import {
   OutputError,
   SlotState,
   WORDS_PER_SLOT,
-} from '../shared/accumulators.js';
-import type { BlockArena } from '../shared/block-arena.js';
-import { StopStringMatcher } from '../shared/detokenizer.js';
-import { RS_ERR_OUTPUT_BAD_STEP } from '../shared/errors.js';
-import { SlotFlag, type SlotMetaTable } from '../shared/slot-meta.js';
+} from '../cross-thread/accumulators.js';
+import type { BlockArena } from '../cross-thread/block-arena.js';
+import { StopStringMatcher } from '../cross-thread/detokenizer.js';
+import { RS_ERR_OUTPUT_BAD_STEP } from '../cross-thread/errors.js';
+import { SlotFlag, type SlotMetaTable } from '../cross-thread/slot-meta.js';
 import { ColumnWriter } from './column-writer.js';
 import { KvParamsList } from './kv-params-list.js';
 import { SlotEventList } from './slot-events.js';

@@ -22,10 +22,10 @@ import {
 } from '../../protocol/sse.js';
 import type { TokenBytes } from '../../protocol/token-bytes.js';
 import { FinishReason } from '../../wire/types.js';
-import { type AccumulatorTable, AccWord, SlotState } from '../shared/accumulators.js';
-import type { StreamBytes } from '../shared/messages.js';
-import { type ResponseView, requestFailure } from '../shared/response-view.js';
-import { ResponseFormCode, SlotFlag, type SlotMetaTable } from '../shared/slot-meta.js';
+import { type AccumulatorTable, AccWord, SlotState } from '../cross-thread/accumulators.js';
+import type { StreamBytes } from '../cross-thread/messages.js';
+import { type ResponseView, requestFailure } from '../cross-thread/response-view.js';
+import { ResponseFormCode, SlotFlag, type SlotMetaTable } from '../cross-thread/slot-meta.js';
 import type { SlotEventList } from './slot-events.js';
 import { openAiDelta } from './stream-text.js';
 

@@ -6,9 +6,9 @@
 
 import type { ChoiceColumns } from '../../protocol/response-columns.js';
 import { completeLength, countChars } from '../../protocol/utf8.js';
-import { AccWord } from '../shared/accumulators.js';
-import type { ResponseView } from '../shared/response-view.js';
-import { SlotFlag } from '../shared/slot-meta.js';
+import { AccWord } from '../cross-thread/accumulators.js';
+import type { ResponseView } from '../cross-thread/response-view.js';
+import { SlotFlag } from '../cross-thread/slot-meta.js';
 
 export interface OpenAiDelta {
   choice: ChoiceColumns;

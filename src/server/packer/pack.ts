@@ -20,12 +20,12 @@ import {
 } from '../../protocol/openai-response.js';
 import type { ChoiceColumns, GenerateResponseColumns } from '../../protocol/response-columns.js';
 import type { TokenBytes } from '../../protocol/token-bytes.js';
-import { AccumulatorTable, SlotState } from '../shared/accumulators.js';
-import { RS_ERR_OUTPUT_BAD_SLOT, RS_ERR_OUTPUT_NOT_FINISHED } from '../shared/errors.js';
-import type { PackTask } from '../shared/pack-task.js';
-import type { PoolRun, ResponsePool } from '../shared/response-pool.js';
-import { ResponseView, requestFailure } from '../shared/response-view.js';
-import { SlotMetaTable } from '../shared/slot-meta.js';
+import { AccumulatorTable, SlotState } from '../cross-thread/accumulators.js';
+import { RS_ERR_OUTPUT_BAD_SLOT, RS_ERR_OUTPUT_NOT_FINISHED } from '../cross-thread/errors.js';
+import type { PackTask } from '../cross-thread/pack-task.js';
+import type { PoolRun, ResponsePool } from '../cross-thread/response-pool.js';
+import { ResponseView, requestFailure } from '../cross-thread/response-view.js';
+import { SlotMetaTable } from '../cross-thread/slot-meta.js';
 
 const utf8 = new TextDecoder();
 

@@ -7,7 +7,7 @@ import {
   createArenaBuffer,
   MIN_BLOCK_BYTES,
   reserveArenaBuffer,
-} from '../../../src/server/shared/block-arena.js';
+} from '../../../src/server/cross-thread/block-arena.js';
 
 const KIB = 1024;
 const MIB = 1024 * 1024;

@@ -3,15 +3,15 @@
 // tiny tokenizer's bytes unless a test gives other TokenBytes.
 
 import type { TokenBytes } from '../../../src/protocol/token-bytes.js';
-import { StepScatter } from '../../../src/server/output-worker/scatter.js';
-import { AccumulatorTable } from '../../../src/server/shared/accumulators.js';
-import { BlockArena, createArenaBuffer } from '../../../src/server/shared/block-arena.js';
-import { ResponseView } from '../../../src/server/shared/response-view.js';
+import { AccumulatorTable } from '../../../src/server/cross-thread/accumulators.js';
+import { BlockArena, createArenaBuffer } from '../../../src/server/cross-thread/block-arena.js';
+import { ResponseView } from '../../../src/server/cross-thread/response-view.js';
 import {
   ResponseFormCode,
   type SlotMetaFields,
   SlotMetaTable,
-} from '../../../src/server/shared/slot-meta.js';
+} from '../../../src/server/cross-thread/slot-meta.js';
+import { StepScatter } from '../../../src/server/output-worker/scatter.js';
 import { regionViews } from '../../../src/wire/messages.js';
 import { TINY_BYTES } from '../tiny-tokens.js';
 import { type StepGeometry, type StepRow, TINY_GEOMETRY, writeStep } from './step-records.js';

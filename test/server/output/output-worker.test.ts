@@ -3,16 +3,19 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { decodeGenerateBody } from '../../../src/client/decode.js';
 import { SseParser, StreamAccumulator } from '../../../src/client/stream.js';
 import type { RingserveError } from '../../../src/errors.js';
-import { OutputWorker } from '../../../src/server/main/output-worker-handle.js';
-import { ResponsePacker } from '../../../src/server/packer/pack.js';
-import { AccumulatorTable, SlotState } from '../../../src/server/shared/accumulators.js';
-import { createArenaBuffer, reserveArenaBuffer } from '../../../src/server/shared/block-arena.js';
+import { AccumulatorTable, SlotState } from '../../../src/server/cross-thread/accumulators.js';
+import {
+  createArenaBuffer,
+  reserveArenaBuffer,
+} from '../../../src/server/cross-thread/block-arena.js';
 import {
   RS_ERR_OUTPUT_BAD_STEP,
   RS_ERR_OUTPUT_WORKER_FAILED,
-} from '../../../src/server/shared/errors.js';
-import type { OutputBatch } from '../../../src/server/shared/messages.js';
-import { ResponseFormCode, SlotMetaTable } from '../../../src/server/shared/slot-meta.js';
+} from '../../../src/server/cross-thread/errors.js';
+import type { OutputBatch } from '../../../src/server/cross-thread/messages.js';
+import { ResponseFormCode, SlotMetaTable } from '../../../src/server/cross-thread/slot-meta.js';
+import { OutputWorker } from '../../../src/server/main/output-worker-handle.js';
+import { ResponsePacker } from '../../../src/server/packer/pack.js';
 import { outputRingOffset } from '../../../src/shm/layout.js';
 import {
   createRegion,

@@ -2,8 +2,8 @@ import { execFileSync } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
+import { ResponsePool } from '../../../src/server/cross-thread/response-pool.js';
 import { pooledAnswer, releaseWhenSent } from '../../../src/server/main/sent-answers.js';
-import { ResponsePool } from '../../../src/server/shared/response-pool.js';
 
 const KIB = 1024;
 const CHUNK = 64 * KIB;
@@ -107,8 +107,10 @@ describe('ResponsePool', () => {
 
   it('threads claiming and releasing at once never get overlapping runs', async () => {
     const pool = ResponsePool.create(64 * CHUNK, CHUNK);
-    const moduleUrl = new URL('../../../dist/src/server/shared/response-pool.js', import.meta.url)
-      .href;
+    const moduleUrl = new URL(
+      '../../../dist/src/server/cross-thread/response-pool.js',
+      import.meta.url,
+    ).href;
     const threads = 4;
     const rounds = 3000;
     const workers = Array.from(
@@ -210,7 +212,7 @@ describe('a pooled answer that is never sent', () => {
     // A process of its own, for --expose-gc: the answer's view is dropped unsent (its client left).
     const dist = new URL('../../../dist/src/server/', import.meta.url).href;
     const script = `
-      const { ResponsePool } = await import('${dist}shared/response-pool.js');
+      const { ResponsePool } = await import('${dist}cross-thread/response-pool.js');
       const { pooledAnswer } = await import('${dist}main/sent-answers.js');
       const pool = ResponsePool.create(${16 * CHUNK}, ${CHUNK});
       (() => { pooledAnswer(pool, pool.acquire(100)); })();

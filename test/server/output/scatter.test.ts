@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { OutputError, SlotState } from '../../../src/server/shared/accumulators.js';
-import { requestFailure } from '../../../src/server/shared/response-view.js';
+import { OutputError, SlotState } from '../../../src/server/cross-thread/accumulators.js';
+import { requestFailure } from '../../../src/server/cross-thread/response-view.js';
 import { events, makeHarness, metaFields } from './harness.js';
 
 /** Routing ids of one row at absolute position `pos` (2 layers x 2 experts). */

@@ -1,13 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { MAX_STOP_STRINGS } from '../../../src/protocol/stop-strings.js';
 import type { TokenBytes } from '../../../src/protocol/token-bytes.js';
-import { SlotState } from '../../../src/server/shared/accumulators.js';
+import { SlotState } from '../../../src/server/cross-thread/accumulators.js';
 import {
   ByteLevelStandIn,
   StopStringMatcher,
   tokenBytesFor,
-} from '../../../src/server/shared/detokenizer.js';
-import { SlotMetaTable } from '../../../src/server/shared/slot-meta.js';
+} from '../../../src/server/cross-thread/detokenizer.js';
+import { SlotMetaTable } from '../../../src/server/cross-thread/slot-meta.js';
 import { tokenizerForModel } from '../../../src/tokenizer/presets.js';
 import { TokenBytesTable } from '../../../src/tokenizer/token-bytes.js';
 import { TINY_BYTES, TINY_IM_END, tinyChars, tinyId, tinyIds } from '../tiny-tokens.js';

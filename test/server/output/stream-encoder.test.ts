@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { SseParser, StreamAccumulator } from '../../../src/client/stream.js';
+import type { StreamBytes } from '../../../src/server/cross-thread/messages.js';
+import { ResponseFormCode } from '../../../src/server/cross-thread/slot-meta.js';
 import { SlotEventList } from '../../../src/server/output-worker/slot-events.js';
 import { StreamEncoder } from '../../../src/server/output-worker/stream-encoder.js';
-import type { StreamBytes } from '../../../src/server/shared/messages.js';
-import { ResponseFormCode } from '../../../src/server/shared/slot-meta.js';
 import { type Harness, makeHarness, metaFields } from './harness.js';
 
 function encoderFor(h: Harness): StreamEncoder {

@@ -7,7 +7,7 @@ import {
   IdleRelease,
   reservedScratch,
   SCRATCH_BYTES,
-} from '../../../src/server/shared/writer-scratch.js';
+} from '../../../src/server/cross-thread/writer-scratch.js';
 
 /** A scratch on the heap that records what it was asked to give back. */
 function fakeScratch(bytes: number): WriterScratch & { discards: number[] } {
