@@ -1,4 +1,4 @@
-import { combine, UINT32_TO_UNIT } from './hash.js';
+import { combine, UINT32_TO_UNIT } from '../wire/hash.js';
 import type { KvBlockPool } from './kv-block-pool.js';
 import { OffloadTier } from './offload-tier.js';
 import type { Sequence } from './sequence.js';

@@ -1,6 +1,6 @@
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
 import { LENGTH_PROFILE_NAMES, type LengthProfileName } from '../wire/engine-defaults.js';
-import { combine, unitFloatOpen } from './hash.js';
+import { combine, unitFloatOpen } from '../wire/hash.js';
 
 /**
  * How long simulated responses are. The model pushes EOS to the top of the distribution once a

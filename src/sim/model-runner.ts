@@ -1,7 +1,7 @@
 import type { StepOutputs } from '../engine/step-outputs.js';
+import { combine, UINT32_TO_UNIT } from '../wire/hash.js';
 import { FinishReason, type SamplingParams, type StepTiming } from '../wire/types.js';
 import type { ResolvedEngineConfig } from './engine-config.js';
-import { combine, UINT32_TO_UNIT } from './hash.js';
 import type { KvBlockPool } from './kv-block-pool.js';
 import { PositionShape, type SimModel } from './model.js';
 import { PromptLogprobs } from './prompt-logprobs.js';

@@ -1,5 +1,5 @@
 import { RS_ERR_SERVER_INTERNAL } from '../errors.js';
-import { combine, mix32, UINT32_TO_UNIT } from './hash.js';
+import { combine, mix32, UINT32_TO_UNIT } from '../wire/hash.js';
 import type { ModelPreset } from './presets.js';
 
 /**

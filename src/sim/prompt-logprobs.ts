@@ -1,7 +1,7 @@
 import type { StepOutputs } from '../engine/step-outputs.js';
+import { combine } from '../wire/hash.js';
 import { MAX_TOP_LOGPROBS } from '../wire/sampling-check.js';
 import type { CandidateSet } from './candidates.js';
-import { combine } from './hash.js';
 import { EOS_LOGIT_BEFORE_TARGET, PositionShape, type SimModel } from './model.js';
 import { LOGPROB_FLOOR } from './sampler.js';
 import type { Sequence } from './sequence.js';

@@ -1,5 +1,5 @@
+import { combine, mix32 } from '../wire/hash.js';
 import { idBytesForExperts } from '../wire/model-card.js';
-import { combine, mix32 } from './hash.js';
 import type { ModelPreset } from './presets.js';
 
 /**

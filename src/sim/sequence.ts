@@ -1,5 +1,5 @@
+import { combine, hashString, seedKey } from '../wire/hash.js';
 import type { EngineRequest, SamplingParams } from '../wire/types.js';
-import { combine, hashString, seedKey } from './hash.js';
 import { TokenCounts } from './token-counts.js';
 
 export enum SeqStatus {

@@ -4,6 +4,7 @@ import { StepOutputs } from '../engine/step-outputs.js';
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
 import type { BroadcasterArgs, LoraAdapter } from '../wire/admin-args.js';
 import { ENGINE_LIMITS } from '../wire/engine-defaults.js';
+import { combine, mix32 } from '../wire/hash.js';
 import type { ModelCard } from '../wire/model-card.js';
 import { RejectReason } from '../wire/reject.js';
 import {
@@ -18,7 +19,6 @@ import {
   resolveEngineConfig,
 } from './engine-config.js';
 import { ExternalKv, type ExternalKvCounters } from './external-kv.js';
-import { combine, mix32 } from './hash.js';
 import { KvBlockPool } from './kv-block-pool.js';
 import { targetLength } from './length-profile.js';
 import { SimLoraAdapters } from './lora-adapters.js';

@@ -1,4 +1,4 @@
-import { mix32 } from './hash.js';
+import { mix32 } from '../wire/hash.js';
 
 /**
  * Per-sequence token occurrence counts for the presence / frequency / repetition penalties: an

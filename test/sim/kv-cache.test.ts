@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { BlockHashTable } from '../../src/sim/block-hash-table.js';
-import { combine } from '../../src/sim/hash.js';
 import { KvBlockPool } from '../../src/sim/kv-block-pool.js';
 import { TokenCounts } from '../../src/sim/token-counts.js';
+import { combine } from '../../src/wire/hash.js';
 
 describe('BlockHashTable', () => {
   it('agrees with a Map through random inserts and deletes (backward-shift deletion)', () => {

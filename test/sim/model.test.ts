@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { combine } from '../../src/sim/hash.js';
 import { PositionShape, SimModel } from '../../src/sim/model.js';
 import { getPreset } from '../../src/sim/presets.js';
 import { Sampler } from '../../src/sim/sampler.js';
+import { combine } from '../../src/wire/hash.js';
 import { params } from './helpers.js';
 
 const tiny = getPreset('tiny');

@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { StepOutputs } from '../../src/engine/step-outputs.js';
 import { resolveEngineConfig } from '../../src/sim/engine-config.js';
-import { combine } from '../../src/sim/hash.js';
 import { getLengthProfile, targetLength } from '../../src/sim/length-profile.js';
 import { getPreset, PRESET_NAMES, validatePreset } from '../../src/sim/presets.js';
 import { StepClock } from '../../src/sim/step-clock.js';
 import { childSeed } from '../../src/wire/child-seed.js';
+import { combine } from '../../src/wire/hash.js';
 
 describe('presets', () => {
   it('has the published architecture figures', () => {

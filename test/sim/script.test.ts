@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { combine } from '../../src/sim/hash.js';
 import { PositionShape, SimModel } from '../../src/sim/model.js';
 import { LOGPROB_FLOOR } from '../../src/sim/model-runner.js';
 import { getPreset } from '../../src/sim/presets.js';
 import { Sampler } from '../../src/sim/sampler.js';
 import { SimEngine } from '../../src/sim/sim-engine.js';
 import { TokenCounts } from '../../src/sim/token-counts.js';
+import { combine } from '../../src/wire/hash.js';
 import { MAX_SCRIPT_TOKENS } from '../../src/wire/messages.js';
 import { RejectReason } from '../../src/wire/reject.js';
 import { FinishReason, type SamplingParams } from '../../src/wire/types.js';

@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { combine } from '../../src/sim/hash.js';
 import { PositionShape, SimModel } from '../../src/sim/model.js';
 import { LOGPROB_FLOOR } from '../../src/sim/model-runner.js';
 import { getPreset } from '../../src/sim/presets.js';
 import { GREEDY_TEMPERATURE, Sampler } from '../../src/sim/sampler.js';
 import { SimEngine } from '../../src/sim/sim-engine.js';
+import { combine } from '../../src/wire/hash.js';
 import { FinishReason } from '../../src/wire/types.js';
 import { type Case, cases, denseKept, denseLogits } from './dense-reference.js';
 import { type Collected, key, params, prompt, request, runAll, tinyConfig } from './helpers.js';

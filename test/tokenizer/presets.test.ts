@@ -4,10 +4,10 @@
  * stand-in tokenizer has GLM's special ids and renders GLM-4.5's chat format.
  */
 import { describe, expect, it } from 'vitest';
-import { combine } from '../../src/sim/hash.js';
 import { PositionShape, SimModel } from '../../src/sim/model.js';
 import { getPreset } from '../../src/sim/presets.js';
 import { TOKENIZER_PRESETS, tokenizerForModel } from '../../src/tokenizer/presets.js';
+import { combine } from '../../src/wire/hash.js';
 import { getModelCard, MODEL_NAMES } from '../../src/wire/model-card.js';
 import { modelDirs, TINY_GLM_SHAPE } from '../wire/hf-fixtures.js';
 

@@ -21,6 +21,7 @@
  *   `[{"name": ..., "parameters": {...}}]`; a named function: the arguments object alone. Not
  *   for glm45, whose parser vLLM does not guide for these: its own markup, as for "auto".
  */
+import { combine, seedKey, unitFloat } from '../../../wire/hash.js';
 import { sampleSchemaInstance } from './schema-instance.js';
 
 export interface SimAnswerInput {
@@ -203,25 +204,9 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/**
- * sfc32 seeded with both 32-bit halves of the (up to 53-bit) seed, so seeds that differ only
- * above bit 32 answer differently; a few rounds are discarded to mix the halves in.
- */
+/** Uniform draws in [0, 1) from the seed, hashed as the simulator hashes everything it draws. */
 function seededRandom(seed: number): () => number {
-  const s = Number.isFinite(seed) ? Math.trunc(seed) : 0;
-  let a = s >>> 0;
-  let b = Math.floor(s / 0x1_0000_0000) >>> 0;
-  let c = 0x9e3779b9;
-  let d = 1;
-  const next = (): number => {
-    const t = (((a + b) | 0) + d) | 0;
-    d = (d + 1) | 0;
-    a = b ^ (b >>> 9);
-    b = (c + (c << 3)) | 0;
-    c = (c << 21) | (c >>> 11);
-    c = (c + t) | 0;
-    return (t >>> 0) / 0x1_0000_0000;
-  };
-  for (let i = 0; i < 15; i++) next();
-  return next;
+  const key = seedKey(Number.isFinite(seed) ? Math.trunc(seed) : 0);
+  let n = 0;
+  return () => unitFloat(combine(key, n++));
 }

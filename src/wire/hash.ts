@@ -1,7 +1,8 @@
 /**
- * Integer hashing for the simulator. Everything random in the engine is a hash of what it depends
- * on (never Math.random), so any output can be recomputed from its inputs: after a preemption, in
- * another batch, in another process.
+ * Integer hashing for the simulator and the answers the API server scripts for it
+ * (src/server/main/openai/sim-answer.ts). Everything random in the engine is a hash of what it
+ * depends on (never Math.random), so any output can be recomputed from its inputs: after a
+ * preemption, in another batch, in another process.
  *
  * Hashes are int32, not uint32: an int32 is a Smi in V8 (x64 Node), while a uint32 above 2^31 is a
  * heap-allocated number wherever it crosses a call boundary or lands in an untyped slot. Measured:
