@@ -1,8 +1,10 @@
 /**
  * Helpers of the control-plane tests: JSON calls (optionally pinned to one connection, and so to
- * one API server), generate bodies, weight manifests.
+ * one API server), generate bodies and a generate call on a raw connection of its own, weight
+ * manifests.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { type Client, request } from 'undici';
 import type { GenerateResult } from '../../src/client/index.js';
@@ -63,3 +65,43 @@ export async function weightDir(
 }
 
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+export type Outcome = number | 'closed' | 'refused' | 'timeout';
+
+/**
+ * A generate call on a raw connection of its own: the status line's code, `closed` when the
+ * connection ended (or was reset) without an answer, `refused`, or `timeout`. Raw, so no client
+ * retries a request whose connection closed unanswered.
+ */
+export function generateOnNewConnection(
+  port: number,
+  seed = 1,
+  timeoutMs = 15_000,
+): Promise<Outcome> {
+  const body = JSON.stringify(genBody(4, seed));
+  return new Promise((resolve) => {
+    let received = '';
+    let refused = false;
+    const socket = connect(port, '127.0.0.1', () => {
+      socket.write(
+        `POST /inference/v1/generate HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n` +
+          `content-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+      );
+    });
+    const timer = setTimeout(() => {
+      socket.destroy();
+      resolve('timeout');
+    }, timeoutMs);
+    socket.on('data', (chunk) => {
+      received += String(chunk);
+    });
+    socket.on('error', (error: NodeJS.ErrnoException) => {
+      refused = error.code === 'ECONNREFUSED';
+    });
+    socket.on('close', () => {
+      clearTimeout(timer);
+      const status = /^HTTP\/1\.1 (\d{3})/.exec(received);
+      resolve(status !== null ? Number(status[1]) : refused ? 'refused' : 'closed');
+    });
+  });
+}

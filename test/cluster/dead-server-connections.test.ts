@@ -6,43 +6,11 @@
  * (SIGSTOP), so the connection handed to it waits there, opens new connections, then kills the
  * stopped server. Every one of them must be answered (by the living server).
  */
-import { connect } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { generate } from '../../src/client/index.js';
 import { until } from '../until.js';
-import { genBody } from './control-helpers.js';
+import { genBody, generateOnNewConnection } from './control-helpers.js';
 import { startCluster } from './harness.js';
-
-/**
- * A generate call on a raw connection of its own: the status line's code, or `closed` when the
- * connection ended without an answer, or `timeout`. Raw, because an HTTP client may retry a
- * request whose connection closed unanswered, which would hide exactly what is tested here.
- */
-function generateOnNewConnection(port: number, timeoutMs: number): Promise<number | string> {
-  const body = JSON.stringify(genBody(4, 1));
-  return new Promise((resolve) => {
-    let received = '';
-    const socket = connect(port, '127.0.0.1', () => {
-      socket.write(
-        `POST /inference/v1/generate HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n` +
-          `content-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
-      );
-    });
-    const timer = setTimeout(() => {
-      socket.destroy();
-      resolve('timeout');
-    }, timeoutMs);
-    socket.on('data', (chunk) => {
-      received += String(chunk);
-    });
-    socket.on('error', () => {});
-    socket.on('close', () => {
-      clearTimeout(timer);
-      const status = /^HTTP\/1\.1 (\d{3})/.exec(received);
-      resolve(status === null ? 'closed' : Number(status[1]));
-    });
-  });
-}
 
 describe('connections and dead API servers', () => {
   it('answers every new connection, also those handed out while an API server died', async () => {
@@ -53,7 +21,7 @@ describe('connections and dead API servers', () => {
     try {
       // Answers within 15 s or a headers timeout: a hang is a failure, not a stuck test.
       const answers = Array.from({ length: 6 }, () =>
-        generateOnNewConnection(cluster.port, 15_000),
+        generateOnNewConnection(cluster.port, 1, 15_000),
       );
       // Long enough for the primary to have accepted all six and handed one to the stopped server.
       await new Promise((r) => setTimeout(r, 1_000));
@@ -71,7 +39,7 @@ describe('connections and dead API servers', () => {
       { timeoutMs: 30_000 },
     );
     for (let i = 0; i < 4; i++) {
-      expect(await generateOnNewConnection(cluster.port, 15_000)).toBe(200);
+      expect(await generateOnNewConnection(cluster.port, 1, 15_000)).toBe(200);
       expect((await generate(cluster.url, genBody(4, i))).choices[0]!.tokenIds.length).toBe(4);
     }
   }, 90_000);

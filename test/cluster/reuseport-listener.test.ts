@@ -17,47 +17,11 @@ import { reusePortSupported } from '../../src/cluster/listener.js';
 import { buildConfig, nodeHasReusePort } from '../../src/config.js';
 import { RM_PROMPT_TOKENS, requestMetricsIndex, STAT_RUNNING } from '../../src/shm/layout.js';
 import { until } from '../until.js';
-import { genBody } from './control-helpers.js';
+import { genBody, generateOnNewConnection, type Outcome } from './control-helpers.js';
 import { type Cluster, startCluster } from './harness.js';
 
 const REUSEPORT = ['--listener', 'reuseport'];
 const CLI = fileURLToPath(new URL('../../dist/src/cli.js', import.meta.url));
-
-type Outcome = number | 'closed' | 'refused' | 'timeout';
-
-/**
- * A generate call on a raw connection of its own: the status line's code, `closed` when the
- * connection ended (or was reset) without an answer, `refused`, or `timeout`. Raw, so no client
- * retries a request whose connection closed unanswered.
- */
-function generateOnNewConnection(port: number, seed: number, timeoutMs = 15_000): Promise<Outcome> {
-  const body = JSON.stringify(genBody(4, seed));
-  return new Promise((resolve) => {
-    let received = '';
-    let refused = false;
-    const socket = connect(port, '127.0.0.1', () => {
-      socket.write(
-        `POST /inference/v1/generate HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n` +
-          `content-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
-      );
-    });
-    const timer = setTimeout(() => {
-      socket.destroy();
-      resolve('timeout');
-    }, timeoutMs);
-    socket.on('data', (chunk) => {
-      received += String(chunk);
-    });
-    socket.on('error', (error: NodeJS.ErrnoException) => {
-      refused = error.code === 'ECONNREFUSED';
-    });
-    socket.on('close', () => {
-      clearTimeout(timer);
-      const status = /^HTTP\/1\.1 (\d{3})/.exec(received);
-      resolve(status !== null ? Number(status[1]) : refused ? 'refused' : 'closed');
-    });
-  });
-}
 
 /** A request on a new connection: status and Retry-After, or the connection error's code. */
 function postOnNewConnection(

@@ -4,11 +4,7 @@
 // slices it per request and writes the slices to the sockets.
 
 import type { WriterScratch } from '../../protocol/byte-writer.js';
-import {
-  type ChatDeltaPart,
-  type ChatParseOptions,
-  ChatStreamParser,
-} from '../../protocol/chat-parse/chat-output.js';
+import { type ChatDeltaPart, ChatStreamParser } from '../../protocol/chat-parse/chat-output.js';
 import { newToolCallId } from '../../protocol/chat-parse/tool-call-id.js';
 import { JsonWriter } from '../../protocol/json-writer.js';
 import { LogprobsWriter } from '../../protocol/openai-logprobs.js';
@@ -23,25 +19,14 @@ import {
 import type { TokenBytes } from '../../protocol/token-bytes.js';
 import { FinishReason } from '../../wire/types.js';
 import { type AccumulatorTable, AccWord, SlotState } from '../cross-thread/accumulators.js';
-import type { StreamBytes } from '../cross-thread/messages.js';
+import type { StreamBytes, StreamMessage } from '../cross-thread/messages.js';
 import { type ResponseView, requestFailure } from '../cross-thread/response-view.js';
 import { ResponseFormCode, SlotFlag, type SlotMetaTable } from '../cross-thread/slot-meta.js';
 import type { SlotEventList } from './slot-events.js';
 import { openAiDelta } from './stream-text.js';
 
-/** What the main thread tells the worker about a streaming request (strings stay off shared memory). */
-export interface StreamHeader {
-  generation: number;
-  requestId: string;
-  model: string;
-  created: number;
-  /** OpenAI completions' echo: the prompt text the first chunk starts with. */
-  echo?: string | null;
-  /** With return_token_ids: the prompt ids the first chunk carries. */
-  promptTokenIds?: Int32Array | null;
-  /** Chat with a reasoning or tool-call parser on: how to split the text; else null. */
-  chatParse?: ChatParseOptions | null;
-}
+/** What the main thread tells the worker about a streaming request: its StreamMessage, unaddressed. */
+export type StreamHeader = Omit<StreamMessage, 'type' | 'slot'>;
 
 const utf8 = new TextDecoder();
 
