@@ -168,6 +168,8 @@ async function simScripts(
   const base = seed ?? Math.floor(Math.random() * Number.MAX_SAFE_INTEGER);
   const echoText = config.simMode === 'echo' ? lastUserText(body.messages) : null;
   const scripts: (ScriptedAnswer | null)[] = new Array(n).fill(null);
+  // Choices that answer the same text (echo mode: all of them) share one trip to the tokenizer.
+  const encoded = new Map<string, Promise<Int32Array>>();
   let any = false;
   for (let i = 0; i < n; i++) {
     const answer = composeSimAnswer({
@@ -184,7 +186,12 @@ async function simScripts(
       toolCallShare: config.enableAutoToolChoice ? config.simToolCallShare : 0,
     });
     if (answer === null) continue;
-    scripts[i] = { tokens: await tokenizer.encode(answer.text, false), ends: answer.ends };
+    let tokens = encoded.get(answer.text);
+    if (tokens === undefined) {
+      tokens = tokenizer.encode(answer.text, false);
+      encoded.set(answer.text, tokens);
+    }
+    scripts[i] = { tokens: await tokens, ends: answer.ends };
     any = true;
   }
   return any ? scripts : null;
