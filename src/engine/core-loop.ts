@@ -20,6 +20,7 @@
  * the rest was a plain timer, and p50 1.5 ms / max 26 ms when the rest wakes for commands.
  */
 import type { Doorbell } from '../shm/doorbell.js';
+import { writeRankStats } from '../shm/dp-ranks.js';
 import { writeEngineNote } from '../shm/engine-note.js';
 import {
   ENGINE_STATE_PAUSED,
@@ -27,6 +28,16 @@ import {
   ENGINE_STATE_STARTING,
   ENGINE_STATE_STOPPING,
   ENGINE_STATS_INDEX,
+  MAX_DP_RANKS,
+  RANK_GENERATION_TOKENS,
+  RANK_KV_USAGE,
+  RANK_PREFIX_HITS,
+  RANK_PREFIX_QUERIES,
+  RANK_PROMPT_TOKENS,
+  RANK_RUNNING,
+  RANK_STAT_SLOTS,
+  RANK_UP,
+  RANK_WAITING,
   STAT_BLOCK_SIZE,
   STAT_EXTERNAL_HIT_TOKENS,
   STAT_GENERATION_TOKENS,
@@ -113,6 +124,8 @@ export class CoreLoop {
   readonly #events: CoreLoopEvents;
   #stopping = false;
   #stats: EngineStats | undefined;
+  /** The data-parallel ranks' figures (EngineCore.rankStats), filled on every publish. */
+  readonly #ranks = new Float64Array(MAX_DP_RANKS * RANK_STAT_SLOTS);
   /** The modelled duration of the last step, republished with a control command's stats. */
   #lastStepMs = 0;
 
@@ -298,8 +311,14 @@ export class CoreLoop {
 
   #publish(lastStepMs: number): void {
     const { i32, f64 } = this.#region;
-    const s = this.#engine.stats(this.#stats);
+    const engine = this.#engine;
+    const s = engine.stats(this.#stats);
     this.#stats = s;
+    const ranks = this.#ranks;
+    const rankCount =
+      engine.rankStats !== undefined
+        ? engine.rankStats(ranks)
+        : oneRank(ranks, s, engine.ready !== false);
     const base = ENGINE_STATS_INDEX;
     beginStatsWrite(i32);
     f64[base + STAT_RUNNING] = s.running;
@@ -322,6 +341,7 @@ export class CoreLoop {
     f64[base + STAT_OFFLOAD_LOADED_BLOCKS] = s.offloadLoadedBlocks ?? 0;
     f64[base + STAT_VLLM_UNDECODABLE] = s.vllmUndecodable ?? 0;
     f64[base + STAT_SAMPLING_MASKS] = this.#engine.samplingMasks === false ? 0 : 1;
+    writeRankStats(this.#region, rankCount, ranks);
     endStatsWrite(i32);
     const note = this.#control.noteText();
     if (note !== this.#note) {
@@ -342,6 +362,19 @@ export class CoreLoop {
   #beat(): void {
     beatEngine(this.#region, Date.now());
   }
+}
+
+/** An engine core with one engine (no rankStats): rank 0's figures are the engine stats. */
+function oneRank(ranks: Float64Array, s: EngineStats, up: boolean): number {
+  ranks[RANK_UP] = up ? 1 : 0;
+  ranks[RANK_RUNNING] = s.running;
+  ranks[RANK_WAITING] = s.waiting;
+  ranks[RANK_KV_USAGE] = s.kvUsage;
+  ranks[RANK_PROMPT_TOKENS] = s.promptTokens;
+  ranks[RANK_GENERATION_TOKENS] = s.generationTokens;
+  ranks[RANK_PREFIX_QUERIES] = s.prefixQueries;
+  ranks[RANK_PREFIX_HITS] = s.prefixHits;
+  return 1;
 }
 
 const yieldToEventLoop = (): Promise<void> => new Promise((r) => setImmediate(r));

@@ -89,4 +89,12 @@ export interface EngineCore {
   step(out: StepOutputs, room?: OutputRoom): StepTiming;
   /** The figures the core loop publishes into the region's stats block. */
   stats(into?: EngineStats): EngineStats;
+  /**
+   * Per data-parallel rank figures of an engine core fronting several engine ranks (a vLLM bridge
+   * with --data-parallel-size N): fills `into` (length MAX_DP_RANKS * RANK_STAT_SLOTS, layout.ts)
+   * with RANK_STAT_SLOTS f64 per rank (RANK_UP, RANK_RUNNING, ... RANK_PREFIX_HITS), rank r at
+   * r * RANK_STAT_SLOTS, and returns the rank count. Called whenever the core loop publishes stats,
+   * with the same array every time. Absent: one rank, whose figures are the engine stats.
+   */
+  rankStats?(into: Float64Array): number;
 }

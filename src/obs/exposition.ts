@@ -15,8 +15,15 @@
  * 900 KB, 100 KB against 1,131 KB, garbage on the main thread that also serves /health. Every
  * label text, bucket label and family header is built once here; a scrape is a pass over ~600
  * float64 slots and string appends.
+ *
+ * An engine core that fronts several data-parallel engine ranks (EngineCore.rankStats) publishes
+ * each rank's figures into the region's rank block (layout.ts, DP RANKS); while it has more than
+ * one, the families vLLM labels per engine get one sample per rank, engine="<r>" (their labels are
+ * built the first time rank r is rendered, then kept), and ringserve_dp_rank_up says which ranks
+ * are attached. With one rank the text is what it is without the block.
  */
 import type { RingserveConfig } from '../config.js';
+import { readRankStats } from '../shm/dp-ranks.js';
 import {
   GC_HIST_STRIDE,
   GC_KIND_COUNT,
@@ -24,7 +31,10 @@ import {
   HEALTH_GC_MAX,
   HEALTH_PUBLISHED_AT_MS,
   healthIndex,
+  MAX_DP_RANKS,
   outputRingOffset,
+  RANK_STAT_SLOTS,
+  RANK_UP,
   REQ_METRICS_SLOT_COUNT,
   RM_SUCCESS,
   requestMetricsIndex,
@@ -41,6 +51,7 @@ import type { EngineNote } from '../wire/engine-note.js';
 import { GC_BUCKETS } from './buckets.js';
 import {
   CACHE_CONFIG_INFO,
+  DP_RANK_UP,
   ENGINE_COUNTERS,
   ENGINE_GAUGES,
   GC_DURATION,
@@ -103,6 +114,12 @@ export class ClusterMetrics {
   readonly #requestSum = new Float64Array(REQ_METRICS_SLOT_COUNT);
   readonly #requestBases: number[] = [];
   readonly #processes: HealthSeries[] = [];
+  /** The rank block's figures as this render read them (readRankStats), and how many ranks. */
+  readonly #ranks = new Float64Array(MAX_DP_RANKS * RANK_STAT_SLOTS);
+  #rankCount = 0;
+  /** `model_name="...",engine="<r>"` of rank r, built the first time rank r is rendered. */
+  readonly #rankLabels: string[] = [];
+  readonly #rankUpHeader = familyHeader(DP_RANK_UP.name, DP_RANK_UP.help, 'gauge');
 
   constructor(sources: ClusterMetricsSources) {
     this.#region = sources.region;
@@ -134,6 +151,7 @@ export class ClusterMetrics {
 
   /** The whole exposition, at this instant. */
   render(): string {
+    this.#rankCount = readRankStats(this.#region, this.#ranks);
     return this.#engineText() + this.#requestText() + this.#healthText() + this.#restartText();
   }
 
@@ -142,7 +160,8 @@ export class ClusterMetrics {
     const labels = this.#labels;
     let text = '';
     for (const g of ENGINE_GAUGES) {
-      text += familyHeader(g.name, g.help, 'gauge') + sampleLine(g.name, labels, stats[g.stat]!);
+      text += familyHeader(g.name, g.help, 'gauge');
+      text += this.#perRank(g.name, labels, stats[g.stat]!, g.rankSlot);
     }
     const info = labelText([
       ['model_name', this.#config.servedModelName],
@@ -159,9 +178,52 @@ export class ClusterMetrics {
     text += this.#broadcasterInfoText();
     for (const c of ENGINE_COUNTERS) {
       text += familyHeader(c.name, c.help, 'counter');
-      text += sampleLine(c.name, labels, stats[c.carry]! + stats[c.stat]!);
+      text += this.#perRank(c.name, labels, stats[c.carry]! + stats[c.stat]!, c.rankSlot);
+    }
+    return text + this.#rankUpText();
+  }
+
+  /**
+   * A family's samples: the one `labels` sample of `value`, or, for a family with a RANK_* slot
+   * while the engine core fronts several ranks, one sample per rank from the rank block.
+   */
+  #perRank(name: string, labels: string, value: number, rankSlot: number | undefined): string {
+    const count = this.#rankCount;
+    if (count <= 1 || rankSlot === undefined) return sampleLine(name, labels, value);
+    const ranks = this.#ranks;
+    let text = '';
+    for (let r = 0; r < count; r++) {
+      text += sampleLine(name, this.#rankLabel(r), ranks[r * RANK_STAT_SLOTS + rankSlot]!);
     }
     return text;
+  }
+
+  /** ringserve_dp_rank_up, one sample per rank, while there are several. */
+  #rankUpText(): string {
+    const count = this.#rankCount;
+    if (count <= 1) return '';
+    const ranks = this.#ranks;
+    let text = this.#rankUpHeader;
+    for (let r = 0; r < count; r++) {
+      text += sampleLine(
+        DP_RANK_UP.name,
+        this.#rankLabel(r),
+        ranks[r * RANK_STAT_SLOTS + RANK_UP]!,
+      );
+    }
+    return text;
+  }
+
+  #rankLabel(rank: number): string {
+    let labels = this.#rankLabels[rank];
+    if (labels === undefined) {
+      labels = labelText([
+        ['model_name', this.#config.servedModelName],
+        ['engine', String(rank)],
+      ]);
+      this.#rankLabels[rank] = labels;
+    }
+    return labels;
   }
 
   /** The vLLM engine's release and the layout in use, while a bridge has one attached. */
@@ -207,7 +269,8 @@ export class ClusterMetrics {
     const labels = this.#labels;
     let text = '';
     for (const c of REQUEST_COUNTERS) {
-      text += familyHeader(c.name, c.help, 'counter') + sampleLine(c.name, labels, sum[c.slot]!);
+      text += familyHeader(c.name, c.help, 'counter');
+      text += this.#perRank(c.name, labels, sum[c.slot]!, c.rankSlot);
     }
     text += familyHeader(REQUEST_SUCCESS.name, REQUEST_SUCCESS.help, 'counter');
     for (let r = 0; r < this.#successLabels.length; r++) {

@@ -17,6 +17,13 @@ import {
   HEALTH_POOL_ONE_OFF,
   HEALTH_POOL_POOLED,
   HEALTH_RSS,
+  RANK_GENERATION_TOKENS,
+  RANK_KV_USAGE,
+  RANK_PREFIX_HITS,
+  RANK_PREFIX_QUERIES,
+  RANK_PROMPT_TOKENS,
+  RANK_RUNNING,
+  RANK_WAITING,
   RM_DECODE,
   RM_E2E,
   RM_GENERATION_HIST,
@@ -62,6 +69,11 @@ export interface EngineGauge {
   name: string;
   help: string;
   stat: number;
+  /**
+   * Its RANK_* slot, for a family vLLM labels per engine rank: while the engine core fronts several
+   * data-parallel ranks, one sample per rank (engine="<r>") replaces the single engine="0" one.
+   */
+  rankSlot?: number;
 }
 
 export interface EngineCounter extends EngineGauge {
@@ -73,6 +85,8 @@ export interface RequestCounter {
   name: string;
   help: string;
   slot: number;
+  /** As EngineGauge.rankSlot: per rank, from the engine's rank figures, while there are several. */
+  rankSlot?: number;
 }
 
 export interface RequestHistogram {
@@ -95,16 +109,19 @@ export const ENGINE_GAUGES: readonly EngineGauge[] = [
     name: 'vllm:num_requests_running',
     help: 'Number of requests in model execution batches.',
     stat: STAT_RUNNING,
+    rankSlot: RANK_RUNNING,
   },
   {
     name: 'vllm:num_requests_waiting',
     help: 'Number of requests waiting to be processed.',
     stat: STAT_WAITING,
+    rankSlot: RANK_WAITING,
   },
   {
     name: 'vllm:kv_cache_usage_perc',
     help: 'KV-cache usage. 1 means 100 percent usage.',
     stat: STAT_KV_USAGE,
+    rankSlot: RANK_KV_USAGE,
   },
 ];
 
@@ -120,12 +137,14 @@ export const ENGINE_COUNTERS: readonly EngineCounter[] = [
     help: 'Prefix cache queries, in terms of number of queried tokens.',
     stat: STAT_PREFIX_QUERIES,
     carry: STAT_CARRY_PREFIX_QUERIES,
+    rankSlot: RANK_PREFIX_QUERIES,
   },
   {
     name: 'vllm:prefix_cache_hits_total',
     help: 'Prefix cache hits, in terms of number of cached tokens.',
     stat: STAT_PREFIX_HITS,
     carry: STAT_CARRY_PREFIX_HITS,
+    rankSlot: RANK_PREFIX_HITS,
   },
   {
     name: 'vllm:external_prefix_cache_hits_total',
@@ -173,6 +192,15 @@ export const WEIGHT_BROADCASTER_INFO = {
   help: "The trainer's weight broadcaster the engine joined through /init_broadcaster (address, its workers' ranks as offset+world size, NIXL session); absent before.",
 };
 
+/**
+ * ringserve's: whether each data-parallel engine rank is attached (RANK_UP), labelled engine="<r>";
+ * only while the engine core fronts several ranks.
+ */
+export const DP_RANK_UP = {
+  name: 'ringserve_dp_rank_up',
+  help: "1 while the data-parallel engine rank is attached to the cluster's engine core.",
+};
+
 export const CACHE_CONFIG_INFO = {
   name: 'vllm:cache_config_info',
   help: 'Information of the LLMEngine CacheConfig',
@@ -183,11 +211,13 @@ export const REQUEST_COUNTERS: readonly RequestCounter[] = [
     name: 'vllm:prompt_tokens_total',
     help: 'Number of prefill tokens processed.',
     slot: RM_PROMPT_TOKENS,
+    rankSlot: RANK_PROMPT_TOKENS,
   },
   {
     name: 'vllm:generation_tokens_total',
     help: 'Number of generation tokens processed.',
     slot: RM_GENERATION_TOKENS,
+    rankSlot: RANK_GENERATION_TOKENS,
   },
 ];
 

@@ -19,7 +19,9 @@
 //          | ENGINE HEALTH  64 x f64: the engine process's own figures      |  engine
 //   6528   +--------------------------------------------------------------+
 //          | ENGINE NOTE    seq, length, UTF-8 JSON (engine-note.ts)       |  engine
-//   10624  +--------------------------------------------------------------+
+//   72064  +--------------------------------------------------------------+
+//          | DP RANKS       rank count | 256 ranks x 8 f64 (ENG_STATS_SEQ) |  engine
+//   88512  +--------------------------------------------------------------+
 //          | SERVER 0 BLOCK   pid | 8192 x f64 metrics                      |  API server 0
 //          | SERVER 0 REQUEST RING  (ring header 192 B + requestRingBytes)  |  server 0 -> engine
 //          | SERVER 0 OUTPUT RING   (ring header 192 B + outputRingBytes)   |  engine -> server 0
@@ -32,7 +34,7 @@ export const CACHE_LINE_BYTES = 64;
 /** 'RSHM' read as a little-endian u32. */
 export const LAYOUT_MAGIC = 0x4d48_5352;
 /** Bump on any change to an offset below. */
-export const LAYOUT_VERSION = 4;
+export const LAYOUT_VERSION = 5;
 
 // ---- Header (creator writes once: HDR_CREATOR_PID first, HDR_MAGIC last with Atomics.store, so a
 // reader that sees the magic sees a complete header, and a stale-region scan always finds the pid).
@@ -183,8 +185,33 @@ export const NOTE_TEXT = ENGINE_NOTE + CACHE_LINE_BYTES;
 export const NOTE_TEXT_CAPACITY = 65_472;
 export const ENGINE_NOTE_BYTES = CACHE_LINE_BYTES + NOTE_TEXT_CAPACITY; // 65536
 
+// ---- Data-parallel ranks: the figures of each engine rank behind an engine core that fronts several
+// (a vLLM bridge with --data-parallel-size N; EngineCore.rankStats). Written by the engine's core
+// loop under ENG_STATS_SEQ together with ENGINE STATS, so a reader's seqlock copy of both is one
+// publish's (words.ts readEngineStats). An engine core with one engine publishes a count of 1 and its
+// engine stats as rank 0; /metrics labels series per rank (engine="<r>") only when the count is > 1.
+export const DP_RANK_BLOCK = ENGINE_NOTE + ENGINE_NOTE_BYTES; // 72064
+/** i32: ranks published (0 before the first publish); rows [0, count) are valid. */
+export const DP_RANK_COUNT = DP_RANK_BLOCK + 0;
+/** MAX_DP_RANKS rows of RANK_STAT_SLOTS f64: slot RANK_* of rank r at DP_RANK_STATS + (r * RANK_STAT_SLOTS + RANK_*) * 8. */
+export const DP_RANK_STATS = DP_RANK_BLOCK + CACHE_LINE_BYTES;
+/** f64 index of rank 0's slot 0. */
+export const DP_RANK_STATS_INDEX = DP_RANK_STATS >> 3;
+export const MAX_DP_RANKS = 256;
+/** f64 slots per rank: one cache line. */
+export const RANK_STAT_SLOTS = 8;
+export const RANK_UP = 0; // gauge: 1 while the rank is attached (registered, not dead)
+export const RANK_RUNNING = 1; // gauge: sequences running on the rank
+export const RANK_WAITING = 2; // gauge: sequences waiting on the rank
+export const RANK_KV_USAGE = 3; // gauge: fraction of the rank's KV blocks in use, [0, 1]
+export const RANK_PROMPT_TOKENS = 4; // counter: prompt tokens the rank processed
+export const RANK_GENERATION_TOKENS = 5; // counter: tokens the rank generated
+export const RANK_PREFIX_QUERIES = 6; // counter: tokens queried against the rank's prefix cache
+export const RANK_PREFIX_HITS = 7; // counter: tokens found in the rank's prefix cache
+export const DP_RANK_BLOCK_BYTES = CACHE_LINE_BYTES + MAX_DP_RANKS * RANK_STAT_SLOTS * 8; // 16448
+
 /** Where the per-server area begins. */
-export const SERVERS_START = ENGINE_NOTE + ENGINE_NOTE_BYTES; // 72064
+export const SERVERS_START = DP_RANK_BLOCK + DP_RANK_BLOCK_BYTES; // 88512
 
 // ---- Server block, relative to serverBlockOffset(k); API server k writes every word.
 export const SRV_PID = 0; // i32

@@ -1,13 +1,16 @@
 /**
  * /metrics text from a region filled by hand: every family of the contract with HELP and TYPE, the
  * request figures summed over API servers, engine counters carried across a restart, histograms
- * cumulative with _count equal to the +Inf bucket, health series only for processes that published.
+ * cumulative with _count equal to the +Inf bucket, health series only for processes that published;
+ * the per-engine families once per data-parallel rank while the engine core fronts several.
  */
+import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { buildConfig } from '../../src/config.js';
 import { TTFT_BUCKETS } from '../../src/obs/buckets.js';
 import { ClusterMetrics } from '../../src/obs/exposition.js';
 import { RegionHistogram } from '../../src/obs/region-histogram.js';
+import { writeRankStats } from '../../src/shm/dp-ranks.js';
 import {
   ENGINE_STATS,
   HEALTH_CPU_SYSTEM,
@@ -20,7 +23,17 @@ import {
   HEALTH_POOL_POOLED,
   HEALTH_PUBLISHED_AT_MS,
   healthIndex,
+  MAX_DP_RANKS,
   outputRingOffset,
+  RANK_GENERATION_TOKENS,
+  RANK_KV_USAGE,
+  RANK_PREFIX_HITS,
+  RANK_PREFIX_QUERIES,
+  RANK_PROMPT_TOKENS,
+  RANK_RUNNING,
+  RANK_STAT_SLOTS,
+  RANK_UP,
+  RANK_WAITING,
   RING_HEAD,
   RING_TAIL,
   RM_GENERATION_TOKENS,
@@ -30,7 +43,9 @@ import {
   requestMetricsIndex,
   resolveLayoutParams,
   STAT_CARRY_PREEMPTIONS,
+  STAT_CARRY_PREFIX_HITS,
   STAT_NUM_PREEMPTIONS,
+  STAT_PREFIX_HITS,
   STAT_RUNNING,
   STATS_SLOT_COUNT,
   TH_GC_COUNT,
@@ -45,6 +60,8 @@ import {
   threadHealthIndex,
 } from '../../src/shm/layout.js';
 import type { Region } from '../../src/shm/region.js';
+import { beginStatsWrite, endStatsWrite } from '../../src/shm/words.js';
+import { hasTool } from '../ops/tools.js';
 import { CONTRACT_FAMILIES, parseExposition } from './prom.js';
 
 function fakeRegion(servers: number): Region {
@@ -68,6 +85,54 @@ function metricsFor(region: Region, modelName = 'sim-tiny'): ClusterMetrics {
   const stats = () => region.f64.slice(ENGINE_STATS >> 3, (ENGINE_STATS >> 3) + STATS_SLOT_COUNT);
   return new ClusterMetrics({ region, config, engineStats: stats });
 }
+
+/** What the core loop's publish writes into the rank block: `count` ranks of `rows`, seqlocked. */
+function publishRanks(region: Region, count: number, rows: Float64Array): void {
+  beginStatsWrite(region.i32);
+  writeRankStats(region, count, rows);
+  endStatsWrite(region.i32);
+}
+
+/** A region with engine, request and health figures in it, as a running cluster has. */
+function populated(): Region {
+  const region = fakeRegion(2);
+  const f64 = region.f64;
+  const stats = ENGINE_STATS >> 3;
+  f64[stats + STAT_RUNNING] = 5;
+  f64[stats + STAT_PREFIX_HITS] = 40;
+  f64[stats + STAT_CARRY_PREFIX_HITS] = 2;
+  f64[stats + STAT_NUM_PREEMPTIONS] = 3;
+  f64[requestMetricsIndex(region.params, 0) + RM_GENERATION_TOKENS] = 300;
+  f64[requestMetricsIndex(region.params, 1) + RM_SUCCESS] = 4;
+  new RegionHistogram(f64, requestMetricsIndex(region.params, 0) + RM_TTFT, TTFT_BUCKETS).observe(
+    0.02,
+  );
+  // Published "in the future": its age reads 0 in every render, so two renders compare equal.
+  f64[healthIndex(region.params, 0) + HEALTH_PUBLISHED_AT_MS] = Date.now() + 3_600_000;
+  f64[healthIndex(region.params, 0) + HEALTH_HEAP_USED] = 1234;
+  return region;
+}
+
+/** Three ranks' figures: rank r's slot s is 100 * r + s + 1 (rank 1 detached). */
+function threeRanks(): Float64Array {
+  const rows = new Float64Array(MAX_DP_RANKS * RANK_STAT_SLOTS);
+  for (let r = 0; r < 3; r++) {
+    for (let s = 0; s < RANK_STAT_SLOTS; s++) rows[r * RANK_STAT_SLOTS + s] = 100 * r + s + 1;
+    rows[r * RANK_STAT_SLOTS + RANK_UP] = r === 1 ? 0 : 1;
+  }
+  return rows;
+}
+
+/** The families vLLM labels per engine rank, and the RANK_* slot each is read from. */
+const PER_RANK: readonly (readonly [string, number])[] = [
+  ['vllm:num_requests_running', RANK_RUNNING],
+  ['vllm:num_requests_waiting', RANK_WAITING],
+  ['vllm:kv_cache_usage_perc', RANK_KV_USAGE],
+  ['vllm:prompt_tokens_total', RANK_PROMPT_TOKENS],
+  ['vllm:generation_tokens_total', RANK_GENERATION_TOKENS],
+  ['vllm:prefix_cache_queries_total', RANK_PREFIX_QUERIES],
+  ['vllm:prefix_cache_hits_total', RANK_PREFIX_HITS],
+];
 
 describe('cluster metrics exposition', () => {
   it('has every contract family with HELP and TYPE, and vLLM labels on every vllm:* series', () => {
@@ -220,5 +285,83 @@ describe('cluster metrics exposition', () => {
     const text = metricsFor(region, 'a"b\\c').render();
     expect(text).toContain('model_name="a\\"b\\\\c"');
     expect(parseExposition(text).samples[0]!.labels.model_name).toBe('a"b\\c');
+  });
+
+  it('renders one rank (or a block never published) as the single engine="0" sample', () => {
+    const region = populated();
+    const metrics = metricsFor(region);
+    const before = metrics.render(); // count 0: no engine has published
+    const rows = threeRanks();
+    publishRanks(region, 1, rows); // an engine core with one engine: figures ignored
+    expect(metrics.render()).toBe(before);
+    expect(metricsFor(region).render()).toBe(before);
+    const p = parseExposition(before);
+    expect(p.types.has('ringserve_dp_rank_up')).toBe(false);
+    expect(p.all('vllm:num_requests_running')).toEqual([5]);
+    expect(p.all('vllm:generation_tokens_total')).toEqual([300]);
+    expect(p.all('vllm:prefix_cache_hits_total')).toEqual([42]);
+  });
+
+  it('renders the per-engine families once per rank, engine="<r>", while there are several', () => {
+    const region = populated();
+    const metrics = metricsFor(region);
+    const single = metrics.render();
+    publishRanks(region, 3, threeRanks());
+    const text = metrics.render();
+    const p = parseExposition(text);
+    for (const [name, slot] of PER_RANK) {
+      const samples = p.samples.filter((s) => s.name === name);
+      expect(
+        samples.map((s) => s.labels),
+        name,
+      ).toEqual([0, 1, 2].map((r) => ({ model_name: 'sim-tiny', engine: `${r}` })));
+      expect(
+        samples.map((s) => s.value),
+        name,
+      ).toEqual([0, 1, 2].map((r) => 100 * r + slot + 1));
+    }
+    expect(p.types.get('ringserve_dp_rank_up')).toBe('gauge');
+    expect(p.help.get('ringserve_dp_rank_up')).toContain('data-parallel engine rank is attached');
+    expect(p.samples.filter((s) => s.name === 'ringserve_dp_rank_up')).toEqual(
+      [1, 0, 1].map((up, r) => ({
+        name: 'ringserve_dp_rank_up',
+        labels: { model_name: 'sim-tiny', engine: `${r}` },
+        value: up,
+      })),
+    );
+    // Every other vllm:* family keeps its single engine="0" series.
+    const perRank = new Set(PER_RANK.map(([name]) => name));
+    for (const s of p.samples) {
+      if (s.name.startsWith('vllm:') && !perRank.has(s.name)) expect(s.labels.engine).toBe('0');
+    }
+    expect(p.value('vllm:num_preemptions_total')).toBe(3);
+    expect(p.value('vllm:request_success_total', { finished_reason: 'stop' })).toBe(4);
+    expect(p.value('vllm:time_to_first_token_seconds_count')).toBe(1);
+    // The rest of the text is unchanged: only the per-rank samples and the new family differ.
+    const strip = (t: string) =>
+      t
+        .split('\n')
+        .filter((line) => ![...perRank, 'ringserve_dp_rank_up'].some((n) => line.startsWith(n)))
+        .filter((line) => !line.includes('ringserve_dp_rank_up'))
+        .join('\n');
+    expect(strip(text)).toBe(strip(single));
+    // Back to one rank: today's text again.
+    publishRanks(region, 1, threeRanks());
+    expect(metrics.render()).toBe(single);
+  });
+
+  it.skipIf(!hasTool('promtool'))('writes per-rank text that promtool accepts', () => {
+    const region = populated();
+    publishRanks(region, 3, threeRanks());
+    const text = metricsFor(region).render();
+    // promtool parses it (exit 1 and "error while linting" otherwise); the one lint problem it
+    // reports, exit 3, is vLLM's own naming: a colon in every vllm:* name.
+    const result = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+    const said = `${result.stdout}${result.stderr}`;
+    expect(result.status, said).not.toBe(1);
+    const problems = said.split('\n').filter((line) => line.trim() !== '');
+    for (const line of problems)
+      expect(line).toMatch(/^vllm:\S+ metric names should not contain ':'$/);
+    expect(problems.some((line) => line.startsWith('vllm:num_requests_running '))).toBe(true);
   });
 });

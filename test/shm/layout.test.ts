@@ -26,6 +26,8 @@ describe('layout', () => {
       layout.CONTROL_BLOCK,
       layout.ENGINE_HEALTH,
       layout.ENGINE_NOTE,
+      layout.DP_RANK_BLOCK,
+      layout.DP_RANK_STATS,
       layout.SERVERS_START,
     ];
     const blocks: Array<[number, number]> = [
@@ -36,6 +38,7 @@ describe('layout', () => {
       [layout.CONTROL_BLOCK, layout.CONTROL_BYTES],
       [layout.ENGINE_HEALTH, layout.HEALTH_SLOT_COUNT * 8],
       [layout.ENGINE_NOTE, layout.ENGINE_NOTE_BYTES],
+      [layout.DP_RANK_BLOCK, layout.DP_RANK_BLOCK_BYTES],
     ];
     for (let k = 0; k < params.apiServerCount; k++) {
       blocks.push([serverBlockOffset(params, k), layout.SERVER_BLOCK_BYTES]);
@@ -77,6 +80,27 @@ describe('layout', () => {
     expect(new Set(slots).size).toBe(slots.length);
     for (const slot of slots) expect(slot >= 0 && slot < layout.STATS_SLOT_COUNT).toBe(true);
     expect(layout.engineStatOffset(layout.STAT_STEP_COUNT)).toBe(layout.ENGINE_STATS + 9 * 8);
+  });
+
+  it('holds MAX_DP_RANKS rows of RANK_STAT_SLOTS distinct named slots, one cache line each', () => {
+    expect(layout.MAX_DP_RANKS).toBe(256);
+    expect(layout.RANK_STAT_SLOTS).toBe(8);
+    expect(layout.RANK_STAT_SLOTS * 8).toBe(CACHE_LINE_BYTES);
+    const named = [
+      layout.RANK_UP,
+      layout.RANK_RUNNING,
+      layout.RANK_WAITING,
+      layout.RANK_KV_USAGE,
+      layout.RANK_PROMPT_TOKENS,
+      layout.RANK_GENERATION_TOKENS,
+      layout.RANK_PREFIX_QUERIES,
+      layout.RANK_PREFIX_HITS,
+    ];
+    expect(named).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    const rows = layout.MAX_DP_RANKS * layout.RANK_STAT_SLOTS * 8;
+    expect(layout.DP_RANK_STATS + rows).toBe(layout.DP_RANK_BLOCK + layout.DP_RANK_BLOCK_BYTES);
+    expect(layout.DP_RANK_COUNT).toBe(layout.DP_RANK_BLOCK);
+    expect(layout.DP_RANK_STATS_INDEX).toBe(layout.DP_RANK_STATS >> 3);
   });
 
   it('defaults to one server with 4 MiB request and 64 MiB output rings, and validates', () => {
