@@ -71,6 +71,7 @@ export interface RingserveConfig {
   readonly kvTransferBandwidthGbs: number;
   readonly kvOffloadGib: number;
   readonly engine: 'sim' | 'vllm';
+  readonly dataParallelSize: number;
   readonly dataParallelAddress: string;
   readonly dataParallelRpcPort: number;
   readonly vllmVersion: string;
@@ -169,6 +170,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'kvTransferBandwidthGbs', flag: '--kv-transfer-bandwidth-gbs', kind: 'number', default: D.kvTransferBandwidthGbs, min: L.kvTransferBandwidthGbs.min, max: L.kvTransferBandwidthGbs.max, help: 'GB/s of a modelled KV import and of CPU-tier reloads' },
   { key: 'kvOffloadGib', flag: '--kv-offload-gib', kind: 'number', default: D.kvOffloadGib, min: L.kvOffloadGib.min, max: L.kvOffloadGib.max, help: 'CPU tier evicted prefix blocks spill to and reload from, GiB (0 = none)' },
   { key: 'engine', flag: '--engine', kind: 'enum', default: 'sim', choices: ['sim', 'vllm'], help: 'sim: the simulator in-process; vllm: a bridge to a headless vLLM engine that dials in' },
+  { key: 'dataParallelSize', flag: '--data-parallel-size', kind: 'int', default: 1, min: 1, max: 256, help: 'data-parallel engine ranks behind this cluster (with --engine vllm: headless vLLM engines dialling the handshake port); 1 with the simulator' },
   { key: 'dataParallelAddress', flag: '--data-parallel-address', kind: 'string', default: '127.0.0.1', help: 'with --engine vllm: address the bridge binds its vLLM sockets on' },
   { key: 'dataParallelRpcPort', flag: '--data-parallel-rpc-port', kind: 'int', default: 29550, min: 0, max: 65535, help: 'with --engine vllm: handshake port the vLLM engine dials (0 = any free port, logged)' },
   { key: 'vllmVersion', flag: '--vllm-version', kind: 'string', default: 'auto', help: 'with --engine vllm: the vLLM release series whose message layouts to speak (0.22, 0.26, 0.28, 0.29, 0.33); auto: picked from the engine\'s registration, confirmed by its first output' },
@@ -309,6 +311,13 @@ function checkCrossFields(c: RingserveConfig): void {
     );
   }
   parseFailureKinds(c.failureKinds);
+  // The simulator is one engine core, rank 0: an X-data-parallel-rank header may name only it.
+  if (c.engine !== 'vllm' && c.dataParallelSize > 1) {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--data-parallel-size',
+      `must be 1 with --engine ${c.engine} (the simulator is one engine rank); more ranks need --engine vllm, got ${c.dataParallelSize}`,
+    );
+  }
   // vLLM refuses these combinations at startup for the same reasons: a step must be able to
   // hold one token per running sequence, and one full-length sequence must fit in the KV cache.
   if (c.enableAutoToolChoice && c.toolCallParser === 'none') {

@@ -395,3 +395,42 @@ describe('failure injection flags', () => {
     expect(e.message).toContain('teapot');
   });
 });
+
+describe('--data-parallel-size', () => {
+  it('defaults to 1 and takes [1, 256] with --engine vllm', () => {
+    expect(parseArgs([], NO_ENV).dataParallelSize).toBe(1);
+    expect(parseArgs(['--data-parallel-size', '1'], NO_ENV).dataParallelSize).toBe(1);
+    for (const n of ['2', '256']) {
+      expect(
+        parseArgs(['--engine', 'vllm', '--data-parallel-size', n], NO_ENV).dataParallelSize,
+      ).toBe(Number(n));
+    }
+    expect(buildConfig({ engine: 'vllm', dataParallelSize: 8 }).dataParallelSize).toBe(8);
+  });
+
+  it('rejects 0, 257 and a fraction, naming the flag', () => {
+    for (const n of ['0', '257', '1.5', 'two']) {
+      const e = configError(['--engine', 'vllm', '--data-parallel-size', n]);
+      expect(e.param).toBe('--data-parallel-size');
+      expect(e.message).toContain('must be an integer in [1, 256]');
+    }
+  });
+
+  it('refuses more than one rank with the simulator, naming the flag', () => {
+    const e = configError(['--data-parallel-size', '2']);
+    expect(e.param).toBe('--data-parallel-size');
+    expect(e.message).toBe(
+      '--data-parallel-size: must be 1 with --engine sim (the simulator is one engine rank); more ranks need --engine vllm, got 2',
+    );
+    expect(configError(['--engine', 'sim', '--data-parallel-size=4']).param).toBe(
+      '--data-parallel-size',
+    );
+    expect(() => buildConfig({ dataParallelSize: 2 })).toThrow(/--data-parallel-size/);
+  });
+
+  it('says in --help what it is', () => {
+    expect(formatHelp()).toContain(
+      'data-parallel engine ranks behind this cluster (with --engine vllm: headless vLLM engines dialling the handshake port); 1 with the simulator',
+    );
+  });
+});

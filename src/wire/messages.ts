@@ -10,10 +10,10 @@
  *
  *   ADD     f64[8]  seed (NaN = none), arrival ms, temperature, top_p, min_p,
  *                   presence, frequency, repetition penalties
- *           i32[17] slot, top_k, max_tokens, min_tokens, flags, routed_experts_prompt_start,
+ *           i32[18] slot, top_k, max_tokens, min_tokens, flags, routed_experts_prompt_start,
  *                   priority, prompt_len, stop_ids_len, salt_bytes, slot_gen, import_kv_tokens,
  *                   top_logprobs, prompt_logprobs (-1: none), lora_id (0: none), kv_params_bytes,
- *                   script_len (0: none)
+ *                   script_len (0: none), data_parallel_rank (-1: none, the engine core picks)
  *           i32[prompt_len] prompt ids, i32[stop_ids_len] stop ids,
  *           i32[script_len] scripted answer ids (at most MAX_SCRIPT_TOKENS), u8[salt_bytes] cache
  *           salt (UTF-8), u8[kv_params_bytes] kv_transfer_params (one msgpack map, at most
@@ -117,7 +117,7 @@ export const AddFlag = {
 } as const;
 
 const ADD_F64 = 8;
-const ADD_I32 = 17;
+const ADD_I32 = 18;
 /** Byte offset of the i32 fields from the record's start (after its f64 fields). */
 const ADD_I32_AT = ADD_F64 * 8;
 const ADD_FIXED_BYTES = ADD_I32_AT + ADD_I32 * 4;
@@ -148,6 +148,9 @@ const A_PROMPT_LOGPROBS = 13;
 const A_LORA_ID = 14;
 const A_KV_BYTES = 15;
 const A_SCRIPT_LEN = 16;
+const A_DP_RANK = 17;
+/** data_parallel_rank's word when the request names no rank. */
+const NO_DP_RANK = -1;
 
 /** What the API server knows of a request when it writes its ADD record. */
 export interface AddFields {
@@ -169,6 +172,8 @@ export interface AddFields {
   /** The scripted answer and whether it ends the answer (see EngineRequest); absent: none. */
   script?: Int32Array | null;
   scriptEnds?: boolean;
+  /** The data-parallel rank it must run on (see EngineRequest); null or absent: none. */
+  dataParallelRank?: number | null;
 }
 
 export function addRecordBytes(fields: AddFields): number {
@@ -214,6 +219,7 @@ export function writeAdd(v: RegionViews, offset: number, f: AddFields): void {
   v.i32[i + A_KV_BYTES] = f.kvParams?.length ?? 0;
   const scriptLen = f.script?.length ?? 0;
   v.i32[i + A_SCRIPT_LEN] = scriptLen;
+  v.i32[i + A_DP_RANK] = f.dataParallelRank ?? NO_DP_RANK;
   const promptAt = i + ADD_I32;
   v.i32.set(f.promptTokenIds, promptAt);
   const stopAt = promptAt + f.promptTokenIds.length;
@@ -246,6 +252,7 @@ export function readAdd(
   const saltBytes = v.i32[i + A_SALT_BYTES]!;
   const kvBytes = v.i32[i + A_KV_BYTES]!;
   const scriptLen = v.i32[i + A_SCRIPT_LEN]!;
+  const dpRank = v.i32[i + A_DP_RANK]!;
   if (promptLen < 0 || stopLen < 0 || saltBytes < 0) return null;
   if (kvBytes < 0 || kvBytes > MAX_KV_PARAMS_BYTES) return null;
   if (scriptLen < 0 || scriptLen > MAX_SCRIPT_TOKENS) return null;
@@ -294,6 +301,8 @@ export function readAdd(
     // is none.
     script: scriptLen > 0 || ends ? v.i32.slice(scriptAt, scriptAt + scriptLen) : null,
     scriptEnds: ends,
+    // Any negative word is none (the writer writes -1); the range is the API server's check.
+    dataParallelRank: dpRank >= 0 ? dpRank : null,
   };
 }
 

@@ -101,6 +101,12 @@ export interface EngineRequest {
   script?: Int32Array | null;
   /** With a script: the answer ends after it (the model's EOS is emitted next); else sampling goes on. */
   scriptEnds?: boolean;
+  /**
+   * The data-parallel engine rank the request must run on (vLLM's EngineCoreRequest
+   * data_parallel_rank, from the `X-data-parallel-rank` header), in [0, --data-parallel-size);
+   * null/absent: the engine core picks. The simulator ignores it (its only rank is 0).
+   */
+  dataParallelRank?: number | null;
 }
 
 /** The figures the engine publishes in the shared stats block (names after vLLM's metrics). */

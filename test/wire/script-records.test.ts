@@ -62,7 +62,7 @@ function add(script: Int32Array | null, scriptEnds: boolean): AddFields {
   };
 }
 
-const FIXED = 64 + 17 * 4; // f64[8], i32[17]
+const FIXED = 64 + 18 * 4; // f64[8], i32[18]
 const scriptLenAt = (offset: number) => ((offset + 64) >> 2) + 16;
 
 describe('ADD scripted answer', () => {

@@ -81,7 +81,9 @@ export class RequestCoordinator implements OutputEvents {
   /**
    * Accepts a parsed request (every 400 is raised by parsing), or throws why not (admission.ts, or
    * the engine's ADD error). The answer goes to `reply` later, in `form`; one not complete within
-   * `deadline` (null: none) is answered 504 and aborted in the engine.
+   * `deadline` (null: none) is answered 504 and aborted in the engine. `dataParallelRank` (the
+   * `X-data-parallel-rank` header, already checked against --data-parallel-size; null: none) goes
+   * into the ADD of every choice of every prompt.
    */
   submit(
     request: GenerateRequest,
@@ -89,6 +91,7 @@ export class RequestCoordinator implements OutputEvents {
     form: ResponseForm,
     headerId?: string,
     deadline: RequestDeadline | null = null,
+    dataParallelRank: number | null = null,
   ): void {
     const requestId = requestIdOf(headerId, request.requestId);
     const kv = kvTransferFields(request, requestId, this.#config);
@@ -101,7 +104,7 @@ export class RequestCoordinator implements OutputEvents {
     const record = newRequestRecord(requestId, model, request, form, reply);
     this.table.add(record);
     try {
-      this.#send(record, kv);
+      this.#send(record, kv, dataParallelRank);
     } catch (error) {
       this.#unwind(record, error);
       throw error;
@@ -206,7 +209,7 @@ export class RequestCoordinator implements OutputEvents {
   // ---- internals ---------------------------------------------------------------------------------
 
   /** Opens each choice on the output side and writes its ADD (vLLM v1's parallel sampling: choice i seeded seed + i). */
-  #send(record: RequestRecord, kv: KvTransferFields): void {
+  #send(record: RequestRecord, kv: KvTransferFields, dataParallelRank: number | null): void {
     const { request, group } = record;
     const output = this.#output!;
     const cacheSalt = request.cacheSalt === null ? null : Buffer.from(request.cacheSalt, 'utf8');
@@ -235,6 +238,7 @@ export class RequestCoordinator implements OutputEvents {
         loraId: request.loraId ?? 0,
         script: script?.tokens ?? null,
         scriptEnds: script?.ends ?? false,
+        dataParallelRank,
       });
       this.table.slots.sent(slot, gen);
     }

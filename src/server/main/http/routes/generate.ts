@@ -1,7 +1,8 @@
 /**
  * POST /inference/v1/generate: parse (every 400, naming the field), resolve the model (the base
- * model or a LoRA adapter; else 404), pick the answer's form and its deadline (deadline.ts), hand
- * the request to the coordinator. The answer comes later, as one finished Buffer or an SSE stream.
+ * model or a LoRA adapter; else 404), pick the answer's form, its deadline (deadline.ts) and its
+ * data-parallel rank (data-parallel-rank.ts), hand the request to the coordinator. The answer
+ * comes later, as one finished Buffer or an SSE stream.
  */
 import type { FastifyInstance } from 'fastify';
 import type { RingserveConfig } from '../../../../config.js';
@@ -12,6 +13,7 @@ import {
 import type { RequestCoordinator } from '../../request-coordinator.js';
 import type { ServedModels } from '../../served-models.js';
 import { checkVllmSampling, type MaskCapability } from '../../vllm-sampling.js';
+import { DP_RANK_HEADER, dataParallelRank } from '../data-parallel-rank.js';
 import { DEADLINE_HEADER, requestDeadline } from '../deadline.js';
 import { AbortingReply, type FailureInjector } from '../failure-injection.js';
 import { HttpReply } from '../http-reply.js';
@@ -38,6 +40,7 @@ export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps):
   app.post('/inference/v1/generate', async (request, reply) => {
     const parsed = parseGenerateRequest(request.body, requestOptions);
     const deadline = requestDeadline(request.headers[DEADLINE_HEADER], config.requestTimeout);
+    const rank = dataParallelRank(request.headers[DP_RANK_HEADER], config.dataParallelSize);
     parsed.loraId = deps.models.loraId(parsed.model);
     checkVllmSampling(config, parsed.params, 'sampling_params.', deps.engine);
     const injected = deps.failures?.active ? deps.failures.check(request, reply) : null;
@@ -49,7 +52,7 @@ export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps):
     const headerId = typeof header === 'string' && header !== '' ? header : undefined;
     const sink = new HttpReply(reply, config.maxUnreadBytes);
     const answer = injected === 'abort' ? new AbortingReply(sink, reply) : sink;
-    coordinator.submit(parsed, answer, form, headerId, deadline);
+    coordinator.submit(parsed, answer, form, headerId, deadline, rank);
     return reply;
   });
 }

@@ -31,6 +31,7 @@ import type { ReplySink } from '../../reply-sink.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
 import type { ServedModels } from '../../served-models.js';
 import { checkVllmSampling, type MaskCapability } from '../../vllm-sampling.js';
+import { DP_RANK_HEADER, dataParallelRank } from '../data-parallel-rank.js';
 import { DEADLINE_HEADER, requestDeadline } from '../deadline.js';
 import { AbortingReply, type FailureInjector } from '../failure-injection.js';
 import { HttpReply } from '../http-reply.js';
@@ -68,6 +69,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
     checkOutput('/v1/completions');
     const body = parseCompletionBody(request.body, opts);
     const deadline = requestDeadline(request.headers[DEADLINE_HEADER], config.requestTimeout);
+    const rank = dataParallelRank(request.headers[DP_RANK_HEADER], config.dataParallelSize);
     const loraId = deps.models.loraId(body.common.model);
     const { prompt } = body;
     const prompts =
@@ -90,7 +92,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
     );
     parsed.loraId = loraId;
     checkVllmSampling(config, parsed.params, '', deps.engine);
-    coordinator.submit(parsed, sink, 'completion', headerRequestId(request), deadline);
+    coordinator.submit(parsed, sink, 'completion', headerRequestId(request), deadline, rank);
     return reply;
   });
 
@@ -98,6 +100,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
     checkOutput('/v1/chat/completions');
     const body = parseChatBody(request.body, opts);
     const deadline = requestDeadline(request.headers[DEADLINE_HEADER], config.requestTimeout);
+    const rank = dataParallelRank(request.headers[DP_RANK_HEADER], config.dataParallelSize);
     const loraId = deps.models.loraId(body.common.model);
     const chatParse = chatParseOptions(config, body);
     const ids = await tokenizer.encodeChat(body.messages, {
@@ -121,7 +124,7 @@ export function registerOpenAiRoutes(app: FastifyInstance, deps: OpenAiDeps): vo
       openai.scripts = await simScripts(config, body, parsed.params.seed, parsed.n, tokenizer);
     }
     const sink = sinkFor(request, reply);
-    coordinator.submit(parsed, sink, 'chat', headerRequestId(request), deadline);
+    coordinator.submit(parsed, sink, 'chat', headerRequestId(request), deadline, rank);
     return reply;
   });
 }
