@@ -18,6 +18,7 @@ import {
   encodeRegistration,
   encodeStatus,
   engineIdentity,
+  type HandshakeStatus,
   type InitMessage,
   type Registration,
   RequestType,
@@ -66,6 +67,25 @@ export interface MirrorEngineOptions {
   registration?: Readonly<Record<string, unknown>>;
   /** vLLM's NixlConnector (nixl.ts): P/D handles in and out; absent: kv_transfer_params ignored. */
   nixl?: MirrorNixl | null;
+  /** A data-parallel rank's hooks (dp-engine.ts): then a DP group steps it, it has no timer. */
+  dp?: EngineDpHooks | null;
+}
+
+/**
+ * What a DP rank (dp-engine.ts) changes in an engine: it joins its group between the init and the
+ * registration (vLLM's core.py @ 00080ee1, VDP's source A: `EngineCoreProc.__init__` calls
+ * `_init_data_parallel` inside the handshake, before the model, the registration and READY), adds
+ * parallel_config_hash to READY, handles START_DP_WAVE, stamps its wave into SchedulerStats, and
+ * holds its input while blocked in a collective (its busy loop reads input only between steps).
+ */
+export interface EngineDpHooks {
+  beforeRegister(init: InitMessage): Promise<void>;
+  /** READY's parallel_config_hash, or null to send none. */
+  readyHash: string | null;
+  startDpWave(wave: { wave: number; exclude: number | null }): void;
+  currentWave(): number;
+  /** Runs `handle` (one decoded input message) now, or later. */
+  deliver(handle: () => void): void;
 }
 
 const LINGER_MS = 500;
@@ -80,7 +100,9 @@ export class MirrorEngine {
   init: InitMessage | null = null;
   registration: Registration | null = null;
   readonly #shape: StepShape;
-  readonly #opts: Required<Omit<MirrorEngineOptions, 'registration' | 'vllmVersion' | 'nixl'>>;
+  readonly #opts: Required<
+    Omit<MirrorEngineOptions, 'registration' | 'vllmVersion' | 'nixl' | 'dp'>
+  >;
   readonly #version: string;
   readonly #overrides: Readonly<Record<string, unknown>>;
   readonly #control: EngineControl;
@@ -88,6 +110,8 @@ export class MirrorEngine {
   #outputs: SendQueue[] = [];
   #timer: NodeJS.Timeout | null = null;
   #step = 0;
+  readonly #dp: EngineDpHooks | null;
+  #closed = false;
 
   constructor(options: MirrorEngineOptions) {
     this.#opts = {
@@ -109,6 +133,7 @@ export class MirrorEngine {
       blockSize: 16,
       ...options,
     };
+    this.#dp = options.dp ?? null;
     this.#version = options.vllmVersion ?? DEFAULT_VLLM_VERSION[options.era];
     this.#overrides = options.registration ?? {};
     this.#shape = { ...this.#opts, nixl: options.nixl ?? null };
@@ -146,6 +171,10 @@ export class MirrorEngine {
     await hs.send(encodeStatus({ status: 'HELLO', local: false, headless: true }));
     const [initFrame] = await withTimeout(hs.receive(), timeoutMs, 'init from the frontend');
     this.init = decodeInit(initFrame ?? Buffer.alloc(0));
+    if (this.#dp !== null) {
+      await withTimeout(this.#dp.beforeRegister(this.init), timeoutMs, 'DP group rendezvous');
+    }
+    if (this.#closed) throw new Error('mirror engine: closed during the handshake');
     const { inputs, outputs } = this.init.addresses;
     this.#outputs = outputs.map((address) => {
       const push = new Push({ linger: LINGER_MS });
@@ -166,8 +195,10 @@ export class MirrorEngine {
       await input.send(payload);
       void this.#read(input);
     }
-    await hs.send(encodeStatus({ status: 'READY', local: false, headless: true }));
-    this.#timer = setInterval(() => this.#tick(), this.#opts.stepMs);
+    const ready: HandshakeStatus = { status: 'READY', local: false, headless: true };
+    if (this.#dp?.readyHash != null) ready.parallel_config_hash = this.#dp.readyHash;
+    await hs.send(encodeStatus(ready));
+    if (this.#dp === null) this.#timer = setInterval(() => this.step(), this.#opts.stepMs);
   }
 
   /** Puts `frames` on output socket `clientIndex` as they are: malformed messages for tests. */
@@ -183,6 +214,7 @@ export class MirrorEngine {
 
   /** Stops everything it started, silently, as a killed engine. */
   close(): void {
+    this.#closed = true;
     if (this.#timer !== null) clearInterval(this.#timer);
     this.#timer = null;
     for (const s of this.#sockets.splice(0)) s.close();
@@ -197,13 +229,16 @@ export class MirrorEngine {
       return Promise.resolve();
     }
     return q.push(frames).catch((e: unknown) => {
-      if (this.#timer !== null) this.errors.push(e as Error);
+      if (!this.#closed) this.errors.push(e as Error);
     });
   }
 
   async #read(input: Dealer): Promise<void> {
     try {
-      for await (const [type, payload, ...aux] of input) this.#onMessage(type, payload, aux);
+      for await (const [type, payload, ...aux] of input) {
+        if (this.#dp === null) this.#onMessage(type, payload, aux);
+        else this.#dp.deliver(() => this.#onMessage(type, payload, aux));
+      }
     } catch {
       // closed
     }
@@ -215,8 +250,11 @@ export class MirrorEngine {
       const kind = type[0];
       if (kind === RequestType.ADD) this.#onAdd(decodeAdd(this.era, payload, aux));
       else if (kind === RequestType.ABORT) this.#onAbort(decodeAbort(payload));
-      else if (kind === RequestType.START_DP_WAVE) this.waves.push(decodeStartDpWave(payload));
-      else if (kind === RequestType.UTILITY) {
+      else if (kind === RequestType.START_DP_WAVE) {
+        const wave = decodeStartDpWave(payload);
+        this.waves.push(wave);
+        this.#dp?.startDpWave(wave);
+      } else if (kind === RequestType.UTILITY) {
         const call = decodeUtilityCall(payload);
         this.calls.push(call);
         this.#control.call(call);
@@ -271,9 +309,9 @@ export class MirrorEngine {
     void this.#send(call.client_index, frames);
   }
 
-  /** One step: an output for every running request. */
-  #tick(): void {
-    if (!this.#control.admit()) return;
+  /** One step: an output for every running request; false when it had none to run. */
+  step(): boolean {
+    if (!this.#control.admit()) return false;
     const running = [...this.#control.running.values()];
     const now = performance.now() / 1000;
     const asked = running.map((l) => l.logprobs).filter((k): k is number => k !== null);
@@ -287,6 +325,7 @@ export class MirrorEngine {
     }
     this.#emit(outputs);
     this.#control.drained();
+    return true;
   }
 
   /** One message per client, scheduler stats on the first (scheduler.py update_from_output). */
@@ -296,6 +335,7 @@ export class MirrorEngine {
       byClient.set(client, [...(byClient.get(client) ?? []), output]);
     }
     const stats = this.#control.stats(this.#step++, this.#opts.numGpuBlocks * this.#opts.blockSize);
+    if (this.#dp !== null) stats.current_wave = this.#dp.currentWave();
     let first = true;
     for (const [client, group] of byClient) {
       const frames = encodeOutputs(this.era, {
