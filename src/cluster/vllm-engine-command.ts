@@ -1,18 +1,28 @@
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from '../cli-args.js';
 import { CONFIG_FIELDS, type ConfigField, describeRange, type RingserveConfig } from '../config.js';
-import { dialFrontend } from '../engine/vllm/headless/dial.js';
+import { dialFrontend, INIT_TIMEOUT_MS } from '../engine/vllm/headless/dial.js';
+import { type DpGroup, openDpGroup } from '../engine/vllm/headless/dp-group.js';
+import {
+  DEFAULT_DP_SYNC_INTERVAL,
+  type DpMode,
+  dpGroupPort,
+  dpModeOf,
+  modelKey,
+  parallelConfigHash,
+} from '../engine/vllm/headless/dp-wave.js';
 import { VllmHeadlessEngine } from '../engine/vllm/headless/engine.js';
 import { type NixlConfig, parseKvTransferConfig } from '../engine/vllm/headless/nixl-config.js';
 import { NixlConnector } from '../engine/vllm/headless/nixl-connector.js';
 import {
+  type DpGroupConfig,
   getVllmLayout,
   NEWEST_VLLM_LAYOUT,
   type RegistrationValues,
   VLLM_VERSION_NAMES,
   type VllmLayout,
 } from '../engine/vllm/index.js';
-import { ExitCode, RS_ERR_CONFIG_INVALID } from '../errors.js';
+import { ExitCode, RS_ERR_CONFIG_INVALID, RS_ERR_VLLM_HANDSHAKE } from '../errors.js';
 import { createLogger } from '../obs/log.js';
 import { shareMemoryCollect } from '../obs/memory-collect.js';
 import { SimEngine } from '../sim/sim-engine.js';
@@ -24,10 +34,17 @@ import { engineConfigFrom } from './sim-engine-config.js';
  * (ringserve's `serve --engine vllm`, or vLLM's own) the way `vllm serve --headless` does. Its own
  * flags are the table below (named as vLLM names them); the simulator's are the rows of
  * CONFIG_FIELDS listed in SIM_FLAGS, parsed by the same parser as `serve`.
+ *
+ * With `--data-parallel-size N --data-parallel-start-rank R` it is rank R of a DP group, as `vllm
+ * serve --headless --data-parallel-size-local 1` runs one: identity R, engine_index R; a MoE model
+ * (a card with routing layers) joins the group's lockstep waves (headless/dp-wave.ts), a dense
+ * model's rank runs independently and registers as vLLM's does (data_parallel_size 1, rank 0).
  */
 
 interface EngineFlag {
   readonly flag: string;
+  /** Other spellings of the same flag. */
+  readonly aliases?: readonly string[];
   readonly kind: 'bool' | 'string' | 'int';
   readonly default: string | number | boolean | null;
   readonly min?: number;
@@ -40,6 +57,10 @@ const ENGINE_FLAGS: readonly EngineFlag[] = [
   { flag: '--vllm-protocol', kind: 'bool', default: false, help: 'speak vLLM v1 engine protocol as a headless engine (required: the only protocol)' },
   { flag: '--data-parallel-address', kind: 'string', default: '127.0.0.1', help: "address of the frontend's handshake socket" },
   { flag: '--data-parallel-rpc-port', kind: 'int', default: 29550, min: 1, max: 65535, help: "port of the frontend's handshake socket" },
+  { flag: '--data-parallel-size', kind: 'int', default: 1, min: 1, max: 65535, help: 'ranks in the data-parallel group (a MoE model steps them in lockstep waves; a dense one runs each on its own)' },
+  { flag: '--data-parallel-start-rank', aliases: ['--data-parallel-rank'], kind: 'int', default: 0, min: 0, max: 65534, help: "this engine's DP rank, below --data-parallel-size (also --data-parallel-rank): its identity and engine_index" },
+  { flag: '--data-parallel-size-local', kind: 'int', default: 1, min: 1, max: 1, help: 'DP ranks in this process: only 1 (run one `ringserve engine` per rank)' },
+  { flag: '--dp-sync-interval', kind: 'int', default: DEFAULT_DP_SYNC_INTERVAL, min: 1, max: 0xffffffff, help: "steps between a MoE DP group's all-reduces of unfinished requests (vLLM #52957; also on a wave's first step); the same on every rank" },
   { flag: '--vllm-version', kind: 'string', default: NEWEST_VLLM_LAYOUT.name, help: `the vLLM release series whose message layouts to speak: ${VLLM_VERSION_NAMES.join(', ')}` },
   { flag: '--enable-return-routed-experts', kind: 'bool', default: false, help: 'every output carries MoE routing rows (vLLM: engine-wide)' },
   { flag: '--enable-return-sampling-mask', kind: 'bool', default: false, help: 'every output carries sampling masks as new_sampling_mask (vLLM >= 0.28, engine-wide); requests must sample with temperature > 0 and top_k > 0' },
@@ -63,9 +84,20 @@ const SIM_FLAGS: readonly (keyof RingserveConfig)[] = [
   'kvTransferBandwidthGbs',
 ];
 
+/** The engine's place in a data-parallel group. */
+export interface DpArgs {
+  /** --data-parallel-size */
+  size: number;
+  /** --data-parallel-start-rank (--data-parallel-rank) */
+  rank: number;
+  /** --dp-sync-interval */
+  syncInterval: number;
+}
+
 export interface EngineCommandArgs {
   host: string;
   port: number;
+  dp: DpArgs;
   layout: VllmLayout;
   returnRoutedExperts: boolean;
   returnSamplingMask: boolean;
@@ -77,6 +109,8 @@ export interface EngineCommandArgs {
 /** Splits argv into the engine's own flags and the simulator flags; throws naming a bad flag. */
 export function parseEngineArgs(argv: readonly string[]): EngineCommandArgs {
   const own = new Map<string, string | boolean>();
+  /** Which spelling set each flag (an alias and its flag must not disagree). */
+  const spelled = new Map<string, string>();
   const rest: string[] = [];
   const simFlags = new Set(
     CONFIG_FIELDS.filter((f) => SIM_FLAGS.includes(f.key)).flatMap((f) => [
@@ -88,7 +122,7 @@ export function parseEngineArgs(argv: readonly string[]): EngineCommandArgs {
     const arg = argv[i] as string;
     const eq = arg.indexOf('=');
     const name = eq === -1 ? arg : arg.slice(0, eq);
-    const row = ENGINE_FLAGS.find((f) => f.flag === name);
+    const row = ENGINE_FLAGS.find((f) => f.flag === name || f.aliases?.includes(name) === true);
     if (row === undefined) {
       if (!simFlags.has(name))
         throw new RS_ERR_CONFIG_INVALID(name, 'not an `engine` flag (see ringserve engine --help)');
@@ -100,7 +134,12 @@ export function parseEngineArgs(argv: readonly string[]): EngineCommandArgs {
     if (row.kind === 'bool') own.set(row.flag, eq === -1 ? true : arg.slice(eq + 1) === 'true');
     else {
       const value = eq === -1 ? argv[++i] : arg.slice(eq + 1);
-      if (value === undefined) throw new RS_ERR_CONFIG_INVALID(row.flag, 'expects a value');
+      if (value === undefined) throw new RS_ERR_CONFIG_INVALID(name, 'expects a value');
+      const earlier = spelled.get(row.flag);
+      if (earlier !== undefined && earlier !== name && own.get(row.flag) !== value) {
+        throw new RS_ERR_CONFIG_INVALID(name, `conflicts with ${earlier} ${own.get(row.flag)}`);
+      }
+      spelled.set(row.flag, name);
       own.set(row.flag, value);
     }
   }
@@ -110,11 +149,20 @@ export function parseEngineArgs(argv: readonly string[]): EngineCommandArgs {
       'is required: the engine speaks only the vLLM protocol',
     );
   }
-  const port = Number(own.get('--data-parallel-rpc-port') ?? 29550);
-  if (!Number.isInteger(port) || port < 1 || port > 65535) {
+  const port = intFlag(own, '--data-parallel-rpc-port');
+  const dpSize = intFlag(own, '--data-parallel-size');
+  const dpRank = intFlag(own, '--data-parallel-start-rank');
+  if (dpRank >= dpSize) {
     throw new RS_ERR_CONFIG_INVALID(
-      '--data-parallel-rpc-port',
-      `must be an integer in [1, 65535], got ${String(own.get('--data-parallel-rpc-port'))}`,
+      spelled.get('--data-parallel-start-rank') ?? '--data-parallel-start-rank',
+      `must be below --data-parallel-size ${dpSize}, got ${dpRank}`,
+    );
+  }
+  const local = own.get('--data-parallel-size-local');
+  if (local !== undefined && Number(local) !== 1) {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--data-parallel-size-local',
+      `only 1 is supported (one \`ringserve engine\` process per DP rank), got ${String(local)}`,
     );
   }
   const host = String(own.get('--data-parallel-address') ?? '127.0.0.1');
@@ -131,12 +179,30 @@ export function parseEngineArgs(argv: readonly string[]): EngineCommandArgs {
   return {
     host,
     port,
+    dp: { size: dpSize, rank: dpRank, syncInterval: intFlag(own, '--dp-sync-interval') },
     layout,
     returnRoutedExperts: own.get('--enable-return-routed-experts') === true,
     returnSamplingMask,
     nixl: typeof kvConfig === 'string' ? parseKvTransferConfig(kvConfig) : null,
     config: parseArgs(rest, {}),
   };
+}
+
+/** An int flag of ENGINE_FLAGS: its value, or its default; out of [min, max]: an error naming it. */
+function intFlag(own: ReadonlyMap<string, string | boolean>, flag: string): number {
+  const row = ENGINE_FLAGS.find((f) => f.flag === flag) as EngineFlag;
+  const raw = own.get(flag);
+  if (raw === undefined) return row.default as number;
+  const n = Number(raw);
+  const min = row.min ?? Number.MIN_SAFE_INTEGER;
+  const max = row.max ?? Number.MAX_SAFE_INTEGER;
+  if (typeof raw !== 'string' || raw.trim() === '' || !Number.isInteger(n) || n < min || n > max) {
+    throw new RS_ERR_CONFIG_INVALID(
+      flag,
+      `must be an integer in [${min}, ${max}], got ${String(raw)}`,
+    );
+  }
+  return n;
 }
 
 function isBoolField(flag: string): boolean {
@@ -188,7 +254,7 @@ export async function runEngineCommand(argv: readonly string[]): Promise<ExitCod
   const collect = shareMemoryCollect();
   const log = createLogger(config.logLevel, { name: 'ringserve-vllm-engine' });
   collect.onSignal(log);
-  const nixlConfig = args.nixl;
+  const nixlConfig = args.nixl === null ? null : nixlOfRank(args.nixl, args.dp);
   // A NIXL prefill keeps a prompt's blocks for its lease (the simulator's pin timeout).
   const sim = new SimEngine({
     ...engineConfigFrom(config),
@@ -210,7 +276,52 @@ export async function runEngineCommand(argv: readonly string[]): Promise<ExitCod
     { vllm_layout: layout.name, series: layout.series, source: layout.source, model: config.model },
     'vLLM message layout',
   );
-  const sockets = await dialFrontend(args.host, args.port, layout, registrationOf(sim, layout));
+  const dp = args.dp;
+  const mode = dpModeOf(dp.size, sim.model.routingLayers);
+  if (mode !== 'single') {
+    log.info(
+      { dp_rank: dp.rank, dp_size: dp.size, dp_sync_interval: dp.syncInterval, mode },
+      mode === 'waves'
+        ? 'DP rank of a MoE model: lockstep waves over the DP group'
+        : 'DP rank of a dense model: runs independently (no group, no waves)',
+    );
+  }
+  // Formed during the handshake (afterInit), as vLLM forms its DP group while building the engine.
+  const joined: { group: DpGroup | null } = { group: null };
+  const sockets = await dialFrontend(
+    args.host,
+    args.port,
+    layout,
+    registrationOf(sim, layout, mode, dp),
+    INIT_TIMEOUT_MS,
+    {
+      rank: dp.rank,
+      parallelConfigHash:
+        mode === 'waves'
+          ? parallelConfigHash({
+              model: modelKey(sim.model),
+              size: dp.size,
+              syncInterval: dp.syncInterval,
+              layout: layout.name,
+            })
+          : null,
+      afterInit:
+        mode !== 'waves'
+          ? undefined
+          : async (init) => {
+              joined.group = await openDpGroup({
+                ...dpGroupAddress(init.parallelConfig ?? null, dp),
+                rank: dp.rank,
+                size: dp.size,
+                syncInterval: dp.syncInterval,
+                log,
+              });
+            },
+    },
+  ).catch((error: unknown) => {
+    joined.group?.close();
+    throw error;
+  });
   log.info(
     { input: sockets.inputAddress, output: sockets.outputAddress },
     'registered with the frontend',
@@ -219,14 +330,17 @@ export async function runEngineCommand(argv: readonly string[]): Promise<ExitCod
   console.error(
     `ringserve: vLLM engine ready (${config.model}, layout ${layout.name}) for ${sockets.inputAddress}`,
   );
+  // A dummy step (an idle rank in a wave) is an empty forward: the preset's fixed step cost.
+  const dummyStepMs = config.maxSpeed ? 0 : sim.preset.stepTime.baseMs / config.speedup;
   engine = new VllmHeadlessEngine({
     engine: sim,
     layout,
     sockets,
     wide: { routedExperts: args.returnRoutedExperts, samplingMasks: args.returnSamplingMask },
-    rank: 0,
+    rank: dp.rank,
     log,
     nixl,
+    dp: joined.group === null ? null : { group: joined.group, dummyStepMs },
   });
   const outcome = await engine.run();
   nixl?.close();
@@ -238,11 +352,64 @@ export async function runEngineCommand(argv: readonly string[]): Promise<ExitCod
 }
 
 /**
- * The simulator's registration: every key the layout's EngineCoreReadyResponse has, with the
- * figures of a single-GPU engine (no parallelism, no LoRA yet) and the series' release as
- * vllm_version, tagged so a reader of logs can tell it is not vLLM.
+ * A DP rank's NIXL side, as vLLM's run_engine_core and NixlConnector make it: `_dp<rank>` appended
+ * to the engine id under data parallelism (size > 1 or rank > 0), the side channel's port offset by
+ * the rank (VLLM_NIXL_SIDE_CHANNEL_PORT + the DP index; 0, any free port, stays 0).
  */
-function registrationOf(sim: SimEngine, layout: VllmLayout): RegistrationValues {
+export function nixlOfRank(c: NixlConfig, dp: DpArgs): NixlConfig {
+  if (dp.size <= 1 && dp.rank === 0) return c;
+  const port = c.sideChannelPort === 0 ? 0 : c.sideChannelPort + dp.rank;
+  if (port > 65535) {
+    throw new RS_ERR_CONFIG_INVALID(
+      '--kv-transfer-config',
+      `side channel port ${c.sideChannelPort} + DP rank ${dp.rank} is past 65535`,
+    );
+  }
+  return { ...c, engineId: `${c.engineId}_dp${dp.rank}`, sideChannelPort: port };
+}
+
+/**
+ * Where a MoE rank's DP group forms: the init message's parallel_config (vLLM's frontend sends the
+ * DP master address for a MoE model with DP > 1; without it each vLLM rank would pick ports of its
+ * own and never meet), at the port vLLM pops from it (dpGroupPort).
+ */
+export function dpGroupAddress(
+  pc: DpGroupConfig | null,
+  dp: DpArgs,
+): { host: string; port: number } {
+  if (pc === null) {
+    throw new RS_ERR_VLLM_HANDSHAKE(
+      `the init message has no DP master address (parallel_config has no data_parallel_master_port), ` +
+        `but DP rank ${dp.rank} of ${dp.size} of a MoE model must join its DP group there: the ` +
+        `frontend must send data_parallel_master_ip, data_parallel_master_port, ` +
+        `_data_parallel_master_port_list and data_parallel_size, as vLLM's does for MoE DP`,
+    );
+  }
+  if (pc.size !== 0 && pc.size !== dp.size) {
+    throw new RS_ERR_VLLM_HANDSHAKE(
+      `the init message's data_parallel_size ${pc.size} differs from --data-parallel-size ${dp.size}`,
+    );
+  }
+  const port = dpGroupPort(pc);
+  if (!Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new RS_ERR_VLLM_HANDSHAKE(`the init message's DP master port ${port} is not a TCP port`);
+  }
+  return { host: pc.masterIp, port };
+}
+
+/**
+ * The simulator's registration: every key the layout's EngineCoreReadyResponse has, with the
+ * figures of a single-GPU engine (no tensor/pipeline parallelism, no LoRA yet) and the series'
+ * release as vllm_version, tagged so a reader of logs can tell it is not vLLM. A MoE DP rank
+ * registers its DP size and rank; a dense one, as vLLM's `reconfigure_for_independent_dp_rank`
+ * leaves it, data_parallel_size 1 and data_parallel_rank 0 (its identity keeps the rank).
+ */
+function registrationOf(
+  sim: SimEngine,
+  layout: VllmLayout,
+  mode: DpMode,
+  dp: DpArgs,
+): RegistrationValues {
   const c = sim.config;
   return {
     maxModelLen: c.maxModelLen,
@@ -252,8 +419,8 @@ function registrationOf(sim: SimEngine, layout: VllmLayout): RegistrationValues 
     dtype: 'bfloat16',
     vllmVersion: `${layout.release}+ringserve`,
     worldSize: 1,
-    dataParallelSize: 1,
-    dataParallelRank: 0,
+    dataParallelSize: mode === 'waves' ? dp.size : 1,
+    dataParallelRank: mode === 'waves' ? dp.rank : 0,
     maxNumSeqs: c.maxNumSeqs,
     maxNumBatchedTokens: c.maxNumBatchedTokens,
     supportsLora: false,

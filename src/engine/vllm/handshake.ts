@@ -20,11 +20,29 @@ export interface HandshakeMessage {
   parallelConfigHash: string | null;
 }
 
+/**
+ * The DP group's rendezvous, as the init message's `parallel_config` carries it for a MoE model
+ * with data parallel > 1 (vLLM's `coordinated_dp`; `{}` otherwise): the engine sets these
+ * ParallelConfig attributes from it before it forms its DP process group.
+ */
+export interface DpGroupConfig {
+  /** data_parallel_master_ip */
+  masterIp: string;
+  /** data_parallel_master_port */
+  masterPort: number;
+  /** _data_parallel_master_port_list (vLLM's engine pops the group's port from its end). */
+  masterPortList: number[];
+  /** data_parallel_size; 0 when the map lacks it (the engine keeps its own, as setattr would). */
+  size: number;
+}
+
 export interface InitMessage {
   /** One input (ROUTER) address per frontend client; the engine connects a DEALER to each. */
   inputs: string[];
   /** One output (PULL) address per frontend client; the engine connects a PUSH to each. */
   outputs: string[];
+  /** parallel_config: the DP group's rendezvous, or null/absent: `{}`. */
+  parallelConfig?: DpGroupConfig | null;
 }
 
 /**
@@ -119,16 +137,35 @@ export function encodeInit(m: InitMessage): Buffer {
     w.nil();
   }
   w.str('parallel_config');
-  w.mapHeader(0);
+  const pc = m.parallelConfig ?? null;
+  if (pc === null) {
+    w.mapHeader(0);
+    return w.toBuffer();
+  }
+  w.mapHeader(4);
+  w.str('data_parallel_master_ip');
+  w.str(pc.masterIp);
+  w.str('data_parallel_master_port');
+  w.int(pc.masterPort, 'parallel_config.data_parallel_master_port');
+  w.str('_data_parallel_master_port_list');
+  w.arrayHeader(pc.masterPortList.length);
+  for (const port of pc.masterPortList)
+    w.int(port, 'parallel_config._data_parallel_master_port_list');
+  w.str('data_parallel_size');
+  w.int(pc.size, 'parallel_config.data_parallel_size');
   return w.toBuffer();
 }
 
 export function decodeInit(frame: Uint8Array): InitMessage {
   const r = new MsgReader().reset(frame);
-  const m: InitMessage = { inputs: [], outputs: [] };
+  const m: InitMessage = { inputs: [], outputs: [], parallelConfig: null };
   let addresses = false;
   for (let n = r.mapHeader('init'); n > 0; n--) {
     const key = r.str('init key');
+    if (key === 'parallel_config') {
+      m.parallelConfig = readParallelConfig(r);
+      continue;
+    }
     if (key !== 'addresses') {
       r.skip(`init.${key}`);
       continue;
@@ -146,6 +183,40 @@ export function decodeInit(frame: Uint8Array): InitMessage {
     throw new RS_ERR_VLLM_DECODE('init.addresses', 'no input or output address');
   }
   return m;
+}
+
+/**
+ * init.parallel_config: vLLM's frontend sends the DP rendezvous keys (MoE, DP > 1) or `{}`. The
+ * keys are typed as the ParallelConfig attributes they set; others are skipped. null when the map
+ * has no data_parallel_master_port (nothing to rendezvous at).
+ */
+function readParallelConfig(r: MsgReader): DpGroupConfig | null {
+  if (r.nil('init.parallel_config')) return null;
+  const pc: DpGroupConfig = { masterIp: '127.0.0.1', masterPort: 0, masterPortList: [], size: 0 };
+  let hasPort = false;
+  for (let n = r.mapHeader('init.parallel_config'); n > 0; n--) {
+    const key = r.str('init.parallel_config key');
+    const field = `init.parallel_config.${key}`;
+    switch (key) {
+      case 'data_parallel_master_ip':
+        pc.masterIp = r.str(field);
+        break;
+      case 'data_parallel_master_port':
+        pc.masterPort = r.int(field);
+        hasPort = true;
+        break;
+      case '_data_parallel_master_port_list':
+        pc.masterPortList = [];
+        for (let k = r.arrayHeader(field); k > 0; k--) pc.masterPortList.push(r.int(field));
+        break;
+      case 'data_parallel_size':
+        pc.size = r.int(field);
+        break;
+      default:
+        r.skip(field);
+    }
+  }
+  return hasPort ? pc : null;
 }
 
 /**

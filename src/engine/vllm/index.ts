@@ -5,6 +5,7 @@
  */
 export { guessLayout, type LayoutGuess, parseRelease } from './detect.js';
 export {
+  type DpGroupConfig,
   decodeHandshake,
   decodeInit,
   decodeRegistration,
@@ -32,12 +33,14 @@ export { bytesOf } from './ndarray.js';
 export {
   ENGINE_CORE_DEAD,
   encodeUtilityReply,
+  encodeWaveMessage,
   OutputRecord,
   OutputsEncoder,
   type PrefillStats,
   type SchedulerStatsFields,
   type UtilityReply,
   VllmFinishReason,
+  type WaveFields,
 } from './outputs.js';
 export {
   type LayoutMode,
@@ -51,9 +54,11 @@ export {
   type DecodedAddRequest,
   decodeAbort,
   decodeAdd,
+  decodeStartDpWave,
   decodeUtility,
   encodeAbort,
   encodeAdd,
+  encodeStartDpWave,
   encodeUtility,
   REQUEST_TYPE_FRAMES,
   RequestType,

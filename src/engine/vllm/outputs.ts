@@ -105,6 +105,12 @@ export interface SchedulerStatsFields {
   stepCounter: number;
 }
 
+/** EngineCoreOutputs' wave fields: wave_complete and start_wave (null: nil). */
+export interface WaveFields {
+  complete: number | null;
+  start: number | null;
+}
+
 export interface UtilityReply {
   /** Echoed as it came (vLLM's Python frontend sends uint64 ids). */
   callId: number | bigint;
@@ -196,6 +202,7 @@ export class OutputsEncoder {
     stats: SchedulerStatsFields | null,
     timestamp: number,
     utility: UtilityReply | null,
+    wave: WaveFields | null = null,
   ): Buffer[] {
     if (this.#written !== this.#expected) {
       throw new RS_ERR_VLLM_BAD_FIELD(
@@ -214,6 +221,10 @@ export class OutputsEncoder {
       if (field === 'scheduler_stats' && stats !== null) writeStats(w, stats);
       else if (field === 'timestamp') w.float(timestamp);
       else if (field === 'utility_output' && utility !== null) writeUtility(w, utility);
+      else if (field === 'wave_complete' && wave !== null && wave.complete !== null)
+        w.int(wave.complete, field);
+      else if (field === 'start_wave' && wave !== null && wave.start !== null)
+        w.int(wave.start, field);
       else w.nil();
     }
     return [w.toBuffer(), ...this.#aux];
@@ -245,4 +256,19 @@ export function encodeUtilityReply(
   const e = new OutputsEncoder(layout);
   e.begin(engineIndex, 0);
   return e.end(null, timestamp, reply);
+}
+
+/**
+ * A message with no outputs carrying a DP wave edge: `wave_complete` (every MoE DP rank sends it to
+ * client 0 when its group's wave ends and no coordinator is configured) and/or `start_wave`.
+ */
+export function encodeWaveMessage(
+  layout: VllmLayout,
+  engineIndex: number,
+  wave: WaveFields,
+  timestamp: number,
+): Buffer[] {
+  const e = new OutputsEncoder(layout);
+  e.begin(engineIndex, 0);
+  return e.end(null, timestamp, null, wave);
 }

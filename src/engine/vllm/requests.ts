@@ -37,6 +37,13 @@ export interface VllmAddRequest {
   clientIndex: number;
   /** vLLM's LoRARequest, or none (absent or null). */
   lora?: VllmLoraRequest | null;
+  /**
+   * The rank an X-data-parallel-rank header named (vLLM's frontend sets it so; the engine does not
+   * read it), or none (absent or null).
+   */
+  dataParallelRank?: number | null;
+  /** The DP wave the frontend last knew (only a DP coordinator's engine reads it); absent: 0. */
+  currentWave?: number;
 }
 
 /**
@@ -132,7 +139,11 @@ export function encodeAdd(layout: VllmLayout, req: VllmAddRequest, w = new MsgWr
         w.int(req.priority, field);
         break;
       case 'current_wave':
-        w.int(0, field);
+        w.int(req.currentWave ?? 0, field);
+        break;
+      case 'data_parallel_rank':
+        if (req.dataParallelRank === undefined || req.dataParallelRank === null) w.nil();
+        else w.int(req.dataParallelRank, field);
         break;
       case 'resumable':
       case 'abort_immediately':
@@ -166,6 +177,16 @@ function checkAdd(req: VllmAddRequest, params: ResolvedSamplingParams): void {
   if (!Number.isSafeInteger(req.priority)) bad('priority', 'must be an integer', req.priority);
   if (!Number.isSafeInteger(req.clientIndex) || req.clientIndex < 0)
     bad('client_index', 'must be an integer >= 0', req.clientIndex);
+  const rank = req.dataParallelRank;
+  if (
+    rank !== undefined &&
+    rank !== null &&
+    !(Number.isInteger(rank) && rank >= 0 && rank <= 0xffff)
+  )
+    bad('data_parallel_rank', 'must be an integer in [0, 65535] or null', rank);
+  const wave = req.currentWave;
+  if (wave !== undefined && !(Number.isSafeInteger(wave) && wave >= 0))
+    bad('current_wave', 'must be an integer >= 0', wave);
   checkSamplingParams(params, ids.length);
 }
 
@@ -268,6 +289,36 @@ export function decodeAbort(payload: Uint8Array): string[] {
   for (let n = r.arrayHeader('abort'); n > 0; n--) out.push(r.str('abort[]'));
   r.done('abort');
   return out;
+}
+
+/**
+ * START_DP_WAVE's payload, `[wave, exclude_engine_index | nil]` (vLLM's DPEngineCoreProc reads it
+ * as `new_wave, exclude_eng_index = request`): every MoE DP rank but `exclude` whose current wave
+ * is at or below `wave` starts stepping in that wave.
+ */
+export function encodeStartDpWave(wave: number, exclude: number | null): Buffer {
+  if (!Number.isSafeInteger(wave) || wave < 0)
+    bad('start_dp_wave.wave', 'must be an integer >= 0', wave);
+  if (exclude !== null && (!Number.isSafeInteger(exclude) || exclude < 0))
+    bad('start_dp_wave.exclude_engine_index', 'must be an integer >= 0 or null', exclude);
+  const w = new MsgWriter(16);
+  w.arrayHeader(2);
+  w.int(wave, 'start_dp_wave.wave');
+  if (exclude === null) w.nil();
+  else w.int(exclude, 'start_dp_wave.exclude_engine_index');
+  return w.toBuffer();
+}
+
+export function decodeStartDpWave(payload: Uint8Array): { wave: number; exclude: number | null } {
+  const r = new MsgReader().reset(payload);
+  if (r.arrayHeader('start_dp_wave') !== 2)
+    r.fail('start_dp_wave', 'expected [wave, exclude_engine_index]');
+  const wave = r.int('start_dp_wave.wave');
+  const exclude = r.nil('start_dp_wave.exclude_engine_index')
+    ? null
+    : r.int('start_dp_wave.exclude_engine_index');
+  r.done('start_dp_wave');
+  return { wave, exclude };
 }
 
 export function encodeUtility(call: UtilityCall): Buffer {

@@ -473,7 +473,11 @@ describe('handshake and ABORT, both ways', () => {
         parallel_config: {},
       }),
     );
-    expect(back).toEqual({ inputs: ['tcp://127.0.0.1:1'], outputs: ['tcp://h:3'] });
+    expect(back).toEqual({
+      inputs: ['tcp://127.0.0.1:1'],
+      outputs: ['tcp://h:3'],
+      parallelConfig: null,
+    });
   });
 
   it('ABORT', () => {

@@ -4,6 +4,8 @@ import {
   decodeInit,
   encodeHandshake,
   encodeRegistration,
+  engineIdentity,
+  type InitMessage,
   type RegistrationValues,
 } from '../handshake.js';
 import type { VllmLayout } from '../layouts.js';
@@ -14,7 +16,9 @@ import type { VllmLayout } from '../layouts.js';
  * whose identity is the DP rank (2 bytes little-endian), say HELLO, take the socket addresses from
  * the init message, connect a DEALER to inputs[0] and a PUSH to outputs[0], register on the input
  * socket with every key of the layout's EngineCoreReadyResponse, then say READY. vLLM closes its
- * handshake socket after that, so this one is closed too.
+ * handshake socket after that, so this one is closed too. Between the init message and the
+ * registration vLLM builds the engine, its DP process group included (a MoE rank of DP > 1): that
+ * is `afterInit`, and READY then carries parallel_config_hash.
  */
 
 /** vLLM's engine waits this long for the init message (HANDSHAKE_TIMEOUT_MINS = 5, core.py). */
@@ -36,9 +40,25 @@ export function tcpAddress(host: string, port: number): string {
   return host.includes(':') ? `tcp://[${host}]:${port}` : `tcp://${host}:${port}`;
 }
 
-/** DP rank `rank` as the routing id string zeromq.js takes (two bytes, little-endian). */
+export interface DialOptions {
+  /**
+   * The DP rank the DEALER identities carry (vLLM: the global rank, also for a dense model's
+   * independent ranks, which register data_parallel_rank 0). Default: the registration's.
+   */
+  rank?: number;
+  /** READY's parallel_config_hash (vLLM sends it when data_parallel_size > 1), or null. */
+  parallelConfigHash?: string | null;
+  /** Runs after the init message, before the registration; a failure ends the handshake. */
+  afterInit?: (init: InitMessage) => Promise<void>;
+}
+
+/**
+ * DP rank `rank` as the routing id (two bytes, little-endian). zeromq.js types the option as a
+ * string but sets a Buffer as it is; a string would go out as UTF-8, two bytes per char from 0x80
+ * (rank 128 would be `c2 80 00`).
+ */
 function routingId(rank: number): string {
-  return String.fromCharCode(rank & 0xff, rank >> 8);
+  return engineIdentity(rank) as unknown as string;
 }
 
 export async function dialFrontend(
@@ -47,9 +67,10 @@ export async function dialFrontend(
   layout: VllmLayout,
   registration: RegistrationValues,
   initTimeoutMs = INIT_TIMEOUT_MS,
+  options: DialOptions = {},
 ): Promise<HeadlessSockets> {
   const ipv6 = host.includes(':');
-  const rank = registration.dataParallelRank ?? 0;
+  const rank = options.rank ?? registration.dataParallelRank ?? 0;
   // Linger so that READY leaves before close() (vLLM's frontend waits for it).
   const handshake = new Dealer({ routingId: routingId(rank), linger: 2_000, ipv6 });
   let input: Dealer | null = null;
@@ -66,6 +87,7 @@ export async function dialFrontend(
       );
     });
     const init = decodeInit(frames[frames.length - 1] as Buffer);
+    await options.afterInit?.(init);
     const inputAddress = init.inputs[0] as string;
     const outputAddress = init.outputs[0] as string;
     input = new Dealer({
@@ -84,7 +106,12 @@ export async function dialFrontend(
     output.connect(outputAddress);
     await input.send(encodeRegistration(layout, registration));
     await handshake.send(
-      encodeHandshake({ status: 'READY', local: false, headless: true, parallelConfigHash: null }),
+      encodeHandshake({
+        status: 'READY',
+        local: false,
+        headless: true,
+        parallelConfigHash: options.parallelConfigHash ?? null,
+      }),
     );
     return { input, output, inputAddress, outputAddress, gone };
   } catch (error) {

@@ -9,11 +9,17 @@ import type { EngineStats } from '../../../wire/types.js';
 import type { EngineCore } from '../../engine-core.js';
 import type { StepOutputs } from '../../step-outputs.js';
 import type { VllmLayout } from '../layouts.js';
-import { ENGINE_CORE_DEAD, encodeUtilityReply, type SchedulerStatsFields } from '../outputs.js';
+import {
+  ENGINE_CORE_DEAD,
+  encodeUtilityReply,
+  encodeWaveMessage,
+  type SchedulerStatsFields,
+} from '../outputs.js';
 import {
   type DecodedAddRequest,
   decodeAbort,
   decodeAdd,
+  decodeStartDpWave,
   decodeUtility,
   RequestType,
   readLoraRequest,
@@ -22,6 +28,8 @@ import {
 } from '../requests.js';
 import { routingShapeOf } from '../routing-shape.js';
 import type { HeadlessSockets } from './dial.js';
+import type { DpGroup } from './dp-group.js';
+import { DpWaveState } from './dp-wave.js';
 import { type EngineWide, promptLogprobsOf, toEngineRequest } from './engine-request.js';
 import { LiveRequests } from './live-requests.js';
 import { type AdmitKv, type KvPlan, type NixlConnector, PLAIN_KV } from './nixl-connector.js';
@@ -38,6 +46,12 @@ import { collectiveRpc } from './weight-rpc.js';
  * vLLM refuses then); a duplicate live request id or a routed_experts_prompt_start past the prompt
  * (routing on) is fatal, announced by ENGINE_CORE_DEAD. Unlike vLLM, an ADD that fails to decode
  * is logged and dropped instead of silently ending the input thread.
+ *
+ * As a MoE rank of a DP group (`dp`), it runs vLLM's DPEngineCoreProc loop (dp-wave.ts): every step
+ * goes through the group (dp-group.ts) and lasts the slowest rank's time, an idle rank steps a
+ * dummy batch while the group is in a wave, START_DP_WAVE wakes it, and each wave's end sends
+ * wave_complete. Without `dp` (one rank, or a dense model's independent rank) START_DP_WAVE is an
+ * unknown request, logged and dropped, as vLLM's EngineCoreProc does.
  */
 
 /** What the headless engine drives: a synchronous engine core (the simulator is one). */
@@ -76,6 +90,14 @@ class FatalEngineError extends Error {}
 
 export type HeadlessOutcome = 'stopped' | 'frontend-gone' | 'fatal';
 
+/** What makes the engine a MoE rank of a DP group. */
+export interface HeadlessDp {
+  /** The formed group (dp-group.ts openDpGroup); the engine closes it when it stops. */
+  group: DpGroup;
+  /** Modelled time of a dummy step (an empty forward): the preset's base step time, 0 at max speed. */
+  dummyStepMs: number;
+}
+
 export interface HeadlessEngineOptions {
   engine: HeadlessCore;
   layout: VllmLayout;
@@ -90,6 +112,8 @@ export interface HeadlessEngineOptions {
   log: HeadlessLog;
   /** --kv-transfer-config's NIXL side of a prefill/decode pair; absent: kv_transfer_params ignored. */
   nixl?: NixlConnector | null;
+  /** A MoE rank of a DP group of more than one rank: lockstep waves; absent: none. */
+  dp?: HeadlessDp | null;
 }
 
 export class VllmHeadlessEngine {
@@ -115,6 +139,13 @@ export class VllmHeadlessEngine {
   #sending: Promise<void> = Promise.resolve();
   #wake: (() => void) | null = null;
   #outcome: HeadlessOutcome | null = null;
+  #endedResolve: () => void = () => {};
+  /** Settles (null) when the engine ends: a step waiting on the DP group gives up then. */
+  readonly #ended = new Promise<null>((resolve) => {
+    this.#endedResolve = () => resolve(null);
+  });
+  readonly #dp: HeadlessDp | null;
+  readonly #wave: DpWaveState | null;
   readonly #stats: SchedulerStatsFields = {
     numRunningReqs: 0,
     numWaitingReqs: 0,
@@ -136,6 +167,8 @@ export class VllmHeadlessEngine {
     this.#rank = o.rank;
     this.#log = o.log;
     this.#nixl = o.nixl ?? null;
+    this.#dp = o.dp ?? null;
+    this.#wave = this.#dp === null ? null : new DpWaveState(o.rank);
     this.#out = o.engine.newStepOutputs();
     const card = o.engine.model;
     this.#encoder = new StepEncoder(o.layout, {
@@ -144,13 +177,21 @@ export class VllmHeadlessEngine {
     });
   }
 
+  /** The DP wave state of a MoE DP rank (read it, do not change it), or null. */
+  get dpWave(): Readonly<DpWaveState> | null {
+    return this.#wave;
+  }
+
   /** Runs until stop(), the frontend's disconnection or a fatal error; resolves with which. */
   async run(): Promise<HeadlessOutcome> {
     const input = this.#sockets.input;
     void this.#sockets.gone.then(() => this.#end('frontend-gone'));
     const receiving = this.#receive();
     try {
-      await this.#loop();
+      const dp = this.#dp;
+      const wave = this.#wave;
+      if (dp !== null && wave !== null) await this.#dpLoop(dp, wave);
+      else await this.#loop();
     } catch (error) {
       this.#log.fatal({ err: error }, 'engine step failed');
       this.#outcome = 'fatal';
@@ -159,6 +200,7 @@ export class VllmHeadlessEngine {
       // vLLM's busy loop sends ENGINE_CORE_DEAD on any fatal error, then exits.
       await this.#send([ENGINE_CORE_DEAD]);
     }
+    this.#dp?.group.close();
     await this.#sending.catch(() => {});
     input.close();
     this.#sockets.output.close();
@@ -173,6 +215,7 @@ export class VllmHeadlessEngine {
   #end(outcome: HeadlessOutcome): void {
     this.#outcome ??= outcome;
     this.#wake?.();
+    this.#endedResolve();
   }
 
   async #loop(): Promise<void> {
@@ -203,6 +246,74 @@ export class VllmHeadlessEngine {
       const left = started + timing.ms - performance.now();
       await (left >= 1 ? sleep(left) : turn());
     }
+  }
+
+  /**
+   * DPEngineCoreProc.run_busy_loop: a rank with requests steps; one with none steps a dummy batch
+   * while the group is in a wave; each step passes through the group (the MoE collectives: the
+   * step waits for every rank and lasts the slowest one's time) before its outputs go out, and
+   * when the group's sync step finds no rank with unfinished requests, the wave ends: this rank
+   * sends wave_complete to client 0 (every rank does, without a coordinator) and idles.
+   */
+  async #dpLoop(dp: HeadlessDp, wave: DpWaveState): Promise<void> {
+    const sim = this.#sim;
+    const out = this.#out;
+    const group = dp.group;
+    group.runningProbe = () => wave.running;
+    group.onWake = () => {
+      wave.running = true;
+      this.#wake?.();
+    };
+    while (this.#outcome === null) {
+      const work = sim.hasWork();
+      if (!work && !wave.running && !this.#hasRequests()) {
+        this.#answerPending();
+        await new Promise<void>((resolve) => {
+          this.#wake = resolve;
+        });
+        this.#wake = null;
+        continue;
+      }
+      const started = performance.now();
+      let frames: Buffer[] | null = null;
+      let ms = dp.dummyStepMs;
+      if (work) {
+        out.clear();
+        const timing = sim.step(out);
+        this.#nixl?.afterStep(out, this.#table);
+        frames = this.#encoder.encode(
+          out,
+          this.#table,
+          this.#rank,
+          this.#schedulerStats(),
+          monotonicSeconds(),
+        );
+        // A step that forwarded nothing (only requests whose KV is still loading) is a dummy
+        // batch in vLLM's loop: the group does not wait out the load in one step.
+        if (timing.decodeSeqs > 0 || timing.prefillTokens > 0) ms = timing.ms;
+      }
+      const result = await Promise.race([group.step(this.#hasRequests(), ms), this.#ended]);
+      if (result === null || this.#outcome !== null) break;
+      if (frames !== null) void this.#send(frames);
+      const ended = wave.afterStep(result.sync, result.anyUnfinished);
+      if (ended !== null) {
+        const message = { complete: ended, start: null };
+        void this.#send(encodeWaveMessage(this.#layout, this.#rank, message, monotonicSeconds()));
+      }
+      this.#answerPending();
+      const left = started + result.ms - performance.now();
+      await (left >= 1 ? sleep(left) : turn());
+    }
+  }
+
+  /** vLLM's scheduler.has_unfinished_requests(): live, queued or loading requests. */
+  #hasRequests(): boolean {
+    return (
+      this.#table.size > 0 ||
+      this.#held.length > 0 ||
+      this.#loading.length > 0 ||
+      this.#sim.hasWork()
+    );
   }
 
   async #receive(): Promise<void> {
@@ -243,6 +354,13 @@ export class VllmHeadlessEngine {
       case RequestType.Utility:
         this.#utility(decodeUtility(payload));
         break;
+      case RequestType.StartDpWave:
+        if (this.#wave !== null) {
+          const { wave, exclude } = decodeStartDpWave(payload);
+          this.#wave.startWave(wave, exclude);
+          break;
+        }
+        throw new RS_ERR_VLLM_BAD_FIELD('type', `request type ${type[0]} is not served`);
       default:
         throw new RS_ERR_VLLM_BAD_FIELD('type', `request type ${type[0]} is not served`);
     }
@@ -272,6 +390,8 @@ export class VllmHeadlessEngine {
     }
     if (this.#paused || this.#pending.length > 0) this.#held.push(req);
     else this.#admit(req);
+    // A MoE DP rank with work steps, in the group's current wave or in a new one.
+    if (this.#wave !== null) this.#wave.running = true;
   }
 
   #admit(req: DecodedAddRequest): void {

@@ -1,0 +1,500 @@
+/**
+ * Headless engines as the ranks of one DP group (`ringserve engine --vllm-protocol
+ * --data-parallel-size 2 --data-parallel-start-rank R`, in-process: the engine command's pieces
+ * without its process), driven by a small vLLM frontend over real ZMQ on loopback (a handshake
+ * ROUTER, an input ROUTER and an output PULL, as vLLM's frontend binds them, with no DP
+ * coordinator). A MoE model (`tiny`): both ranks register with their identities, the DP size and
+ * rank, and the same parallel_config_hash; a request on rank 0 does not finish until START_DP_WAVE
+ * reaches rank 1 (vLLM's hang when a frontend does not wake the other ranks); then it finishes and
+ * every rank sends wave_complete for the wave; with rank 1 gone, rank 0 goes on alone; a restarted
+ * rank 1 joins again. A dense rank registers as vLLM's independent ranks do, and ignores
+ * START_DP_WAVE.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { unpack } from 'msgpackr';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Pull, Router } from 'zeromq';
+import { dpGroupAddress } from '../../../src/cluster/vllm-engine-command.js';
+import { dialFrontend } from '../../../src/engine/vllm/headless/dial.js';
+import { openDpGroup } from '../../../src/engine/vllm/headless/dp-group.js';
+import { parallelConfigHash } from '../../../src/engine/vllm/headless/dp-wave.js';
+import { type HeadlessLog, VllmHeadlessEngine } from '../../../src/engine/vllm/headless/engine.js';
+import {
+  type DpGroupConfig,
+  decodeHandshake,
+  decodeRegistration,
+  encodeAdd,
+  encodeInit,
+  encodeStartDpWave,
+  engineIdentity,
+  getVllmLayout,
+  type HandshakeMessage,
+  type Registration,
+  RequestType,
+} from '../../../src/engine/vllm/index.js';
+import { SimEngine } from '../../../src/sim/sim-engine.js';
+
+const LAYOUT = getVllmLayout('0.33');
+const at = (field: string) => LAYOUT.outputs.indexOf(field as (typeof LAYOUT.outputs)[number]);
+
+interface Seen {
+  engine: number;
+  /** [request id, token count, finish reason or null] per output. */
+  outputs: [string, number, number | null][];
+  waveComplete: number | null;
+  startWave: number | null;
+}
+
+/** vLLM's frontend sockets, no coordinator; every message kept. */
+class Frontend {
+  readonly handshake = new Router({ handover: true });
+  readonly input = new Router({ handover: true, mandatory: true });
+  readonly output = new Pull();
+  readonly ready = new Map<number, HandshakeMessage>();
+  readonly registrations = new Map<number, Registration>();
+  readonly seen: Seen[] = [];
+  parallelConfig: DpGroupConfig | null = null;
+  #closed = false;
+
+  async bind(): Promise<void> {
+    await this.handshake.bind('tcp://127.0.0.1:0');
+    await this.input.bind('tcp://127.0.0.1:0');
+    await this.output.bind('tcp://127.0.0.1:0');
+    void this.#serveHandshake();
+    void this.#readRegistrations();
+    void this.#readOutputs();
+  }
+
+  get handshakePort(): number {
+    return Number(/:(\d+)$/.exec(this.handshake.lastEndpoint ?? '')?.[1]);
+  }
+
+  async #serveHandshake(): Promise<void> {
+    try {
+      for await (const [id, payload] of this.handshake) {
+        const m = decodeHandshake(payload as Buffer);
+        const rank = (id as Buffer).readUInt16LE(0);
+        if (m.status === 'READY') this.ready.set(rank, m);
+        else {
+          const init = encodeInit({
+            inputs: [this.input.lastEndpoint as string],
+            outputs: [this.output.lastEndpoint as string],
+            parallelConfig: this.parallelConfig,
+          });
+          await this.handshake.send([id as Buffer, init]);
+        }
+      }
+    } catch (error) {
+      if (!this.#closed) throw error;
+    }
+  }
+
+  async #readRegistrations(): Promise<void> {
+    try {
+      for await (const [id, payload] of this.input) {
+        this.registrations.set(
+          (id as Buffer).readUInt16LE(0),
+          decodeRegistration(payload as Buffer),
+        );
+      }
+    } catch (error) {
+      if (!this.#closed) throw error;
+    }
+  }
+
+  async #readOutputs(): Promise<void> {
+    try {
+      for await (const [body] of this.output) {
+        const m = unpack(body as Buffer) as unknown[];
+        const outputs = (m[at('outputs')] as unknown[][]).map(
+          (o) =>
+            [o[0] as string, (o[1] as number[]).length, o[5] as number | null] as [
+              string,
+              number,
+              number | null,
+            ],
+        );
+        this.seen.push({
+          engine: m[at('engine_index')] as number,
+          outputs,
+          waveComplete: m[at('wave_complete')] as number | null,
+          startWave: m[at('start_wave')] as number | null,
+        });
+      }
+    } catch (error) {
+      if (!this.#closed) throw error;
+    }
+  }
+
+  async send(rank: number, type: number, payload: Buffer): Promise<void> {
+    await this.input.send([engineIdentity(rank), Buffer.from([type]), payload]);
+  }
+
+  async add(rank: number, requestId: string, maxTokens = 4): Promise<void> {
+    const payload = encodeAdd(LAYOUT, {
+      requestId,
+      promptTokenIds: [1, 2, 3, 4, 5],
+      params: { maxTokens, ignoreEos: true },
+      arrivalTime: 0,
+      cacheSalt: null,
+      priority: 0,
+      clientIndex: 0,
+    });
+    await this.send(rank, RequestType.Add, payload);
+  }
+
+  finished(id: string): boolean {
+    return this.seen.some((s) => s.outputs.some((o) => o[0] === id && o[2] !== null));
+  }
+
+  tokensOf(id: string): number {
+    let n = 0;
+    for (const s of this.seen) for (const o of s.outputs) if (o[0] === id) n += o[1];
+    return n;
+  }
+
+  waveCompletes(): [number, number][] {
+    return this.seen
+      .filter((s) => s.waveComplete !== null)
+      .map((s) => [s.engine, s.waveComplete as number]);
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.handshake.close();
+    this.input.close();
+    this.output.close();
+  }
+}
+
+class Log implements HeadlessLog {
+  readonly lines: string[] = [];
+  info(_f: object, m: string): void {
+    this.lines.push(m);
+  }
+  warn(_f: object, m: string): void {
+    this.lines.push(m);
+  }
+  error(_f: object, m: string): void {
+    this.lines.push(m);
+  }
+  fatal(_f: object, m: string): void {
+    this.lines.push(`fatal: ${m}`);
+  }
+}
+
+interface Rank {
+  engine: VllmHeadlessEngine;
+  done: Promise<unknown>;
+  log: Log;
+}
+
+const frontends: Frontend[] = [];
+const ranks: Rank[] = [];
+const children: ChildProcess[] = [];
+
+afterEach(async () => {
+  for (const c of children.splice(0)) {
+    if (c.exitCode === null && c.signalCode === null) {
+      const exited = new Promise((resolve) => c.once('exit', resolve));
+      c.kill('SIGKILL');
+      await exited;
+    }
+  }
+  for (const r of ranks.splice(0)) {
+    r.engine.stop();
+    await r.done;
+  }
+  for (const f of frontends.splice(0)) f.close();
+});
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as { port: number }).port;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+async function until(what: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!what()) {
+    if (Date.now() > end) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+async function frontend(parallelConfig: DpGroupConfig | null): Promise<Frontend> {
+  const f = new Frontend();
+  f.parallelConfig = parallelConfig;
+  frontends.push(f);
+  await f.bind();
+  return f;
+}
+
+/**
+ * Rank `rank` of `size` as `ringserve engine` starts it (vllm-engine-command.ts runEngineCommand):
+ * the DP group formed between the init message and the registration; `moe` false: a dense rank.
+ */
+async function startRank(
+  f: Frontend,
+  rank: number,
+  size: number,
+  { moe = true, syncInterval = 16 } = {},
+): Promise<Rank> {
+  const sim = new SimEngine({ preset: 'tiny', seed: 1, maxSpeed: true });
+  const log = new Log();
+  const dp = { rank, size, syncInterval };
+  const joined: { group: Awaited<ReturnType<typeof openDpGroup>> | null } = { group: null };
+  const c = sim.config;
+  const sockets = await dialFrontend(
+    '127.0.0.1',
+    f.handshakePort,
+    LAYOUT,
+    {
+      maxModelLen: c.maxModelLen,
+      numGpuBlocks: c.numGpuBlocks,
+      blockSize: c.blockSize,
+      dpStatsAddress: null,
+      dtype: 'bfloat16',
+      vllmVersion: '0.33.0+ringserve',
+      worldSize: 1,
+      dataParallelSize: moe ? size : 1,
+      dataParallelRank: moe ? rank : 0,
+      maxNumSeqs: c.maxNumSeqs,
+      maxNumBatchedTokens: c.maxNumBatchedTokens,
+      supportsLora: false,
+      maxLoras: 0,
+      kvCacheSizeTokens: null,
+      instanceId: `rank-${rank}`,
+    },
+    20_000,
+    {
+      rank,
+      parallelConfigHash: moe
+        ? parallelConfigHash({ model: 'tiny', size, syncInterval, layout: LAYOUT.name })
+        : null,
+      afterInit: moe
+        ? async (init) => {
+            joined.group = await openDpGroup({
+              ...dpGroupAddress(init.parallelConfig ?? null, dp),
+              rank,
+              size,
+              syncInterval,
+              log,
+              initTimeoutMs: 10_000,
+              retryMs: 20,
+            });
+          }
+        : undefined,
+    },
+  );
+  const engine = new VllmHeadlessEngine({
+    engine: sim,
+    layout: LAYOUT,
+    sockets,
+    wide: { routedExperts: false, samplingMasks: false },
+    rank,
+    log,
+    dp: joined.group === null ? null : { group: joined.group, dummyStepMs: 0 },
+  });
+  const r = { engine, done: engine.run(), log };
+  ranks.push(r);
+  return r;
+}
+
+async function stopRank(r: Rank): Promise<void> {
+  ranks.splice(ranks.indexOf(r), 1);
+  r.engine.stop();
+  await r.done;
+}
+
+async function group(size: number): Promise<{ f: Frontend; rs: Rank[] }> {
+  const port = await freePort();
+  const f = await frontend({
+    masterIp: '127.0.0.1',
+    masterPort: 1,
+    masterPortList: [port],
+    size,
+  });
+  const rs = await Promise.all(Array.from({ length: size }, (_, r) => startRank(f, r, size)));
+  await until(() => f.ready.size === size && f.registrations.size === size);
+  return { f, rs };
+}
+
+describe('headless engines as the ranks of a MoE DP group', () => {
+  it('register with their identities, DP size and rank, and one parallel_config_hash', async () => {
+    const { f } = await group(2);
+    for (const rank of [0, 1]) {
+      expect(f.registrations.get(rank)).toMatchObject({
+        dataParallelSize: 2,
+        dataParallelRank: rank,
+      });
+    }
+    const h0 = f.ready.get(0)?.parallelConfigHash;
+    expect(h0).toMatch(/^[0-9a-f]{64}$/);
+    expect(f.ready.get(1)?.parallelConfigHash).toBe(h0);
+  });
+
+  it('a request on rank 0 waits for rank 1 until START_DP_WAVE wakes it; then every rank ends the wave', async () => {
+    const { f, rs } = await group(2);
+    const [r0, r1] = rs as [Rank, Rank];
+    await f.add(0, 'a', 4);
+    await until(() => r0.engine.dpWave?.running === true);
+    // Rank 0 stepped once and waits in the group's collective: nothing goes out.
+    await new Promise((r) => setTimeout(r, 400));
+    expect(f.tokensOf('a')).toBe(0);
+    expect(f.finished('a')).toBe(false);
+    expect(r1.engine.dpWave?.running).toBe(false);
+    // The frontend's wake: every rank but the request's, for the current wave.
+    await f.send(1, RequestType.StartDpWave, encodeStartDpWave(0, 0));
+    await until(() => f.finished('a'));
+    expect(f.tokensOf('a')).toBe(4);
+    // Both ranks find nothing unfinished at the next sync step: both send wave_complete 0.
+    await until(() => f.waveCompletes().length === 2);
+    expect(f.waveCompletes().sort()).toEqual([
+      [0, 0],
+      [1, 0],
+    ]);
+    expect(f.seen.every((s) => s.startWave === null)).toBe(true);
+    await until(() => r0.engine.dpWave?.running === false && r1.engine.dpWave?.running === false);
+    expect([r0.engine.dpWave?.currentWave, r1.engine.dpWave?.currentWave]).toEqual([1, 1]);
+    // Outputs carry each rank's engine_index.
+    expect(f.seen.filter((s) => s.outputs.length > 0).every((s) => s.engine === 0)).toBe(true);
+
+    // The next wave: a request on each rank, both run without a wake; wave 1 ends.
+    await f.add(0, 'b', 3);
+    await f.add(1, 'c', 5);
+    await until(() => f.finished('b') && f.finished('c'));
+    await until(() => f.waveCompletes().length === 4);
+    expect(f.waveCompletes().slice(2).sort()).toEqual([
+      [0, 1],
+      [1, 1],
+    ]);
+  });
+
+  it('rank 1 gone: rank 0 goes on alone; a restarted rank 1 joins the group again', async () => {
+    const { f, rs } = await group(2);
+    const [r0, r1] = rs as [Rank, Rank];
+    await stopRank(r1);
+    await until(() =>
+      r0.log.lines.includes('DP group: a rank left; the collectives go on with the others'),
+    );
+    await f.add(0, 'solo', 3);
+    await until(() => f.finished('solo'));
+    expect(f.tokensOf('solo')).toBe(3);
+    await until(() => f.waveCompletes().length === 1);
+    expect(f.waveCompletes()).toEqual([[0, 0]]);
+
+    // Rank 1 again: it joins, and rank 0's next request waits for its wake again.
+    const again = await startRank(f, 1, 2);
+    await until(() => r0.log.lines.includes('DP group: a rank joined'));
+    await f.add(0, 'pair', 2);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(f.finished('pair')).toBe(false);
+    await f.send(1, RequestType.StartDpWave, encodeStartDpWave(1, 0));
+    await until(() => f.finished('pair'));
+    expect(again.engine.dpWave?.currentWave).toBeGreaterThanOrEqual(1);
+  });
+
+  it('rank 0 fails its handshake without the DP master address (init parallel_config `{}`)', async () => {
+    const f = await frontend(null);
+    await expect(startRank(f, 0, 2)).rejects.toThrow(/no DP master address/);
+  });
+});
+
+describe('a dense model: independent ranks', () => {
+  it("registers as vLLM's independent ranks (size 1, rank 0; identity R), logs and drops START_DP_WAVE", async () => {
+    const f = await frontend(null);
+    const r1 = await startRank(f, 1, 2, { moe: false });
+    await until(() => f.registrations.has(1) && f.ready.has(1));
+    expect(f.registrations.get(1)).toMatchObject({ dataParallelSize: 1, dataParallelRank: 0 });
+    expect(f.ready.get(1)?.parallelConfigHash).toBeNull();
+    expect(r1.engine.dpWave).toBeNull();
+    await f.send(1, RequestType.StartDpWave, encodeStartDpWave(0, null));
+    await f.add(1, 'd', 3);
+    await until(() => f.finished('d'));
+    expect(f.tokensOf('d')).toBe(3);
+    expect(r1.log.lines).toContain('dropped an undecodable message from the frontend');
+    expect(f.seen.every((s) => s.waveComplete === null && s.engine === 1)).toBe(true);
+  });
+});
+
+describe('`ringserve engine --data-parallel-size 2` processes', () => {
+  const cli = fileURLToPath(new URL('../../../dist/src/cli.js', import.meta.url));
+
+  function engineProcess(port: number, rank: number): { child: ChildProcess; log: () => string } {
+    const child = spawn(
+      process.execPath,
+      [
+        cli,
+        'engine',
+        '--vllm-protocol',
+        '--data-parallel-address',
+        '127.0.0.1',
+        '--data-parallel-rpc-port',
+        String(port),
+        '--data-parallel-size',
+        '2',
+        '--data-parallel-rank',
+        String(rank),
+        '--data-parallel-size-local',
+        '1',
+        '--dp-sync-interval',
+        '4',
+        '--model',
+        'tiny',
+        '--max-speed',
+        '--log-level',
+        'warn',
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    children.push(child);
+    let log = '';
+    child.stdout?.on('data', (d: Buffer) => {
+      log += d.toString();
+    });
+    child.stderr?.on('data', (d: Buffer) => {
+      log += d.toString();
+    });
+    return { child, log: () => log };
+  }
+
+  it('both ranks register; a request on rank 1 finishes once rank 0 is woken; SIGTERM exits 0', async () => {
+    const f = await frontend({
+      masterIp: '127.0.0.1',
+      masterPort: await freePort(),
+      masterPortList: [],
+      size: 2,
+    });
+    const procs = [0, 1].map((r) => engineProcess(f.handshakePort, r));
+    await until(() => f.ready.size === 2 && f.registrations.size === 2, 30_000).catch((e) => {
+      throw new Error(`${(e as Error).message}: ${procs.map((p) => p.log()).join('\n')}`);
+    });
+    expect(f.registrations.get(1)).toMatchObject({ dataParallelSize: 2, dataParallelRank: 1 });
+    expect(f.ready.get(0)?.parallelConfigHash).toBe(f.ready.get(1)?.parallelConfigHash);
+    await f.add(1, 'p', 3);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(f.finished('p')).toBe(false);
+    await f.send(0, RequestType.StartDpWave, encodeStartDpWave(0, 1));
+    await until(() => f.finished('p') && f.waveCompletes().length === 2);
+    expect(f.tokensOf('p')).toBe(3);
+    expect(f.waveCompletes().sort()).toEqual([
+      [0, 0],
+      [1, 0],
+    ]);
+    const codes = await Promise.all(
+      procs.map(
+        (p) =>
+          new Promise<number | null>((resolve) => {
+            p.child.once('exit', (code) => resolve(code));
+            p.child.kill('SIGTERM');
+          }),
+      ),
+    );
+    expect(codes, procs.map((p) => p.log()).join('\n')).toEqual([0, 0]);
+  });
+});
