@@ -8,7 +8,9 @@
  * no request is given a token of another request (each request's tokens are one value whose four
  * uint32 bytes are equal, so one corrupted byte cannot turn it into another's), the bridge stays
  * attached, and the requests the mutation did not touch go on: the valid message after it is read
- * in full.
+ * in full. The bridge has two data-parallel ranks, and the messages come from rank 0 while they
+ * also name a request that runs on rank 1: that request is never given a token, nor failed, by
+ * what rank 0 sent.
  */
 import fc from 'fast-check';
 import { StepOutputs } from '../../src/engine/step-outputs.js';
@@ -71,6 +73,7 @@ class RecordingLink implements VllmEngineLink {
     this.adds.push(request);
   }
   abort(): void {}
+  startDpWave(): void {}
   async call(): Promise<unknown> {
     return null;
   }
@@ -232,18 +235,34 @@ function drain(bridge: VllmBridge, out: StepOutputs, bySlot: Emitted[]): void {
 /** null when the case holds; else what went wrong. */
 export function vllmProblem(c: VllmCase): string | null {
   const layout = VLLM_LAYOUTS[c.layout]!;
-  const bridge = new VllmBridge({ card: CARD, maxModelLen: 4096, blockSize: 16 });
-  const link = new RecordingLink();
-  bridge.attach(link, { maxModelLen: 4096, numGpuBlocks: 100, vllmVersion: null, layout });
-  for (let k = 0; k < c.requests; k++) bridge.add(request(k));
-  const ids = link.adds.map((a) => a.requestId);
+  const bridge = new VllmBridge({
+    card: CARD,
+    maxModelLen: 4096,
+    blockSize: 16,
+    dataParallelSize: 2,
+  });
+  const links = [new RecordingLink(), new RecordingLink()];
+  links.forEach((link, rank) => {
+    bridge.attach(rank, link, {
+      maxModelLen: 4096,
+      numGpuBlocks: 100,
+      vllmVersion: null,
+      dataParallelSize: 1,
+      layout,
+    });
+  });
+  for (let k = 0; k < c.requests; k++) bridge.add({ ...request(k), dataParallelRank: 0 });
+  // The last request runs on rank 1; rank 0's messages name it too.
+  const other = c.requests;
+  bridge.add({ ...request(other), dataParallelRank: 1 });
+  const ids = [...links[0]!.adds, ...links[1]!.adds].map((a) => a.requestId);
   const reader = new OutputsReader(VLLM_LAYOUTS[(c.layout + 1) % VLLM_LAYOUTS.length]!, 'auto');
   const sink: OutputsSink = {
-    output: (o) => bridge.output(o),
-    outputFailed: (o) => bridge.outputFailed(o),
-    messageFailed: (body, at) => bridge.messageFailed(body, at),
+    output: (o) => bridge.output(o, 0),
+    outputFailed: (o) => bridge.outputFailed(o, 0),
+    messageFailed: (body, at) => bridge.messageFailed(body, at, 0),
     partFailed: () => bridge.partFailed(),
-    schedulerStats: (s) => bridge.schedulerStats(s),
+    schedulerStats: (s) => bridge.schedulerStats(s, 0),
   };
   const all = ids.map((_, k) => k);
   const messages = [
@@ -264,7 +283,11 @@ export function vllmProblem(c: VllmCase): string | null {
   if (reader.layout !== layout)
     return `the layout read is ${reader.layout.name}, not ${layout.name}`;
   if (!bridge.ready) return 'the bridge detached';
+  const onRank1 = bySlot[other]!;
+  if (onRank1.tokens.length > 0 || onRank1.failed)
+    return `rank 0's messages reached the request on rank 1 (${onRank1.tokens.length} tokens, failed ${onRank1.failed})`;
   for (const k of all) {
+    if (k === other) continue;
     const { tokens, failed } = bySlot[k]!;
     const wrong = tokens.find((t) => t !== tokenOf(k) && all.some((j) => tokenOf(j) === t));
     if (wrong !== undefined)

@@ -1,46 +1,22 @@
 /**
- * The bridge's sockets (docs/vllm-protocol.md, "Sockets", "Handshake"): the handshake ROUTER on
- * the --data-parallel-rpc-port a headless vLLM engine dials, the input ROUTER and output PULL it
- * is told to connect to, the handshake (HELLO -> init, registration, READY), and the liveness
- * ping. The registration picks the message layout (detect.ts; `--vllm-version` may pin one) and
- * the first output confirms it. Once an engine is READY the bridge is attached to this link;
- * ENGINE_CORE_DEAD, or no answer to is_scheduler_paused within --vllm-ping-timeout-s, detaches it
- * (every request in flight fails), the data sockets are bound afresh (so nothing of the dead
- * engine arrives any more) and the link waits for the next HELLO: a restarted engine is taken back
- * without restarting the API servers. An engine no layout fits is refused the same way, with the
- * reason in /health. Anything else the engine sends that does not decode costs only the requests
- * it names (outputs-reader.ts): the link stays.
+ * The bridge's link to a headless vLLM engine of one or more data-parallel ranks
+ * (docs/vllm-protocol.md, "Handshake", "Data parallelism"): the handshake ROUTER on the
+ * --data-parallel-rpc-port that every rank dials, as vLLM's frontend binds one for all of them, and
+ * one RankLink per rank (bridge-rank-link.ts) with that rank's data sockets, handshake state and
+ * liveness ping. A handshake message goes to the rank its identity names (the rank as 2 bytes
+ * little-endian); one from a rank outside the data-parallel size is logged and ignored.
  *
- * zeromq.js allows one send in progress per socket, so each socket's sends go through a queue.
- * Only rank 0 of a data-parallel size of 1 is served (DP > 1 is out of scope).
+ * For a MoE model with more than one rank the init tells every rank where their DP group meets
+ * (data_parallel_master_ip / _port / _port_list, the keys vLLM's frontend sends for coordinated
+ * data parallelism): this bridge's address and free ports picked once at start, so a restarted rank
+ * meets the same group.
  */
-import { Pull, Router } from 'zeromq';
-import {
-  RS_ERR_CONTROL_TIMEOUT,
-  RS_ERR_ENGINE_DEAD,
-  RS_ERR_VLLM_HANDSHAKE,
-  RS_ERR_VLLM_LAYOUT,
-} from '../../errors.js';
-import type { VllmBridge, VllmEngineLink } from './bridge.js';
-import type { BridgeAdd } from './bridge-request.js';
-import { guessLayout } from './detect.js';
-import {
-  decodeHandshake,
-  decodeRegistration,
-  encodeInit,
-  engineIdentity,
-  type Registration,
-} from './handshake.js';
-import { AUTO_VLLM_VERSION, describeLayouts, getVllmLayout, type VllmLayout } from './layouts.js';
-import { MsgWriter } from './msgpack-writer.js';
-import { OutputsReader, type OutputsSink } from './outputs-reader.js';
-import {
-  encodeAbort,
-  encodeAdd,
-  encodeUtility,
-  REQUEST_TYPE_FRAMES,
-  RequestType,
-} from './requests.js';
+import { createServer } from 'node:net';
+import { Router } from 'zeromq';
+import { RS_ERR_CONFIG_INVALID } from '../../errors.js';
+import type { VllmBridge } from './bridge.js';
+import { hostPart, type LinkLog, RankLink, socketOptions } from './bridge-rank-link.js';
+import { type DpGroupConfig, decodeHandshake } from './handshake.js';
 
 export interface BridgeLinkOptions {
   address: string;
@@ -49,472 +25,123 @@ export interface BridgeLinkOptions {
   version: string;
   /** An engine that answers no ping for this long is dead. */
   pingTimeoutMs: number;
-  log: (
-    level: 'info' | 'warn' | 'error',
-    message: string,
-    fields?: Record<string, unknown>,
-  ) => void;
+  /** Engine ranks that dial this handshake port (vLLM's --data-parallel-size); 1 when absent. */
+  dataParallelSize?: number;
+  /**
+   * Whether the ranks form a MoE DP group (lockstep waves): the init then carries the group's
+   * rendezvous. Absent: when dataParallelSize > 1.
+   */
+  moe?: boolean;
+  log: LinkLog;
 }
 
-/** Engine identity of DP rank 0. */
-const RANK0 = engineIdentity(0);
+/** Ports vLLM's ParallelConfig keeps in _data_parallel_master_port_list. */
+const DP_MASTER_PORT_LIST = 5;
 
-/**
- * Between HELLO and attached, the registration (input socket) and READY (handshake socket) come on
- * different sockets, so either may be read first: the engine is attached once both are in.
- */
-type Phase = 'waiting-hello' | 'handshaking' | 'attached' | 'refused';
-
-interface PendingCall {
-  resolve(value: unknown): void;
-  reject(error: Error): void;
-  timer: NodeJS.Timeout;
-  method: string;
-}
-
-/** Sends one multipart message at a time on a socket, in order. */
-class SendQueue {
-  readonly #send: (frames: Buffer[]) => Promise<void>;
-  readonly #queue: Buffer[][] = [];
-  #busy = false;
-  readonly #onError: (error: Error) => void;
-
-  constructor(send: (frames: Buffer[]) => Promise<void>, onError: (error: Error) => void) {
-    this.#send = send;
-    this.#onError = onError;
-  }
-
-  push(frames: Buffer[]): void {
-    this.#queue.push(frames);
-    if (!this.#busy) void this.#pump();
-  }
-
-  async #pump(): Promise<void> {
-    this.#busy = true;
-    for (let next = this.#queue.shift(); next !== undefined; next = this.#queue.shift()) {
-      try {
-        await this.#send(next);
-      } catch (error) {
-        this.#onError(error as Error);
-      }
-    }
-    this.#busy = false;
-  }
-}
-
-export class VllmBridgeLink implements VllmEngineLink {
+export class VllmBridgeLink {
   readonly #bridge: VllmBridge;
   readonly #options: BridgeLinkOptions;
   readonly #handshake: Router;
-  #input: Router | null = null;
-  #output: Pull | null = null;
-  #inputQueue: SendQueue | null = null;
-  #inputEndpoint = '';
-  #outputEndpoint = '';
-  #phase: Phase = 'waiting-hello';
-  /** Settles once the data sockets of the next engine are bound (their endpoints are known). */
-  #dataReady: Promise<void> = Promise.resolve();
-  #registration: Registration | null = null;
-  #readySeen = false;
-  readonly #writer = new MsgWriter(1 << 16);
-  readonly #calls = new Map<number, PendingCall>();
-  #nextCallId = 1;
-  #pingTimer: NodeJS.Timeout | null = null;
-  /** Date.now() of the last message from the engine or ping answer. */
-  #lastHeard = 0;
-  /** The output reader is waiting for the bridge's backlog to drain (see #waitForRoom). */
-  #readerParked = false;
-  #pingInFlight = false;
+  readonly #ranks: RankLink[] = [];
   #closed = false;
-  /** The reader of the attached engine's outputs (a new one per engine: its layout is confirmed). */
-  #reader: OutputsReader | null = null;
-  readonly #sink: OutputsSink;
-  /** The layout --vllm-version pins, or null (auto). */
-  readonly #pinned: VllmLayout | null;
 
   constructor(bridge: VllmBridge, options: BridgeLinkOptions) {
+    const size = options.dataParallelSize ?? 1;
+    if (!Number.isInteger(size) || size < 1 || size > 0xffff)
+      throw new RS_ERR_CONFIG_INVALID('--data-parallel-size', `must be in [1, 65535], got ${size}`);
     this.#bridge = bridge;
     this.#options = options;
     // Handover: a restarted engine dials with the same identity as the one that died.
     this.#handshake = new Router({ ...socketOptions(options.address), handover: true });
-    this.#pinned = options.version === AUTO_VLLM_VERSION ? null : getVllmLayout(options.version);
-    this.#sink = {
-      output: (o) => bridge.output(o),
-      outputFailed: (o, error) => {
-        this.#undecodable('an output did not decode: its request failed', error);
-        bridge.outputFailed(o);
-      },
-      messageFailed: (body, at, error) => {
-        this.#undecodable('a message broke off: the requests it named failed', error);
-        bridge.messageFailed(body, at);
-      },
-      partFailed: (part, error) => {
-        this.#undecodable(`${part} did not decode and was skipped`, error);
-        bridge.partFailed();
-      },
-      schedulerStats: (s) => bridge.schedulerStats(s),
-      utility: (callId, failure, value) => this.#utilityReply(callId, failure, value),
-      engineDead: () => this.#engineLost('the engine sent ENGINE_CORE_DEAD'),
-      end: () => bridge.outputsDone(),
-    };
+  }
+
+  /** The rank links, by rank. */
+  get ranks(): readonly RankLink[] {
+    return this.#ranks;
   }
 
   /** Binds the sockets and starts listening; resolves with the handshake endpoint. */
   async start(): Promise<string> {
-    const { address, port } = this.#options;
-    await this.#handshake.bind(`tcp://${hostPart(address)}:${port}`);
-    this.#dataReady = this.#openData();
-    await this.#dataReady;
+    const o = this.#options;
+    const size = o.dataParallelSize ?? 1;
+    await this.#handshake.bind(`tcp://${hostPart(o.address)}:${o.port}`);
+    const dpGroup = size > 1 && (o.moe ?? true) ? await dpGroupConfig(o.address, size) : null;
+    if (dpGroup !== null)
+      o.log('info', 'the data-parallel ranks form a MoE DP group', {
+        data_parallel_master_ip: dpGroup.masterIp,
+        data_parallel_master_port: dpGroup.masterPort,
+        data_parallel_size: size,
+      });
+    for (let rank = 0; rank < size; rank++) {
+      const link = new RankLink(this.#bridge, rank, {
+        address: o.address,
+        version: o.version,
+        pingTimeoutMs: o.pingTimeoutMs,
+        dpGroup,
+        sendHandshake: (identity, payload) => this.#handshake.send([identity, payload]),
+        log: o.log,
+      });
+      await link.start();
+      this.#ranks.push(link);
+    }
     void this.#readHandshake();
     return this.#handshake.lastEndpoint ?? '';
   }
 
   async close(): Promise<void> {
     this.#closed = true;
-    this.#stopPing();
-    this.#failCalls(new RS_ERR_ENGINE_DEAD('the bridge is stopping'));
+    for (const link of this.#ranks) link.close();
     this.#handshake.close();
-    this.#input?.close();
-    this.#output?.close();
-  }
-
-  // ---- VllmEngineLink ------------------------------------------------------------------------------
-
-  add(request: BridgeAdd): void {
-    const payload = encodeAdd(this.#layout(), request, this.#writer);
-    this.#sendInput(RequestType.Add, payload);
-  }
-
-  abort(ids: readonly string[]): void {
-    this.#sendInput(RequestType.Abort, encodeAbort(ids));
-  }
-
-  call(method: string, args: unknown[], timeoutMs: number): Promise<unknown> {
-    if (this.#phase !== 'attached') {
-      return Promise.reject(new RS_ERR_ENGINE_DEAD('no vLLM engine is attached'));
-    }
-    const callId = this.#nextCallId++;
-    const payload = encodeUtility({ clientIndex: 0, callId, method, args });
-    return new Promise<unknown>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.#calls.delete(callId);
-        reject(new RS_ERR_CONTROL_TIMEOUT(method, timeoutMs));
-      }, timeoutMs);
-      this.#calls.set(callId, { resolve, reject, timer, method });
-      this.#sendInput(RequestType.Utility, payload);
-    });
-  }
-
-  /** The layout requests go out in: the reader's (confirmed, or the registration's guess). */
-  #layout(): VllmLayout {
-    const layout = this.#reader?.layout;
-    if (layout === undefined) throw new RS_ERR_ENGINE_DEAD('no vLLM engine is attached');
-    return layout;
-  }
-
-  // ---- sockets -------------------------------------------------------------------------------------
-
-  /** Binds a fresh input ROUTER and output PULL on ephemeral ports (their endpoints go in the init). */
-  async #openData(): Promise<void> {
-    this.#input?.close();
-    this.#output?.close();
-    const host = hostPart(this.#options.address);
-    const input = new Router({ ...socketOptions(this.#options.address), handover: true });
-    const output = new Pull({ receiveHighWaterMark: 0, ipv6: this.#options.address.includes(':') });
-    await input.bind(`tcp://${host}:0`);
-    await output.bind(`tcp://${host}:0`);
-    this.#input = input;
-    this.#output = output;
-    this.#inputEndpoint = input.lastEndpoint ?? '';
-    this.#outputEndpoint = output.lastEndpoint ?? '';
-    this.#inputQueue = new SendQueue(
-      (frames) => input.send(frames),
-      (error) => this.#options.log('error', 'vLLM input socket send failed', { err: error }),
-    );
-    void this.#readInput(input);
-    void this.#readOutput(output);
-  }
-
-  #sendInput(type: number, payload: Buffer): void {
-    if (this.#phase !== 'attached' || this.#inputQueue === null) {
-      throw new RS_ERR_ENGINE_DEAD('no vLLM engine is attached');
-    }
-    this.#inputQueue.push([RANK0, REQUEST_TYPE_FRAMES[type]!, payload]);
   }
 
   async #readHandshake(): Promise<void> {
+    const log = this.#options.log;
     try {
       for await (const [identity, payload] of this.#handshake) {
         if (identity === undefined || payload === undefined) continue;
-        await this.#onHandshake(identity, payload);
-      }
-    } catch (error) {
-      if (!this.#closed) this.#options.log('error', 'vLLM handshake socket failed', { err: error });
-    }
-  }
-
-  async #onHandshake(identity: Buffer, payload: Buffer): Promise<void> {
-    const log = this.#options.log;
-    let message: ReturnType<typeof decodeHandshake>;
-    try {
-      message = decodeHandshake(payload);
-    } catch (error) {
-      log('warn', 'an undecodable handshake message was ignored', { err: error });
-      return;
-    }
-    if (!identity.equals(RANK0) || message.local || !message.headless) {
-      log('warn', 'a handshake from an engine that is not a headless DP rank 0 was ignored', {
-        identity: identity.toString('hex'),
-        local: message.local,
-        headless: message.headless,
-      });
-      return;
-    }
-    if (message.status === 'HELLO') {
-      if (this.#phase === 'attached') this.#engineLost('a new engine said HELLO');
-      else if (this.#phase === 'handshaking') this.#rebind();
-      await this.#dataReady;
-      this.#registration = null;
-      this.#readySeen = false;
-      this.#phase = 'handshaking';
-      const init = encodeInit({ inputs: [this.#inputEndpoint], outputs: [this.#outputEndpoint] });
-      await this.#handshake.send([identity, init]);
-      log('info', 'vLLM engine said HELLO; sent the socket addresses', {
-        inputs: this.#inputEndpoint,
-        outputs: this.#outputEndpoint,
-      });
-      return;
-    }
-    if (this.#phase === 'refused') return;
-    if (this.#phase !== 'handshaking') {
-      log('error', 'vLLM engine said READY without a HELLO first: ignored', {
-        err: new RS_ERR_VLLM_HANDSHAKE(`READY in phase ${this.#phase}`),
-      });
-      return;
-    }
-    this.#readySeen = true;
-    this.#attachWhenComplete();
-  }
-
-  #attachWhenComplete(): void {
-    if (this.#phase === 'handshaking' && this.#readySeen && this.#registration !== null)
-      this.#attach(this.#registration);
-  }
-
-  async #readInput(input: Router): Promise<void> {
-    try {
-      for await (const [, payload] of input) {
-        if (payload === undefined || input !== this.#input) continue;
-        if (this.#phase !== 'handshaking' || this.#registration !== null) continue;
-        try {
-          this.#registration = decodeRegistration(payload);
-        } catch (error) {
-          this.#refuse(`its registration did not decode (${(error as Error).message})`);
+        const rank = identity.length === 2 ? identity.readUInt16LE(0) : -1;
+        const link = this.#ranks[rank];
+        if (link === undefined) {
+          log('warn', 'a handshake from an engine outside the data-parallel ranks was ignored', {
+            identity: identity.toString('hex'),
+            data_parallel_size: this.#ranks.length,
+          });
           continue;
         }
-        this.#attachWhenComplete();
-      }
-    } catch (error) {
-      if (!this.#closed && input === this.#input)
-        this.#options.log('error', 'vLLM input socket failed', { err: error });
-    }
-  }
-
-  async #readOutput(output: Pull): Promise<void> {
-    try {
-      for await (const frames of output) {
-        if (output !== this.#output) break;
-        this.#lastHeard = Date.now();
-        const reader = this.#reader;
-        if (this.#phase !== 'attached' || reader === null) continue;
-        const confirmed = reader.confirmed;
+        let message: ReturnType<typeof decodeHandshake>;
         try {
-          reader.read(frames, this.#sink);
+          message = decodeHandshake(payload);
         } catch (error) {
-          if (error instanceof RS_ERR_VLLM_LAYOUT) this.#refuse(error.message);
-          else this.#options.log('error', 'a vLLM output message was dropped', { err: error });
+          log('warn', 'an undecodable handshake message was ignored', { rank, err: error });
+          continue;
         }
-        if (!confirmed && reader.confirmed) this.#layoutConfirmed(reader.layout);
-        this.#bridge.notify();
-        const room = this.#bridge.backlogRoom();
-        if (room !== null) await this.#waitForRoom(room);
+        await link.onHandshake(message);
       }
     } catch (error) {
-      if (!this.#closed && output === this.#output)
-        this.#options.log('error', 'vLLM output socket failed', { err: error });
+      if (!this.#closed) log('error', 'vLLM handshake socket failed', { err: error });
     }
-  }
-
-  /**
-   * Stops reading outputs while the bridge's backlog drains: the engine is not silent meanwhile,
-   * we are, so the liveness deadline restarts when reading does.
-   */
-  async #waitForRoom(room: Promise<void>): Promise<void> {
-    this.#readerParked = true;
-    try {
-      await room;
-    } finally {
-      this.#readerParked = false;
-      this.#lastHeard = Date.now();
-    }
-  }
-
-  // ---- engine lifecycle ------------------------------------------------------------------------------
-
-  #attach(registration: Registration): void {
-    const log = this.#options.log;
-    const guess = guessLayout(registration);
-    const layout = this.#pinned ?? guess.layout;
-    if (this.#pinned !== null && this.#pinned !== guess.layout) {
-      log('warn', 'the registration suggests another vLLM layout than --vllm-version pins', {
-        vllm_version: registration.vllmVersion,
-        pinned: this.#pinned.name,
-        suggested: guess.layout.name,
-        why: guess.why,
-      });
-    }
-    this.#reader = new OutputsReader(layout, this.#pinned === null ? 'auto' : 'pinned');
-    this.#phase = 'attached';
-    this.#lastHeard = Date.now();
-    this.#bridge.attach(this, {
-      maxModelLen: registration.maxModelLen,
-      numGpuBlocks: registration.numGpuBlocks,
-      vllmVersion: registration.vllmVersion,
-      layout,
-    });
-    log('info', 'vLLM engine READY', {
-      vllm_version: registration.vllmVersion,
-      vllm_layout: layout.name,
-      layout_from: this.#pinned === null ? guess.why : '--vllm-version',
-      max_model_len: registration.maxModelLen,
-      num_gpu_blocks: registration.numGpuBlocks,
-      dtype: registration.dtype,
-      registration_keys: registration.keys,
-    });
-    this.#startPing();
-  }
-
-  #layoutConfirmed(layout: VllmLayout): void {
-    this.#bridge.layoutConfirmed(layout);
-    this.#options.log('info', "vLLM layout confirmed by the engine's first output", {
-      vllm_layout: layout.name,
-      series: layout.series,
-      output_fields: layout.output.length,
-    });
-    // Not a log record: scripts and tests read the layout in use from this line on stderr.
-    console.error(`ringserve: vLLM engine speaks layout ${layout.name} (vLLM ${layout.series})`);
-  }
-
-  /**
-   * An engine none of the layouts fits: its requests fail, nothing more is taken from it, /health
-   * answers 503 with `why` until an engine says HELLO again.
-   */
-  #refuse(why: string): void {
-    const reason = `the vLLM engine was refused: ${why}; layouts: ${describeLayouts()}`;
-    this.#options.log('error', 'vLLM engine refused: no message layout fits it', { reason });
-    this.#phase = 'refused';
-    this.#reader = null;
-    this.#stopPing();
-    this.#failCalls(new RS_ERR_VLLM_LAYOUT(why));
-    this.#bridge.detach(reason);
-    // Fresh data sockets: nothing more of the refused engine arrives.
-    this.#rebind();
-  }
-
-  /** Counted and logged; the requests concerned already failed. */
-  #undecodable(what: string, error: Error): void {
-    this.#options.log('warn', `vLLM engine message: ${what}`, { err: error });
-  }
-
-  /** The engine is dead or silent: fail what it held and wait for the next HELLO. */
-  #engineLost(why: string): void {
-    if (this.#phase === 'waiting-hello' || this.#phase === 'refused') return;
-    const wasAttached = this.#phase === 'attached';
-    this.#phase = 'waiting-hello';
-    this.#reader = null;
-    this.#stopPing();
-    this.#failCalls(new RS_ERR_ENGINE_DEAD(why));
-    if (wasAttached)
-      this.#bridge.detach(`the vLLM engine was lost (${why}); waiting for a new one`);
-    this.#options.log(
-      'error',
-      'vLLM engine lost: requests in flight failed; waiting for a new HELLO',
-      {
-        reason: why,
-      },
-    );
-    this.#rebind();
-  }
-
-  /** Fresh data sockets: nothing a dead (or abandoned) engine left in flight can arrive any more. */
-  #rebind(): void {
-    this.#dataReady = this.#openData().catch((error: unknown) =>
-      this.#options.log('error', 'could not bind new vLLM data sockets', { err: error }),
-    );
-  }
-
-  #startPing(): void {
-    this.#stopPing();
-    const timeout = this.#options.pingTimeoutMs;
-    this.#pingTimer = setInterval(() => this.#ping(timeout), Math.max(50, timeout / 4));
-  }
-
-  #stopPing(): void {
-    if (this.#pingTimer !== null) clearInterval(this.#pingTimer);
-    this.#pingTimer = null;
-    this.#pingInFlight = false;
-  }
-
-  /**
-   * is_scheduler_paused as a liveness ping. The engine answers utility calls between steps, so a
-   * long call (collective_rpc loading weights) holds the answer back: no deadline runs while one is
-   * in flight, it has its own bound.
-   */
-  #ping(timeout: number): void {
-    if (this.#phase !== 'attached') return;
-    const busy = this.#calls.size > (this.#pingInFlight ? 1 : 0);
-    if (!busy && !this.#readerParked && Date.now() - this.#lastHeard > timeout) {
-      this.#engineLost(`no answer from the engine within ${timeout} ms`);
-      return;
-    }
-    if (this.#pingInFlight) return;
-    this.#pingInFlight = true;
-    this.call('is_scheduler_paused', [], timeout).then(
-      () => {
-        this.#pingInFlight = false;
-      },
-      () => {
-        this.#pingInFlight = false;
-      },
-    );
-  }
-
-  #utilityReply(callId: number | bigint, failure: string | null, value: unknown): void {
-    // The bridge's own call ids are small numbers: a bigint one is not ours.
-    if (typeof callId !== 'number') return;
-    const call = this.#calls.get(callId);
-    if (call === undefined) return;
-    this.#calls.delete(callId);
-    clearTimeout(call.timer);
-    if (failure === null) call.resolve(value);
-    else call.reject(new Error(failure));
-  }
-
-  #failCalls(error: Error): void {
-    for (const call of this.#calls.values()) {
-      clearTimeout(call.timer);
-      call.reject(error);
-    }
-    this.#calls.clear();
   }
 }
 
-/** vLLM's socket options (N:310-316): no high-water marks; IPv6 when the address is one. */
-function socketOptions(address: string) {
-  return { sendHighWaterMark: 0, receiveHighWaterMark: 0, ipv6: address.includes(':') };
+/**
+ * The DP group's rendezvous on this host: free ports found now (vLLM's frontend picks its
+ * data_parallel_master_port and port list the same way, get_open_port).
+ */
+async function dpGroupConfig(address: string, size: number): Promise<DpGroupConfig> {
+  const host = address === '0.0.0.0' || address === '::' ? '127.0.0.1' : address;
+  const ports: number[] = [];
+  for (let i = 0; i <= DP_MASTER_PORT_LIST; i++) ports.push(await freePort(host));
+  return { masterIp: host, masterPort: ports[0]!, masterPortList: ports.slice(1), size };
 }
 
-/** An IPv6 literal goes in brackets in a tcp:// endpoint. */
-function hostPart(address: string): string {
-  return address.includes(':') && !address.startsWith('[') ? `[${address}]` : address;
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, host, () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address !== null ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
 }

@@ -45,6 +45,8 @@ export interface BridgeRequest {
   readonly id: string;
   readonly server: number;
   readonly slot: number;
+  /** The data-parallel rank it runs on. */
+  readonly rank: number;
   readonly promptLength: number;
   /** Routing rows asked for, from this absolute position on. */
   readonly routing: boolean;

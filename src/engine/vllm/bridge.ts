@@ -14,9 +14,29 @@
  * not ready (the API servers answer 503 and take nothing), and the link waits for a new HELLO.
  * Between the two, what the engine sent that does not decode costs only the requests it names
  * (outputFailed, messageFailed): the link and every other request go on.
+ *
+ * Data parallelism (docs/vllm-protocol.md, "Data parallelism"): the engine may be several ranks,
+ * each attached and detached on its own. A request runs on the rank its X-data-parallel-rank
+ * header names, else on the least-loaded attached rank (vLLM's DPLBAsyncMPClient score), and stays
+ * there; a rank's death fails its requests only, and the bridge is ready while any rank is
+ * attached. Utility calls (pause, resume, weights, LoRA) go to every attached rank, as vLLM's
+ * frontend sends them, and answer with the lowest rank's result. Ranks of a MoE model run in
+ * lockstep waves, and without vLLM's DP coordinator the frontend keeps the waves going (waves.ts).
  */
 import { randomBytes } from 'node:crypto';
 import { RS_ERR_ENGINE_DEAD } from '../../errors.js';
+import {
+  MAX_DP_RANKS,
+  RANK_GENERATION_TOKENS,
+  RANK_KV_USAGE,
+  RANK_PREFIX_HITS,
+  RANK_PREFIX_QUERIES,
+  RANK_PROMPT_TOKENS,
+  RANK_RUNNING,
+  RANK_STAT_SLOTS,
+  RANK_UP,
+  RANK_WAITING,
+} from '../../shm/layout.js';
 import {
   type BroadcasterArgs,
   broadcasterArgList,
@@ -38,6 +58,7 @@ import { StepOutputs } from '../step-outputs.js';
 import { BridgeBacklog } from './bridge-backlog.js';
 import { type BridgeRequest, promptLogprobsFit, stageOutput } from './bridge-output.js';
 import { type BridgeAdd, checkForEngine, toVllmAdd } from './bridge-request.js';
+import { DpWaves } from './dp-waves.js';
 import type { VllmLayout } from './layouts.js';
 import type { OutputView, SchedulerStatsView } from './outputs-reader.js';
 import { loraRequestArray, type VllmLoraRequest } from './requests.js';
@@ -48,6 +69,8 @@ export interface VllmEngineLink {
   /** Sends an ADD; throws (nothing sent) when a field is out of vLLM's range. */
   add(request: BridgeAdd): void;
   abort(ids: readonly string[]): void;
+  /** START_DP_WAVE: the rank joins wave `wave` unless it is `exclude`. */
+  startDpWave(wave: number, exclude: number | null): void;
   /** One utility call; rejects on a failure reply, past `timeoutMs`, or when the engine dies. */
   call(method: string, args: unknown[], timeoutMs: number): Promise<unknown>;
 }
@@ -58,18 +81,34 @@ export interface EngineRegistration {
   numGpuBlocks: number;
   /** vllm_version as registered (null: the engine did not say). */
   vllmVersion: string | null;
+  /** data_parallel_size as registered: > 1 for a rank of a MoE DP group (dense ranks say 1). */
+  dataParallelSize: number;
   /** The layout in use: the registration's guess until the first output confirms it. */
   layout: VllmLayout;
 }
 
-/** Figures from the engine's scheduler_stats: gauges of its last step, prefix-cache totals. */
-interface EngineFigures {
+/**
+ * One data-parallel rank: its link while attached, and figures from its scheduler_stats (gauges of
+ * its last step, prefix-cache totals) and of its requests.
+ */
+interface Rank {
+  readonly rank: number;
+  link: VllmEngineLink | null;
+  registration: EngineRegistration | null;
+  /** Why the rank cannot take requests (not registered yet, lost, refused); null while attached. */
+  reason: string | null;
   known: boolean;
   running: number;
   waiting: number;
   kvUsage: number;
   prefixQueries: number;
   prefixHits: number;
+  /** Requests placed on it since its last scheduler_stats (vLLM counts them as waiting). */
+  placed: number;
+  /** Its live requests. */
+  inFlight: number;
+  promptTokens: number;
+  generationTokens: number;
 }
 
 export interface BridgeOptions {
@@ -86,6 +125,8 @@ export interface BridgeOptions {
    * every request must sample with temperature > 0 and top_k > 0 (vLLM refuses others then).
    */
   returnSamplingMask?: boolean;
+  /** Engine ranks (vLLM's --data-parallel-size); 1 when absent. */
+  dataParallelSize?: number;
   onEvent?: (message: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -131,28 +172,20 @@ export class VllmBridge implements EngineCore {
   readonly #nonce = randomBytes(4).toString('hex');
   readonly #nonceBytes = Buffer.from(this.#nonce, 'latin1');
   #counter = 0;
-  #link: VllmEngineLink | null = null;
-  #registration: EngineRegistration | null = null;
+  readonly #ranks: Rank[] = [];
+  /** Attached ranks, by rank. */
+  #attached: Rank[] = [];
+  /** Where the least-loaded scan starts: moves on after every pick (vLLM #47420). */
+  #scanFrom = 0;
+  readonly #waves: DpWaves;
   #paused = false;
   #weightVersion = 0;
-  /** Why no engine can take requests (refused, lost, not registered yet); null once attached. */
-  #reason: string | null = 'no vLLM engine has registered yet';
   #note = '';
   #wake: (() => void) | null = null;
-  /** The link's reader, parked by backlogRoom() until the backlog drains. */
-  #roomWaiter: (() => void) | null = null;
+  /** The ranks' output readers, parked by backlogRoom() until the backlog drains. */
+  #roomWaiters: (() => void)[] = [];
   #callsInFlight = 0;
-  readonly #engineStats: EngineFigures = {
-    known: false,
-    running: 0,
-    waiting: 0,
-    kvUsage: 0,
-    prefixQueries: 0,
-    prefixHits: 0,
-  };
   readonly #counters = {
-    promptTokens: 0,
-    generationTokens: 0,
     steps: 0,
     lateOutputs: 0,
     /** Outputs or messages of the engine that did not decode (each failed only its requests). */
@@ -173,27 +206,65 @@ export class VllmBridge implements EngineCore {
     this.model = card;
     this.#shape = routingShapeOf(card);
     this.#backlog = new BridgeBacklog(card.routingLayers, card.expertsPerToken, card.numExperts);
+    const size = options.dataParallelSize ?? 1;
+    for (let rank = 0; rank < size; rank++) {
+      this.#ranks.push({
+        rank,
+        link: null,
+        registration: null,
+        reason: 'no vLLM engine has registered yet',
+        known: false,
+        running: 0,
+        waiting: 0,
+        kvUsage: 0,
+        prefixQueries: 0,
+        prefixHits: 0,
+        placed: 0,
+        inFlight: 0,
+        promptTokens: 0,
+        generationTokens: 0,
+      });
+    }
+    this.#waves = new DpWaves(this.#attached);
+    this.#updateNote();
   }
 
   // ---- the link's side ---------------------------------------------------------------------------
 
-  /** An engine has registered and is READY: requests go to it from now on. */
-  attach(link: VllmEngineLink, registration: EngineRegistration): void {
-    this.#link = link;
-    this.#registration = registration;
-    this.#reason = null;
-    this.#paused = false;
-    this.#engineStats.known = false;
+  /** Rank `rank` has registered and is READY: requests may go to it from now on. */
+  attach(rank: number, link: VllmEngineLink, registration: EngineRegistration): void {
+    const r = this.#rank(rank);
+    if (r.link !== null) this.detach(rank, `rank ${rank} registered again`);
+    r.link = link;
+    r.registration = registration;
+    r.reason = null;
+    r.known = false;
+    r.placed = 0;
+    this.#attached = this.#ranks.filter((x) => x.link !== null);
+    this.#waves.ranksChanged(this.#attached);
+    // The first rank of a fresh engine starts unpaused (a new vLLM engine is); a rank that joins
+    // a paused group is paused too.
+    if (this.#attached.length === 1) this.#paused = false;
+    else if (this.#paused)
+      link.call('pause_scheduler', ['keep', false], this.#controlTimeout).catch(() => {});
+    if (registration.dataParallelSize > 1) this.#waves.arm();
+    this.#waves.joined(r);
     this.#updateNote();
     this.notify();
-    this.#releaseReader(true);
+    this.#releaseReaders(true);
   }
 
   /** The first output confirmed (or corrected) the layout the registration suggested. */
-  layoutConfirmed(layout: VllmLayout): void {
-    if (this.#registration === null) return;
-    this.#registration.layout = layout;
+  layoutConfirmed(rank: number, layout: VllmLayout): void {
+    const registration = this.#rank(rank).registration;
+    if (registration === null) return;
+    registration.layout = layout;
     this.#updateNote();
+  }
+
+  /** wave_complete / start_wave from rank `rank` (dp-waves.ts). */
+  wave(rank: number, complete: number | null, start: number | null): void {
+    this.#waves.fromEngine(rank, complete, start, this.#bySlot.size > 0);
   }
 
   /**
@@ -204,59 +275,67 @@ export class VllmBridge implements EngineCore {
   backlogRoom(): Promise<void> | null {
     if (this.#backlog.count < BACKLOG_HIGH || this.#backlog.serverWithRoom) return null;
     return new Promise<void>((resolve) => {
-      this.#roomWaiter = resolve;
+      this.#roomWaiters.push(resolve);
     });
   }
 
   /**
-   * Lets the parked reader go on once the backlog is under BACKLOG_LOW or a server has room (or at
-   * once: `always`).
+   * Lets the parked readers go on once the backlog is under BACKLOG_LOW or a server has room (or
+   * at once: `always`).
    */
-  #releaseReader(always = false): void {
-    const waiter = this.#roomWaiter;
+  #releaseReaders(always = false): void {
+    if (this.#roomWaiters.length === 0) return;
     const go = always || this.#backlog.count < BACKLOG_LOW || this.#backlog.serverWithRoom;
-    if (waiter === null || !go) return;
-    this.#roomWaiter = null;
-    waiter();
+    if (!go) return;
+    const waiters = this.#roomWaiters;
+    this.#roomWaiters = [];
+    for (const waiter of waiters) waiter();
   }
 
   /**
-   * The engine died, went silent or was refused (`reason`: /health's 503 says it until the next
-   * engine attaches): every request in flight ends with EngineDead.
+   * Rank `rank` died, went silent or was refused (`reason`: /health's 503 says it while no rank is
+   * attached): its requests in flight end with EngineDead; the other ranks' go on.
    */
-  detach(reason: string): void {
-    for (const req of this.#bySlot.values())
+  detach(rank: number, reason: string): void {
+    const r = this.#rank(rank);
+    for (const req of this.#bySlot.values()) {
+      if (req.rank !== rank) continue;
+      this.#forget(req);
       this.#endRow(req.server, req.slot, RejectReason.EngineDead);
-    this.#bySlot.clear();
-    this.#link = null;
-    this.#registration = null;
-    this.#reason = reason;
-    this.#paused = false;
-    this.#engineStats.known = false;
+    }
+    r.link = null;
+    r.registration = null;
+    r.reason = reason;
+    r.known = false;
+    r.placed = 0;
+    this.#attached = this.#ranks.filter((x) => x.link !== null);
+    this.#waves.ranksChanged(this.#attached);
+    if (this.#attached.length === 0) this.#paused = false;
     this.#updateNote();
     this.notify();
-    this.#releaseReader(true);
+    this.#releaseReaders(true);
   }
 
   /** An output that did not decode: its request alone fails (and is aborted in the engine). */
-  outputFailed(o: OutputView): void {
+  outputFailed(o: OutputView, rank: number): void {
     this.#counters.undecodable++;
     const req = this.#find(o.body, o.idOffset, o.idLength);
-    if (req !== undefined) this.#fail(req);
+    if (req !== undefined && req.rank === rank) this.#fail(req);
   }
 
   /**
-   * A message whose structure broke at `at`: the outputs before it were read, and every live
-   * request the rest of it names (its id's bytes, found by the bridge's nonce) fails.
+   * A message of rank `rank` whose structure broke at `at`: the outputs before it were read, and
+   * every live request of that rank the rest of it names (its id's bytes, found by the bridge's
+   * nonce) fails.
    */
-  messageFailed(body: Uint8Array, at: number): void {
+  messageFailed(body: Uint8Array, at: number, rank: number): void {
     this.#counters.undecodable++;
     const nonce = this.#nonceBytes;
     for (let i = body.indexOf(nonce[0]!, at); i >= 0; i = body.indexOf(nonce[0]!, i + 1)) {
       const length = idLengthBefore(body, i);
       if (length <= 0) continue;
       const req = this.#find(body, i, length);
-      if (req !== undefined) this.#fail(req);
+      if (req !== undefined && req.rank === rank) this.#fail(req);
     }
   }
 
@@ -265,10 +344,13 @@ export class VllmBridge implements EngineCore {
     this.#counters.undecodable++;
   }
 
-  /** One EngineCoreOutput. An output of a request that has ended (aborted here) is dropped. */
-  output(o: OutputView): void {
+  /**
+   * One EngineCoreOutput of rank `rank`. An output of a request that has ended (aborted here), or
+   * that names a request of another rank, is dropped.
+   */
+  output(o: OutputView, rank: number): void {
     const req = this.#find(o.body, o.idOffset, o.idLength);
-    if (req === undefined) {
+    if (req === undefined || req.rank !== rank) {
       this.#counters.lateOutputs++;
       return;
     }
@@ -314,20 +396,22 @@ export class VllmBridge implements EngineCore {
       const at = o.kvParamsOffset;
       rows.setKv(rows.count - 1, o.body, at, at + o.kvParamsLength);
     }
-    if (first && o.tokenCount > 0) this.#counters.promptTokens += req.promptLength;
-    this.#counters.generationTokens += o.tokenCount;
+    const r = this.#ranks[rank]!;
+    if (first && o.tokenCount > 0) r.promptTokens += req.promptLength;
+    r.generationTokens += o.tokenCount;
     if (o.finishReason >= 0) this.#forget(req);
   }
 
-  /** The engine's scheduler_stats of its last step. */
-  schedulerStats(s: SchedulerStatsView): void {
-    const e = this.#engineStats;
+  /** Rank `rank`'s scheduler_stats of its last step. */
+  schedulerStats(s: SchedulerStatsView, rank: number): void {
+    const e = this.#rank(rank);
     e.known = true;
     e.running = s.numRunningReqs;
     e.waiting = s.numWaitingReqs;
     e.kvUsage = s.kvCacheUsage;
     e.prefixQueries += s.prefixQueries;
     e.prefixHits += s.prefixHits;
+    e.placed = 0;
   }
 
   /** One EngineCoreOutputs message has been read. */
@@ -342,13 +426,14 @@ export class VllmBridge implements EngineCore {
     wake?.();
   }
 
+  /** Some rank is attached. */
   get ready(): boolean {
-    return this.#link !== null;
+    return this.#attached.length > 0;
   }
 
   /** Masks can be asked for: the engine was started with them and speaks a layout that has them. */
   get samplingMasks(): boolean {
-    const layout = this.#registration?.layout;
+    const layout = this.#attached[0]?.registration?.layout;
     return (
       this.#options.returnSamplingMask === true &&
       layout !== undefined &&
@@ -366,10 +451,17 @@ export class VllmBridge implements EngineCore {
     return this.#counters.undecodable;
   }
 
-  /** The engine's max_model_len when attached and smaller than ringserve's. */
+  /** The attached ranks' smallest max_model_len when smaller than ringserve's (vLLM takes the min). */
   get maxModelLen(): number {
-    const engine = this.#registration?.maxModelLen ?? Number.POSITIVE_INFINITY;
+    let engine = Number.POSITIVE_INFINITY;
+    for (const r of this.#attached)
+      engine = Math.min(engine, r.registration?.maxModelLen ?? Number.POSITIVE_INFINITY);
     return Math.min(this.#options.maxModelLen, engine);
+  }
+
+  /** The DP wave state (MoE data parallelism), for tests and logs. */
+  get waveState(): { armed: boolean; wave: number; running: boolean } {
+    return this.#waves.state;
   }
 
   get inFlight(): number {
@@ -399,11 +491,12 @@ export class VllmBridge implements EngineCore {
       this.#endRow(isIndex(server) ? server : -1, isIndex(slot) ? slot : -1, RejectReason.BadRoute);
       return;
     }
-    const link = this.#link;
-    if (link === null) {
+    const target = this.#place(request.dataParallelRank ?? null);
+    if (target === null) {
       this.#endRow(server, slot, RejectReason.EngineDead);
       return;
     }
+    const link = target.link as VllmEngineLink;
     const reason = checkForEngine(
       request,
       this.model,
@@ -432,6 +525,7 @@ export class VllmBridge implements EngineCore {
       serial,
       server,
       slot,
+      rank: target.rank,
       promptLength: request.promptTokenIds.length,
       routing: p.returnRoutedExperts,
       routingStart: p.routedExpertsPromptStart,
@@ -444,7 +538,10 @@ export class VllmBridge implements EngineCore {
       numCachedTokens: -1,
     };
     try {
-      link.add(toVllmAdd(request, id, this.model, lora));
+      const add = toVllmAdd(request, id, this.model, lora);
+      add.currentWave = this.#waves.wave;
+      add.dataParallelRank = request.dataParallelRank ?? null;
+      link.add(add);
     } catch (error) {
       this.#options.onEvent?.('an ADD was not sent: a field is out of vLLM range', {
         err: error,
@@ -453,12 +550,48 @@ export class VllmBridge implements EngineCore {
       return;
     }
     this.#bySlot.set(slotKey(server, slot), req);
+    target.inFlight++;
+    target.placed++;
+    this.#waves.sent(target.rank);
+  }
+
+  /**
+   * The rank a request goes to: the one it names (null when that rank is not attached), else the
+   * least-loaded attached one by vLLM's DPLBAsyncMPClient score (#49204): max(own requests in
+   * flight, waiting + running), waiting counting the requests placed since the rank's last
+   * scheduler_stats (at most those still in flight), plus a KV-pressure term on waiting; ties go
+   * to the first from a start that moves on after every pick (#47420).
+   */
+  #place(named: number | null): Rank | null {
+    if (named !== null) {
+      const r = this.#ranks[named];
+      return r !== undefined && r.link !== null ? r : null;
+    }
+    const attached = this.#attached;
+    const n = attached.length;
+    if (n === 0) return null;
+    if (n === 1) return attached[0]!;
+    let best: Rank | null = null;
+    let bestScore = Number.POSITIVE_INFINITY;
+    const from = this.#scanFrom++ % n;
+    for (let k = 0; k < n; k++) {
+      const r = attached[(from + k) % n]!;
+      const waiting = (r.known ? r.waiting : 0) + Math.min(r.placed, r.inFlight);
+      const running = r.known ? r.running : 0;
+      let score = Math.max(r.inFlight, waiting + running);
+      if (waiting > 0) score += waiting * 6 * Math.max(0, r.kvUsage - 0.5);
+      if (score < bestScore) {
+        best = r;
+        bestScore = score;
+      }
+    }
+    return best;
   }
 
   reject(server: number, slot: number, reason: RejectReason = RejectReason.MalformedRecord): void {
     const req = this.#bySlot.get(slotKey(server, slot));
     if (req !== undefined) {
-      this.#link?.abort([req.id]);
+      this.#ranks[req.rank]?.link?.abort([req.id]);
       this.#forget(req);
     }
     this.#endRow(server, slot, reason);
@@ -468,22 +601,22 @@ export class VllmBridge implements EngineCore {
   abort(server: number, slot: number): void {
     const req = this.#bySlot.get(slotKey(server, slot));
     if (req === undefined) return;
-    this.#link?.abort([req.id]);
+    this.#ranks[req.rank]?.link?.abort([req.id]);
     this.#forget(req);
     const row = this.#backlog.rows.addRow(server, slot, this.#weightVersion);
     this.#backlog.rows.finish[row] = FinishReason.Abort;
   }
 
   abortServer(server: number): void {
-    const ids: string[] = [];
+    const ids: string[][] = this.#ranks.map(() => []);
     for (const req of this.#bySlot.values()) {
       if (req.server !== server) continue;
-      ids.push(req.id);
+      ids[req.rank]!.push(req.id);
       this.#forget(req);
     }
-    if (ids.length > 0) this.#link?.abort(ids);
+    for (const r of this.#attached) if (ids[r.rank]!.length > 0) r.link?.abort(ids[r.rank]!);
     this.#backlog.dropServer(server);
-    this.#releaseReader();
+    this.#releaseReaders();
   }
 
   /** vLLM's pause_scheduler(mode="keep"): requests keep their state until resume. */
@@ -579,7 +712,7 @@ export class VllmBridge implements EngineCore {
     out.shapeRouting(card.routingLayers, card.expertsPerToken, card.numExperts);
     const before = out.count;
     this.#backlog.drainInto(out, room ?? null);
-    this.#releaseReader();
+    this.#releaseReaders();
     let tokens = 0;
     for (let i = before; i < out.count; i++) if (out.token[i]! >= 0) tokens++;
     const t = this.#timing;
@@ -589,24 +722,68 @@ export class VllmBridge implements EngineCore {
     return t;
   }
 
+  /**
+   * Totals over the ranks: running and waiting summed, KV usage the attached ranks' mean,
+   * num_gpu_blocks the attached ranks' sum (as vLLM's frontend sums them).
+   */
   stats(into?: EngineStats): EngineStats {
     const s = into ?? ({} as EngineStats);
-    const e = this.#engineStats;
     const c = this.#counters;
-    s.running = e.known ? e.running : this.#bySlot.size;
-    s.waiting = e.known ? e.waiting : 0;
-    s.kvUsage = e.known ? e.kvUsage : 0;
+    let running = 0;
+    let waiting = 0;
+    let kv = 0;
+    let queries = 0;
+    let hits = 0;
+    let prompt = 0;
+    let generation = 0;
+    let blocks = 0;
+    for (const r of this.#ranks) {
+      queries += r.prefixQueries;
+      hits += r.prefixHits;
+      prompt += r.promptTokens;
+      generation += r.generationTokens;
+      if (r.link === null) continue;
+      running += r.known ? r.running : r.inFlight;
+      waiting += r.known ? r.waiting : 0;
+      kv += r.known ? r.kvUsage : 0;
+      blocks += r.registration?.numGpuBlocks ?? 0;
+    }
+    s.running = running;
+    s.waiting = waiting;
+    s.kvUsage = this.#attached.length > 0 ? kv / this.#attached.length : 0;
     s.numPreemptions = 0;
-    s.prefixQueries = e.prefixQueries;
-    s.prefixHits = e.prefixHits;
-    s.promptTokens = c.promptTokens;
-    s.generationTokens = c.generationTokens;
+    s.prefixQueries = queries;
+    s.prefixHits = hits;
+    s.promptTokens = prompt;
+    s.generationTokens = generation;
     s.weightVersion = this.#weightVersion;
-    s.numGpuBlocks = this.#registration?.numGpuBlocks ?? 0;
+    s.numGpuBlocks = blocks;
     s.blockSize = this.#options.blockSize;
     s.steps = c.steps;
     s.vllmUndecodable = c.undecodable;
     return s;
+  }
+
+  /**
+   * Per-rank figures (engine-core.ts): RANK_STAT_SLOTS f64 per rank, rank r at
+   * r * RANK_STAT_SLOTS; the rank count.
+   */
+  rankStats(into: Float64Array): number {
+    const n = Math.min(this.#ranks.length, MAX_DP_RANKS);
+    for (let i = 0; i < n; i++) {
+      const r = this.#ranks[i]!;
+      const at = i * RANK_STAT_SLOTS;
+      const up = r.link !== null;
+      into[at + RANK_UP] = up ? 1 : 0;
+      into[at + RANK_RUNNING] = up ? (r.known ? r.running : r.inFlight) : 0;
+      into[at + RANK_WAITING] = up && r.known ? r.waiting : 0;
+      into[at + RANK_KV_USAGE] = up && r.known ? r.kvUsage : 0;
+      into[at + RANK_PROMPT_TOKENS] = r.promptTokens;
+      into[at + RANK_GENERATION_TOKENS] = r.generationTokens;
+      into[at + RANK_PREFIX_QUERIES] = r.prefixQueries;
+      into[at + RANK_PREFIX_HITS] = r.prefixHits;
+    }
+    return n;
   }
 
   /** Outputs dropped because their request had already ended (aborted here). */
@@ -625,15 +802,26 @@ export class VllmBridge implements EngineCore {
     return this.#call('collective_rpc', [method, null, args, null], timeoutMs);
   }
 
+  /**
+   * A utility call on every attached rank, as vLLM's DP frontend makes it: the lowest rank's
+   * result; the first failure fails the call.
+   */
   async #call(method: string, args: unknown[], timeoutMs: number): Promise<unknown> {
-    const link = this.#link;
-    if (link === null) throw new RS_ERR_ENGINE_DEAD('no vLLM engine is attached');
+    const links = this.#attached.map((r) => r.link as VllmEngineLink);
+    if (links.length === 0) throw new RS_ERR_ENGINE_DEAD('no vLLM engine is attached');
     this.#callsInFlight++;
     try {
-      return await link.call(method, args, timeoutMs);
+      const results = await Promise.all(links.map((link) => link.call(method, args, timeoutMs)));
+      return results[0];
     } finally {
       this.#callsInFlight--;
     }
+  }
+
+  #rank(rank: number): Rank {
+    const r = this.#ranks[rank];
+    if (r === undefined) throw new RangeError(`rank ${rank} is outside the data-parallel size`);
+    return r;
   }
 
   /** The live request whose id is b[at .. at + length); undefined for any other id. */
@@ -671,22 +859,28 @@ export class VllmBridge implements EngineCore {
 
   /** Ends a live request with an error row and tells the engine to drop it. */
   #fail(req: BridgeRequest, reason: RejectReason = RejectReason.EngineFailed): void {
-    this.#link?.abort([req.id]);
+    this.#ranks[req.rank]?.link?.abort([req.id]);
     this.#forget(req);
     this.#endRow(req.server, req.slot, reason);
   }
 
+  /**
+   * The note: no reason while any rank is attached (the others' reasons are logged, and
+   * ringserve_dp_rank_up says which are up), else the first rank's; the layout of the lowest
+   * attached rank.
+   */
   #updateNote(): void {
-    const reg = this.#registration;
+    const reg = this.#attached[0]?.registration ?? null;
     const info: Record<string, string> =
       reg === null
         ? {}
         : { vllm_layout: reg.layout.name, vllm_version: reg.vllmVersion ?? 'unknown' };
-    this.#note = JSON.stringify({ reason: this.#reason, info });
+    const reason = this.#attached.length > 0 ? null : (this.#ranks[0]?.reason ?? null);
+    this.#note = JSON.stringify({ reason, info });
   }
 
   #forget(req: BridgeRequest): void {
-    this.#bySlot.delete(slotKey(req.server, req.slot));
+    if (this.#bySlot.delete(slotKey(req.server, req.slot))) this.#ranks[req.rank]!.inFlight--;
   }
 
   /** Stages the final Error row of (server, slot). */

@@ -50,6 +50,12 @@ export interface OutputsSink {
   messageFailed?(body: Uint8Array, at: number, error: Error): void;
   /** The ENGINE_CORE_DEAD frame. */
   engineDead?(): void;
+  /**
+   * The message's DP wave fields (vLLM's MoE data parallelism, docs/vllm-protocol.md "Data
+   * parallelism"), when either is set: wave_complete (the engine group finished wave `complete`)
+   * and start_wave (an engine started wave `start`); null where the field is nil.
+   */
+  wave?(engineIndex: number, complete: number | null, start: number | null): void;
   /** After the message's outputs. */
   end?(engineIndex: number, timestamp: number): void;
 }
@@ -104,6 +110,8 @@ export class OutputsReader {
     const n = r.arrayHeader('EngineCoreOutputs');
     let engineIndex = 0;
     let timestamp = 0;
+    let waveComplete: number | null = null;
+    let startWave: number | null = null;
     // One pass, in wire order: outputs (field 1) reach the sink before scheduler_stats (2).
     for (let i = 0; i < n; i++) {
       const field = fields[i];
@@ -127,11 +135,19 @@ export class OutputsReader {
         case 'utility_output':
           if (!r.nil(field)) this.#part(r, field, sink, () => this.#readUtility(r, sink));
           break;
+        case 'wave_complete':
+          if (!r.nil(field)) waveComplete = r.int(field);
+          break;
+        case 'start_wave':
+          if (!r.nil(field)) startWave = r.int(field);
+          break;
         default:
           r.skip(field);
       }
     }
     r.done('EngineCoreOutputs');
+    if (waveComplete !== null || startWave !== null)
+      sink.wave?.(engineIndex, waveComplete, startWave);
     sink.end?.(engineIndex, timestamp);
   }
 

@@ -1,7 +1,9 @@
 /**
  * The vLLM bridge's frontend state without sockets (src/engine/vllm/bridge.ts): what an ADD carries,
  * how outputs become the simulator's rows (tokens, logprobs, routing positions, finish reasons),
- * aborts ended here with late outputs dropped, engine death, and rows held for a full ring.
+ * aborts ended here with late outputs dropped, engine death, and rows held for a full ring; with
+ * several data-parallel ranks: placement, a rank's death, outputs kept to their rank, utility calls
+ * on every rank, and the DP waves of a MoE group.
  */
 import { describe, expect, it } from 'vitest';
 import { OutputRoom } from '../../../src/engine/output-room.js';
@@ -23,8 +25,12 @@ class FakeLink implements VllmEngineLink {
   aborts: string[] = [];
   calls: { method: string; args: unknown[] }[] = [];
   answer: unknown = true;
+  waves: [number, number | null][] = [];
   add(request: BridgeAdd): void {
     this.adds.push(request);
+  }
+  startDpWave(wave: number, exclude: number | null): void {
+    this.waves.push([wave, exclude]);
   }
   abort(ids: readonly string[]): void {
     this.aborts.push(...ids);
@@ -80,7 +86,13 @@ function request(
 function attached(maxModelLen = 4096) {
   const bridge = new VllmBridge({ card: CARD, maxModelLen: 4096, blockSize: 16 });
   const link = new FakeLink();
-  bridge.attach(link, { maxModelLen, numGpuBlocks: 100, vllmVersion: '0.29.0', layout: LAYOUT });
+  bridge.attach(0, link, {
+    maxModelLen,
+    numGpuBlocks: 100,
+    vllmVersion: '0.29.0',
+    dataParallelSize: 1,
+    layout: LAYOUT,
+  });
   return { bridge, link };
 }
 
@@ -146,10 +158,10 @@ describe('VllmBridge', () => {
     bridge.add(request(1, [10, 11, 12, 13]));
     const id = link.adds[0]!.requestId;
     // First output: prompt rows 0..3 (4 rows, all hidden layers: the dense first one is dropped).
-    bridge.output(facts(id, [50], 4, 4));
+    bridge.output(facts(id, [50], 4, 4), 0);
     // Then two tokens at once (speculative): rows for positions 4 and 5.
-    bridge.output(facts(id, [51, 52], 2, 3));
-    bridge.output(facts(id, [998], 1, 3, VllmFinish.Stop, 998));
+    bridge.output(facts(id, [51, 52], 2, 3), 0);
+    bridge.output(facts(id, [998], 1, 3, VllmFinish.Stop, 998), 0);
     const out = bridge.newStepOutputs();
     bridge.step(out);
     expect(Array.from(out.token.subarray(0, out.count))).toEqual([50, 51, 52, 998]);
@@ -169,10 +181,10 @@ describe('VllmBridge', () => {
     bridge.add(request(1, [10, 11, 12], { routedExpertsPromptStart: 4 }));
     bridge.add(request(2, [10, 11, 12], { returnRoutedExperts: false }));
     const [a, b] = link.adds.map((x) => x.requestId);
-    bridge.output(facts(a!, [1], 1, 3)); // position 2 (start sent: 2)
-    bridge.output(facts(a!, [2], 1, 3)); // position 3
-    bridge.output(facts(a!, [3], 1, 3, VllmFinish.Length)); // position 4
-    bridge.output(facts(b!, [1], 3, 3, VllmFinish.Length));
+    bridge.output(facts(a!, [1], 1, 3), 0); // position 2 (start sent: 2)
+    bridge.output(facts(a!, [2], 1, 3), 0); // position 3
+    bridge.output(facts(a!, [3], 1, 3, VllmFinish.Length), 0); // position 4
+    bridge.output(facts(b!, [1], 3, 3, VllmFinish.Length), 0);
     const out = bridge.newStepOutputs();
     bridge.step(out);
     expect(Array.from(out.routingRows.subarray(0, out.count))).toEqual([0, 0, 1, 0]);
@@ -185,8 +197,8 @@ describe('VllmBridge', () => {
     bridge.add(request(1, [10, 11, 12]));
     bridge.add(request(2, [10, 11, 12]));
     const [a, b] = link.adds.map((x) => x.requestId);
-    bridge.output(facts(a!, [1], 3, 5)); // 5 layers: tiny has 4 (3 routed)
-    bridge.output(facts(b!, [1], 3, 4));
+    bridge.output(facts(a!, [1], 3, 5), 0); // 5 layers: tiny has 4 (3 routed)
+    bridge.output(facts(b!, [1], 3, 4), 0);
     const out = bridge.newStepOutputs();
     bridge.step(out);
     expect(out.finish[0]).toBe(FinishReason.Error);
@@ -203,10 +215,11 @@ describe('VllmBridge', () => {
       returnSamplingMask: true,
     });
     const link = new FakeLink();
-    bridge.attach(link, {
+    bridge.attach(0, link, {
       maxModelLen: 4096,
       numGpuBlocks: 100,
       vllmVersion: null,
+      dataParallelSize: 1,
       layout: LAYOUT,
     });
     expect(bridge.samplingMasks).toBe(true);
@@ -220,7 +233,7 @@ describe('VllmBridge', () => {
       RejectReason.BadParams,
       RejectReason.BadParams,
     ]);
-    bridge.output(facts(link.adds[0]!.requestId, [4], 2, 4)); // no new_sampling_mask
+    bridge.output(facts(link.adds[0]!.requestId, [4], 2, 4), 0); // no new_sampling_mask
     out.clear();
     bridge.step(out);
     expect(out.finish[0]).toBe(FinishReason.Error);
@@ -234,7 +247,7 @@ describe('VllmBridge', () => {
     bridge.abort(0, 1);
     bridge.abort(0, 1);
     expect(link.aborts).toEqual([id]);
-    bridge.output(facts(id, [7], 2, 3));
+    bridge.output(facts(id, [7], 2, 3), 0);
     const out = bridge.newStepOutputs();
     bridge.step(out);
     expect(out.count).toBe(1);
@@ -246,7 +259,7 @@ describe('VllmBridge', () => {
     const { bridge, link } = attached();
     bridge.add(request(1, [1, 2]));
     bridge.add(request(2, [1, 2]));
-    bridge.detach('the engine went away');
+    bridge.detach(0, 'the engine went away');
     expect(bridge.ready).toBe(false);
     bridge.add(request(3, [1, 2]));
     const out = bridge.newStepOutputs();
@@ -256,7 +269,13 @@ describe('VllmBridge', () => {
       expect(out.finish[i]).toBe(FinishReason.Error);
       expect(out.rejectReason[i]).toBe(RejectReason.EngineDead);
     }
-    bridge.attach(link, { maxModelLen: 64, numGpuBlocks: 1, vllmVersion: null, layout: LAYOUT });
+    bridge.attach(0, link, {
+      maxModelLen: 64,
+      numGpuBlocks: 1,
+      vllmVersion: null,
+      dataParallelSize: 1,
+      layout: LAYOUT,
+    });
     bridge.add(request(4, new Array(60).fill(1)));
     out.clear();
     bridge.step(out);
@@ -268,8 +287,8 @@ describe('VllmBridge', () => {
     const { bridge, link } = attached();
     bridge.add(request(1, [1, 2]));
     const id = link.adds[0]!.requestId;
-    bridge.output(facts(id, [7], 2, 3));
-    bridge.output(facts(id, [8], 1, 3));
+    bridge.output(facts(id, [7], 2, 3), 0);
+    bridge.output(facts(id, [8], 1, 3), 0);
     const room = new OutputRoom(1, 12, 1);
     room.open(0, 0, 1 << 20, 1 << 18);
     const out = bridge.newStepOutputs();
@@ -286,7 +305,7 @@ describe('VllmBridge', () => {
     const { bridge, link } = attached();
     const prompt = new Array(2000).fill(1);
     bridge.add(request(1, prompt, { maxTokens: 4 }));
-    bridge.output(facts(link.adds[0]!.requestId, [9], 2000, 3));
+    bridge.output(facts(link.adds[0]!.requestId, [9], 2000, 3), 0);
     const room = new OutputRoom(1, 12, 1);
     room.open(0, 1 << 20, 16_384, 4096);
     const out = bridge.newStepOutputs();
@@ -389,9 +408,9 @@ describe('VllmBridge', () => {
     const { bridge, link } = attached();
     bridge.add(request(1, [1, 2], { maxTokens: 4000 }));
     const id = link.adds[0]!.requestId;
-    for (let t = 0; t < 1023; t++) bridge.output(facts(id, [7], 1, 3));
+    for (let t = 0; t < 1023; t++) bridge.output(facts(id, [7], 1, 3), 0);
     expect(bridge.backlogRoom()).toBeNull();
-    bridge.output(facts(id, [7], 1, 3));
+    bridge.output(facts(id, [7], 1, 3), 0);
     const room = bridge.backlogRoom();
     expect(room).not.toBeNull();
     let released = false;
@@ -418,7 +437,7 @@ describe('VllmBridge', () => {
     bridge.add(request(1, [1, 2], { maxTokens: 4000 }));
     bridge.add({ ...request(2, [1, 2], { maxTokens: 4000 }), server: 1 });
     const [stopped, running] = [link.adds[0]!.requestId, link.adds[1]!.requestId];
-    for (let t = 0; t < 1024; t++) bridge.output(facts(stopped, [7], 1, 3));
+    for (let t = 0; t < 1024; t++) bridge.output(facts(stopped, [7], 1, 3), 0);
     // Before any drain nothing is known to have room: the reader parks.
     const room = bridge.backlogRoom();
     expect(room).not.toBeNull();
@@ -428,7 +447,7 @@ describe('VllmBridge', () => {
     });
     // Server 0's ring is full (a stopped API server), server 1's has room: its row goes out, and
     // the reader goes on although server 0's 1,024 rows stay.
-    bridge.output(facts(running, [8], 1, 3));
+    bridge.output(facts(running, [8], 1, 3), 0);
     const out = bridge.newStepOutputs();
     const rings = new OutputRoom(2, 12, 1);
     rings.open(0, 0, 1 << 20, 1 << 18);
@@ -445,9 +464,153 @@ describe('VllmBridge', () => {
     const { bridge, link } = attached();
     bridge.add(request(1, [1, 2], { maxTokens: 4000 }));
     const id = link.adds[0]!.requestId;
-    for (let t = 0; t < 1024; t++) bridge.output(facts(id, [7], 1, 3));
+    for (let t = 0; t < 1024; t++) bridge.output(facts(id, [7], 1, 3), 0);
     const room = bridge.backlogRoom();
-    bridge.detach('the engine went away');
+    bridge.detach(0, 'the engine went away');
     await expect(room).resolves.toBeUndefined();
+  });
+});
+
+describe('VllmBridge with data-parallel ranks', () => {
+  function ranks(n: number, dataParallelSize = n) {
+    const bridge = new VllmBridge({
+      card: CARD,
+      maxModelLen: 4096,
+      blockSize: 16,
+      dataParallelSize: n,
+    });
+    const links = Array.from({ length: n }, () => new FakeLink());
+    links.forEach((link, rank) => {
+      bridge.attach(rank, link, {
+        maxModelLen: 4096,
+        numGpuBlocks: 100,
+        vllmVersion: '0.33.0',
+        dataParallelSize,
+        layout: LAYOUT,
+      });
+    });
+    return { bridge, links };
+  }
+
+  function finishOn(bridge: VllmBridge, link: FakeLink, rank: number, at = 0): void {
+    bridge.output(facts(link.adds[at]!.requestId, [3], 0, 3, VllmFinish.Length), rank);
+  }
+
+  it('places requests on the least-loaded rank, or on the rank a request names', () => {
+    const { bridge, links } = ranks(3);
+    for (let slot = 0; slot < 6; slot++)
+      bridge.add(request(slot, [1, 2], { returnRoutedExperts: false }));
+    expect(links.map((l) => l.adds.length)).toEqual([2, 2, 2]);
+    bridge.add(request(6, [1, 2], { returnRoutedExperts: false }, { dataParallelRank: 2 }));
+    expect(links[2]!.adds).toHaveLength(3);
+    expect(links[2]!.adds[2]!.dataParallelRank).toBe(2);
+    // Rank 0 ends both of its requests: the next two go there.
+    finishOn(bridge, links[0]!, 0, 0);
+    finishOn(bridge, links[0]!, 0, 1);
+    bridge.add(request(7, [1, 2], { returnRoutedExperts: false }));
+    bridge.add(request(8, [1, 2], { returnRoutedExperts: false }));
+    expect(links.map((l) => l.adds.length)).toEqual([4, 2, 3]);
+  });
+
+  it("a rank's death fails its requests only; a request naming it is refused until it is back", () => {
+    const { bridge, links } = ranks(2);
+    for (let slot = 0; slot < 4; slot++)
+      bridge.add(request(slot, [1, 2], { returnRoutedExperts: false }));
+    const onRank1 = links[1]!.adds.map((a) => a.requestId);
+    bridge.detach(1, 'rank 1 went away');
+    expect(bridge.ready).toBe(true);
+    bridge.add(request(9, [1, 2], { returnRoutedExperts: false }, { dataParallelRank: 1 }));
+    bridge.add(request(10, [1, 2], { returnRoutedExperts: false }));
+    const out = bridge.newStepOutputs();
+    bridge.step(out);
+    const dead = [];
+    for (let i = 0; i < out.count; i++)
+      if (out.rejectReason[i] === RejectReason.EngineDead) dead.push(out.slot[i]);
+    expect(dead.sort()).toEqual([1, 3, 9]);
+    expect(links[0]!.adds).toHaveLength(3);
+    expect(bridge.inFlight).toBe(3);
+    // What rank 1 still sends of its old requests reaches nobody.
+    bridge.output(facts(onRank1[0]!, [4], 0, 3), 1);
+    expect(bridge.lateOutputs).toBe(1);
+    bridge.attach(1, links[1]!, {
+      maxModelLen: 4096,
+      numGpuBlocks: 100,
+      vllmVersion: '0.33.0',
+      dataParallelSize: 2,
+      layout: LAYOUT,
+    });
+    bridge.add(request(11, [1, 2], { returnRoutedExperts: false }, { dataParallelRank: 1 }));
+    expect(links[1]!.adds).toHaveLength(3);
+  });
+
+  it("never gives a rank's output to another rank's request", () => {
+    const { bridge, links } = ranks(2);
+    bridge.add(request(0, [1, 2], { returnRoutedExperts: false }, { dataParallelRank: 0 }));
+    bridge.add(request(1, [1, 2], { returnRoutedExperts: false }, { dataParallelRank: 1 }));
+    bridge.output(facts(links[0]!.adds[0]!.requestId, [4], 0, 3), 1);
+    bridge.output(facts(links[1]!.adds[0]!.requestId, [5], 0, 3), 1);
+    const out = bridge.newStepOutputs();
+    bridge.step(out);
+    expect(out.count).toBe(1);
+    expect(out.slot[0]).toBe(1);
+    expect(out.token[0]).toBe(5);
+    expect(bridge.lateOutputs).toBe(1);
+  });
+
+  it("calls every rank and answers with rank 0's result; stats add up over the ranks", async () => {
+    const { bridge, links } = ranks(2);
+    links[1]!.answer = false;
+    expect(await bridge.resetPrefixCache()).toBe(true);
+    await bridge.pause();
+    for (const link of links)
+      expect(link.calls.map((c) => c.method)).toEqual(['reset_prefix_cache', 'pause_scheduler']);
+    expect(bridge.stats().numGpuBlocks).toBe(200);
+    const rows = new Float64Array(256 * 8);
+    expect(bridge.rankStats(rows)).toBe(2);
+  });
+
+  it('keeps the DP waves of a MoE group: wakes the other ranks when a wave starts, and again when one ends with requests in flight', () => {
+    const { bridge, links } = ranks(3);
+    expect(bridge.waveState).toEqual({ armed: true, wave: 0, running: false });
+    bridge.add(request(0, [1, 2], { returnRoutedExperts: false }, { dataParallelRank: 1 }));
+    expect(links[1]!.adds[0]!.currentWave).toBe(0);
+    expect(links.map((l) => l.waves)).toEqual([[[0, 1]], [], [[0, 1]]]);
+    // Running: a second request wakes nobody.
+    bridge.add(request(1, [1, 2], { returnRoutedExperts: false }, { dataParallelRank: 0 }));
+    expect(links[1]!.waves).toEqual([]);
+    finishOn(bridge, links[1]!, 1);
+    finishOn(bridge, links[0]!, 0);
+    // Every rank reports the end of wave 0; the first report ends it, the others are stale.
+    for (const rank of [0, 1, 2]) bridge.wave(rank, 0, null);
+    expect(bridge.waveState).toEqual({ armed: true, wave: 1, running: false });
+    bridge.add(request(2, [1, 2], { returnRoutedExperts: false }, { dataParallelRank: 2 }));
+    expect(links[2]!.adds[0]!.currentWave).toBe(1);
+    expect(links.map((l) => l.waves.at(-1))).toEqual([
+      [1, 2],
+      [1, 2],
+      [0, 1],
+    ]);
+    // Wave 1 ends while that request is still in flight (it came as the group finished): every
+    // rank is woken for wave 2.
+    bridge.wave(0, 1, null);
+    expect(bridge.waveState).toEqual({ armed: true, wave: 2, running: true });
+    for (const link of links) expect(link.waves.at(-1)).toEqual([2, null]);
+    // A rank that comes back while a wave runs joins it.
+    bridge.detach(1, 'gone');
+    bridge.attach(1, links[1]!, {
+      maxModelLen: 4096,
+      numGpuBlocks: 100,
+      vllmVersion: '0.33.0',
+      dataParallelSize: 3,
+      layout: LAYOUT,
+    });
+    expect(links[1]!.waves.at(-1)).toEqual([2, null]);
+  });
+
+  it('dense ranks (data_parallel_size 1 each) run apart: no waves', () => {
+    const { bridge, links } = ranks(2, 1);
+    bridge.add(request(0, [1, 2], { returnRoutedExperts: false }));
+    expect(bridge.waveState.armed).toBe(false);
+    expect(links.every((l) => l.waves.length === 0)).toBe(true);
   });
 });

@@ -341,6 +341,7 @@ class FakeLink implements VllmEngineLink {
   add(request: BridgeAdd): void {
     this.adds.push(request);
   }
+  startDpWave(): void {}
   abort(ids: readonly string[]): void {
     this.aborts.push(...ids);
   }
@@ -398,10 +399,11 @@ describe('the backlog: prompt logprobs larger than one output', () => {
   it('go out in pieces without a token, with the routing rows, positions in order; the token last', () => {
     const bridge = new VllmBridge({ card: CARD, maxModelLen: 4096, blockSize: 16 });
     const link = new FakeLink();
-    bridge.attach(link, {
+    bridge.attach(0, link, {
       maxModelLen: 4096,
       numGpuBlocks: 100,
       vllmVersion: null,
+      dataParallelSize: 1,
       layout: getVllmLayout('0.33'),
     });
     const P = 2000;
@@ -413,7 +415,7 @@ describe('the backlog: prompt logprobs larger than one output', () => {
       }),
     );
     // The engine computed 5 candidates (a wider request's); the request keeps its 3.
-    bridge.output(firstOutput(link.adds[0]!.requestId, P, 6));
+    bridge.output(firstOutput(link.adds[0]!.requestId, P, 6), 0);
     const room = new OutputRoom(1, 12, 1);
     const out = bridge.newStepOutputs();
     let positions = 0;
