@@ -119,15 +119,27 @@ export interface UtilityReply {
   result: unknown;
 }
 
+/** Where an encoder's writer starts: a step's outputs; it grows when a message needs more. */
+const STEP_CAPACITY = 1 << 16;
+/** Where the writer of a one-off message with no outputs starts (a utility reply, a wave edge). */
+const SMALL_CAPACITY = 1 << 10;
+
 export class OutputsEncoder {
   readonly #layout: VllmLayout;
-  readonly #w = new MsgWriter(1 << 16);
+  readonly #w: MsgWriter;
   #aux: Buffer[] = [];
   #expected = 0;
   #written = 0;
 
-  constructor(layout: VllmLayout) {
+  /** `capacity`: the writer's first size in bytes (it grows as needed); 64 KiB unless given. */
+  constructor(layout: VllmLayout, capacity = STEP_CAPACITY) {
     this.#layout = layout;
+    this.#w = new MsgWriter(capacity);
+  }
+
+  /** The layout this encoder writes. */
+  get layout(): VllmLayout {
+    return this.#layout;
   }
 
   /** Starts a message of `count` outputs. */
@@ -253,7 +265,7 @@ export function encodeUtilityReply(
   reply: UtilityReply,
   timestamp: number,
 ): Buffer[] {
-  const e = new OutputsEncoder(layout);
+  const e = new OutputsEncoder(layout, SMALL_CAPACITY);
   e.begin(engineIndex, 0);
   return e.end(null, timestamp, reply);
 }
@@ -261,14 +273,20 @@ export function encodeUtilityReply(
 /**
  * A message with no outputs carrying a DP wave edge: `wave_complete` (every MoE DP rank sends it to
  * client 0 when its group's wave ends and no coordinator is configured) and/or `start_wave`.
+ * `encoder`, an OutputsEncoder of `layout` the caller keeps for these messages, is reused (the
+ * frames returned are copies); without one, a small one is made for the call.
  */
 export function encodeWaveMessage(
   layout: VllmLayout,
   engineIndex: number,
   wave: WaveFields,
   timestamp: number,
+  encoder?: OutputsEncoder,
 ): Buffer[] {
-  const e = new OutputsEncoder(layout);
+  if (encoder !== undefined && encoder.layout !== layout) {
+    throw new RS_ERR_VLLM_BAD_FIELD('layout', 'the wave encoder was made for another layout');
+  }
+  const e = encoder ?? new OutputsEncoder(layout, SMALL_CAPACITY);
   e.begin(engineIndex, 0);
   return e.end(null, timestamp, null, wave);
 }

@@ -7,20 +7,24 @@
  * rank, and the same parallel_config_hash; a request on rank 0 does not finish until START_DP_WAVE
  * reaches rank 1 (vLLM's hang when a frontend does not wake the other ranks); then it finishes and
  * every rank sends wave_complete for the wave; with rank 1 gone, rank 0 goes on alone; a restarted
- * rank 1 joins again. A dense rank registers as vLLM's independent ranks do, and ignores
+ * rank 1 joins again; a paused rank with requests keeps the group stepping dummy batches, paced,
+ * until it resumes. A dense rank registers as vLLM's independent ranks do, and ignores
  * START_DP_WAVE.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { unpack } from 'msgpackr';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Pull, Router } from 'zeromq';
 import { dpGroupAddress } from '../../../src/cluster/vllm-engine-command.js';
 import { dialFrontend } from '../../../src/engine/vllm/headless/dial.js';
-import { openDpGroup } from '../../../src/engine/vllm/headless/dp-group.js';
+import { type DpGroup, openDpGroup } from '../../../src/engine/vllm/headless/dp-group.js';
 import { parallelConfigHash } from '../../../src/engine/vllm/headless/dp-wave.js';
-import { type HeadlessLog, VllmHeadlessEngine } from '../../../src/engine/vllm/headless/engine.js';
+import {
+  type HeadlessLog,
+  PAUSED_DUMMY_STEP_MS,
+  VllmHeadlessEngine,
+} from '../../../src/engine/vllm/headless/engine.js';
 import {
   type DpGroupConfig,
   decodeHandshake,
@@ -28,6 +32,7 @@ import {
   encodeAdd,
   encodeInit,
   encodeStartDpWave,
+  encodeUtility,
   engineIdentity,
   getVllmLayout,
   type HandshakeMessage,
@@ -35,6 +40,8 @@ import {
   RequestType,
 } from '../../../src/engine/vllm/index.js';
 import { SimEngine } from '../../../src/sim/sim-engine.js';
+import { until } from '../../until.js';
+import { freePort } from './free-port.js';
 
 const LAYOUT = getVllmLayout('0.33');
 const at = (field: string) => LAYOUT.outputs.indexOf(field as (typeof LAYOUT.outputs)[number]);
@@ -45,6 +52,8 @@ interface Seen {
   outputs: [string, number, number | null][];
   waveComplete: number | null;
   startWave: number | null;
+  /** utility_output's call id, or null. */
+  utilityCallId: number | null;
 }
 
 /** vLLM's frontend sockets, no coordinator; every message kept. */
@@ -121,6 +130,9 @@ class Frontend {
           outputs,
           waveComplete: m[at('wave_complete')] as number | null,
           startWave: m[at('start_wave')] as number | null,
+          utilityCallId: ((m[at('utility_output')] as unknown[] | null)?.[0] ?? null) as
+            | number
+            | null,
         });
       }
     } catch (error) {
@@ -143,6 +155,15 @@ class Frontend {
       clientIndex: 0,
     });
     await this.send(rank, RequestType.Add, payload);
+  }
+
+  async utility(rank: number, callId: number, method: string, args: unknown[]): Promise<void> {
+    const payload = encodeUtility({ clientIndex: 0, callId, method, args });
+    await this.send(rank, RequestType.Utility, payload);
+  }
+
+  answered(callId: number): boolean {
+    return this.seen.some((s) => s.utilityCallId === callId);
   }
 
   finished(id: string): boolean {
@@ -187,6 +208,8 @@ class Log implements HeadlessLog {
 
 interface Rank {
   engine: VllmHeadlessEngine;
+  /** A MoE rank's DP group (the engine owns it), or null. */
+  group: DpGroup | null;
   done: Promise<unknown>;
   log: Log;
 }
@@ -210,20 +233,20 @@ afterEach(async () => {
   for (const f of frontends.splice(0)) f.close();
 });
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
+/** Waits until `probe` holds; generous for a loaded 2-core CI machine (it takes milliseconds). */
+function holds(probe: () => boolean, what: string, timeoutMs = 30_000): Promise<unknown> {
+  return until(probe, Boolean, { what, timeoutMs });
 }
 
-async function until(what: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!what()) {
-    if (Date.now() > end) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 10));
-  }
+/**
+ * Waits until rank `r` (rank 0) is blocked in the group's collective: its step reported, the
+ * round waiting for the reports of `ranks` only.
+ */
+function blockedFor(r: Rank, ranks: number[]): Promise<unknown> {
+  return holds(
+    () => r.engine.waitingInGroup && r.group?.waitingFor()?.join() === ranks.join(),
+    `rank 0 waiting in the group for ranks [${ranks.join()}]`,
+  );
 }
 
 async function frontend(parallelConfig: DpGroupConfig | null): Promise<Frontend> {
@@ -270,7 +293,7 @@ async function startRank(
       kvCacheSizeTokens: null,
       instanceId: `rank-${rank}`,
     },
-    20_000,
+    30_000,
     {
       rank,
       parallelConfigHash: moe
@@ -284,7 +307,7 @@ async function startRank(
               size,
               syncInterval,
               log,
-              initTimeoutMs: 10_000,
+              initTimeoutMs: 30_000,
               retryMs: 20,
             });
           }
@@ -300,7 +323,7 @@ async function startRank(
     log,
     dp: joined.group === null ? null : { group: joined.group, dummyStepMs: 0 },
   });
-  const r = { engine, done: engine.run(), log };
+  const r = { engine, group: joined.group, done: engine.run(), log };
   ranks.push(r);
   return r;
 }
@@ -320,7 +343,10 @@ async function group(size: number): Promise<{ f: Frontend; rs: Rank[] }> {
     size,
   });
   const rs = await Promise.all(Array.from({ length: size }, (_, r) => startRank(f, r, size)));
-  await until(() => f.ready.size === size && f.registrations.size === size);
+  await holds(
+    () => f.ready.size === size && f.registrations.size === size,
+    `${size} ranks registered`,
+  );
   return { f, rs };
 }
 
@@ -342,24 +368,37 @@ describe('headless engines as the ranks of a MoE DP group', () => {
     const { f, rs } = await group(2);
     const [r0, r1] = rs as [Rank, Rank];
     await f.add(0, 'a', 4);
-    await until(() => r0.engine.dpWave?.running === true);
-    // Rank 0 stepped once and waits in the group's collective: nothing goes out.
-    await new Promise((r) => setTimeout(r, 400));
-    expect(f.tokensOf('a')).toBe(0);
+    // Rank 0 stepped once and waits in the group's collective for rank 1, which is not in a wave
+    // and does not step: no step of the wave completed, nothing goes out.
+    await blockedFor(r0, [1]);
+    const blocked = () => [
+      r0.engine.dpWave?.running,
+      r0.engine.dpWave?.step,
+      r1.engine.dpWave?.running,
+      r1.engine.waitingInGroup,
+      f.tokensOf('a'),
+    ];
+    expect(blocked()).toEqual([true, 0, false, false, 0]);
+    // And it stays so.
+    await new Promise((r) => setTimeout(r, 100));
+    expect(blocked()).toEqual([true, 0, false, false, 0]);
+    expect(r0.group?.waitingFor()).toEqual([1]);
     expect(f.finished('a')).toBe(false);
-    expect(r1.engine.dpWave?.running).toBe(false);
     // The frontend's wake: every rank but the request's, for the current wave.
     await f.send(1, RequestType.StartDpWave, encodeStartDpWave(0, 0));
-    await until(() => f.finished('a'));
+    await holds(() => f.finished('a'), "'a' finished");
     expect(f.tokensOf('a')).toBe(4);
     // Both ranks find nothing unfinished at the next sync step: both send wave_complete 0.
-    await until(() => f.waveCompletes().length === 2);
+    await holds(() => f.waveCompletes().length === 2, 'two wave_complete');
     expect(f.waveCompletes().sort()).toEqual([
       [0, 0],
       [1, 0],
     ]);
     expect(f.seen.every((s) => s.startWave === null)).toBe(true);
-    await until(() => r0.engine.dpWave?.running === false && r1.engine.dpWave?.running === false);
+    await holds(
+      () => r0.engine.dpWave?.running === false && r1.engine.dpWave?.running === false,
+      'both ranks idle',
+    );
     expect([r0.engine.dpWave?.currentWave, r1.engine.dpWave?.currentWave]).toEqual([1, 1]);
     // Outputs carry each rank's engine_index.
     expect(f.seen.filter((s) => s.outputs.length > 0).every((s) => s.engine === 0)).toBe(true);
@@ -367,8 +406,8 @@ describe('headless engines as the ranks of a MoE DP group', () => {
     // The next wave: a request on each rank, both run without a wake; wave 1 ends.
     await f.add(0, 'b', 3);
     await f.add(1, 'c', 5);
-    await until(() => f.finished('b') && f.finished('c'));
-    await until(() => f.waveCompletes().length === 4);
+    await holds(() => f.finished('b') && f.finished('c'), "'b' and 'c' finished");
+    await holds(() => f.waveCompletes().length === 4, 'four wave_complete');
     expect(f.waveCompletes().slice(2).sort()).toEqual([
       [0, 1],
       [1, 1],
@@ -379,24 +418,64 @@ describe('headless engines as the ranks of a MoE DP group', () => {
     const { f, rs } = await group(2);
     const [r0, r1] = rs as [Rank, Rank];
     await stopRank(r1);
-    await until(() =>
-      r0.log.lines.includes('DP group: a rank left; the collectives go on with the others'),
+    expect(r1.group?.closed).toBe(true); // the engine closed its group when it stopped
+    await holds(
+      () => r0.log.lines.includes('DP group: a rank left; the collectives go on with the others'),
+      'rank 0 seeing rank 1 leave',
     );
     await f.add(0, 'solo', 3);
-    await until(() => f.finished('solo'));
+    await holds(() => f.finished('solo'), "'solo' finished");
     expect(f.tokensOf('solo')).toBe(3);
-    await until(() => f.waveCompletes().length === 1);
+    await holds(() => f.waveCompletes().length === 1, 'one wave_complete');
     expect(f.waveCompletes()).toEqual([[0, 0]]);
 
     // Rank 1 again: it joins, and rank 0's next request waits for its wake again.
     const again = await startRank(f, 1, 2);
-    await until(() => r0.log.lines.includes('DP group: a rank joined'));
+    await holds(() => r0.log.lines.includes('DP group: a rank joined'), 'rank 1 joining again');
     await f.add(0, 'pair', 2);
-    await new Promise((r) => setTimeout(r, 300));
-    expect(f.finished('pair')).toBe(false);
+    await blockedFor(r0, [1]);
+    expect([r0.engine.dpWave?.step, again.engine.waitingInGroup, f.tokensOf('pair')]).toEqual([
+      0,
+      false,
+      0,
+    ]);
     await f.send(1, RequestType.StartDpWave, encodeStartDpWave(1, 0));
-    await until(() => f.finished('pair'));
+    await holds(() => f.finished('pair'), "'pair' finished");
     expect(again.engine.dpWave?.currentWave).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a paused rank with requests keeps the group in its wave, dummy steps paced, until resumed', async () => {
+    const { f, rs } = await group(2);
+    const [r0, r1] = rs as [Rank, Rank];
+    // pause_scheduler "keep" on rank 0, then an ADD: held there (vLLM queues it), a request all
+    // the same (has_unfinished_requests), so the group steps dummy batches until the resume.
+    await f.utility(0, 1, 'pause_scheduler', ['keep', false]);
+    await holds(() => f.answered(1), 'the pause answered');
+    await f.add(0, 'held', 3);
+    await f.send(1, RequestType.StartDpWave, encodeStartDpWave(0, 0));
+    await holds(() => (r1.engine.dpWave?.step ?? 0) >= 2, 'rank 1 stepping');
+    // At max speed a dummy step is free: without the floor each rank would step thousands of
+    // times in the window; with it, at most one step per PAUSED_DUMMY_STEP_MS (a loaded machine
+    // steps fewer, never more).
+    const windowMs = 300;
+    const before = [r0.engine.dpWave?.step ?? 0, r1.engine.dpWave?.step ?? 0];
+    const started = performance.now();
+    await new Promise((r) => setTimeout(r, windowMs));
+    const elapsed = performance.now() - started;
+    const after = [r0.engine.dpWave?.step ?? 0, r1.engine.dpWave?.step ?? 0];
+    const most = Math.ceil(elapsed / PAUSED_DUMMY_STEP_MS) + 2;
+    for (const i of [0, 1]) {
+      expect(after[i]! - before[i]!).toBeGreaterThan(0); // still stepping: the wave goes on
+      expect(after[i]! - before[i]!).toBeLessThanOrEqual(most);
+    }
+    expect([r0.engine.dpWave?.running, r1.engine.dpWave?.running]).toEqual([true, true]);
+    expect(f.tokensOf('held')).toBe(0);
+    expect(f.waveCompletes()).toEqual([]);
+    // Resumed: the held request runs, and the wave ends on both ranks.
+    await f.utility(0, 2, 'resume_scheduler', []);
+    await holds(() => f.finished('held'), "'held' finished");
+    expect(f.tokensOf('held')).toBe(3);
+    await holds(() => f.waveCompletes().length === 2, 'two wave_complete');
   });
 
   it('rank 0 fails its handshake without the DP master address (init parallel_config `{}`)', async () => {
@@ -409,13 +488,13 @@ describe('a dense model: independent ranks', () => {
   it("registers as vLLM's independent ranks (size 1, rank 0; identity R), logs and drops START_DP_WAVE", async () => {
     const f = await frontend(null);
     const r1 = await startRank(f, 1, 2, { moe: false });
-    await until(() => f.registrations.has(1) && f.ready.has(1));
+    await holds(() => f.registrations.has(1) && f.ready.has(1), 'rank 1 registered');
     expect(f.registrations.get(1)).toMatchObject({ dataParallelSize: 1, dataParallelRank: 0 });
     expect(f.ready.get(1)?.parallelConfigHash).toBeNull();
     expect(r1.engine.dpWave).toBeNull();
     await f.send(1, RequestType.StartDpWave, encodeStartDpWave(0, null));
     await f.add(1, 'd', 3);
-    await until(() => f.finished('d'));
+    await holds(() => f.finished('d'), "'d' finished");
     expect(f.tokensOf('d')).toBe(3);
     expect(r1.log.lines).toContain('dropped an undecodable message from the frontend');
     expect(f.seen.every((s) => s.waveComplete === null && s.engine === 1)).toBe(true);
@@ -471,16 +550,25 @@ describe('`ringserve engine --data-parallel-size 2` processes', () => {
       size: 2,
     });
     const procs = [0, 1].map((r) => engineProcess(f.handshakePort, r));
-    await until(() => f.ready.size === 2 && f.registrations.size === 2, 30_000).catch((e) => {
+    await holds(
+      () => f.ready.size === 2 && f.registrations.size === 2,
+      'both processes registered',
+      60_000,
+    ).catch((e) => {
       throw new Error(`${(e as Error).message}: ${procs.map((p) => p.log()).join('\n')}`);
     });
     expect(f.registrations.get(1)).toMatchObject({ dataParallelSize: 2, dataParallelRank: 1 });
     expect(f.ready.get(0)?.parallelConfigHash).toBe(f.ready.get(1)?.parallelConfigHash);
     await f.add(1, 'p', 3);
+    // Another process: no view of its group, so only "nothing came back for a while" shows that
+    // rank 1 waits (the in-process tests above assert the wait itself).
     await new Promise((r) => setTimeout(r, 300));
     expect(f.finished('p')).toBe(false);
     await f.send(0, RequestType.StartDpWave, encodeStartDpWave(0, 1));
-    await until(() => f.finished('p') && f.waveCompletes().length === 2);
+    await holds(
+      () => f.finished('p') && f.waveCompletes().length === 2,
+      "'p' finished and two wave_complete",
+    );
     expect(f.tokensOf('p')).toBe(3);
     expect(f.waveCompletes().sort()).toEqual([
       [0, 0],

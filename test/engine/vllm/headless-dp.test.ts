@@ -4,10 +4,10 @@
  * uses (which ranks wave, where the group forms, the READY hash), and the modelled DP group over
  * loopback TCP: it forms once every rank joined, each step meets every rank and takes the slowest
  * one's time, the sync steps follow dp_sync_interval, a rank that leaves lets the others go on, a
- * rank that joins mid-wave is told to run, and a rank whose rank 0 restarts reconnects and carries
- * its waiting step over.
+ * rank that joins mid-wave is told to run, a rank whose rank 0 restarts reconnects and carries
+ * its waiting step over, close() settles a waiting step with null, and of two processes joined as
+ * one rank the newer replaces the older, which leaves the group for good.
  */
-import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   type DpGroup,
@@ -25,6 +25,8 @@ import {
 } from '../../../src/engine/vllm/headless/dp-wave.js';
 import type { HeadlessLog } from '../../../src/engine/vllm/headless/engine.js';
 import { getModelCard } from '../../../src/wire/model-card.js';
+import { until } from '../../until.js';
+import { freePort } from './free-port.js';
 
 describe('the wave state machine', () => {
   it('START_DP_WAVE: runs unless excluded or stale; adopts a later wave', () => {
@@ -86,6 +88,9 @@ describe('the wave state machine', () => {
 
 // ---- the modelled DP group over loopback TCP --------------------------------------------------
 
+/** Generous for a loaded 2-core CI machine: a wait that succeeds takes milliseconds. */
+const WAIT = { timeoutMs: 30_000 };
+
 class Log implements HeadlessLog {
   readonly lines: string[] = [];
   info(_f: object, m: string): void {
@@ -108,20 +113,22 @@ afterEach(() => {
   for (const g of opened.splice(0)) g.close();
 });
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
+/** Waits until `log` has a line `line`. */
+function logged(log: Log, line: string): Promise<unknown> {
+  return until(
+    () => log.lines.includes(line),
+    (x) => x,
+    { ...WAIT, what: `the log line "${line}"` },
+  );
 }
 
-async function until(what: () => boolean, timeoutMs = 5_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!what()) {
-    if (Date.now() > end) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 10));
-  }
+/** Waits until rank 0's current round lacks exactly the reports of `ranks`. */
+function waitsFor(hub: DpGroup, ranks: number[]): Promise<unknown> {
+  return until(
+    () => hub.waitingFor(),
+    (w) => w?.join() === ranks.join(),
+    { ...WAIT, what: `rank 0 waiting for the reports of ranks [${ranks.join()}]` },
+  );
 }
 
 function open(
@@ -138,7 +145,7 @@ function open(
     port,
     syncInterval,
     log,
-    initTimeoutMs: 5_000,
+    initTimeoutMs: 30_000,
     retryMs: 20,
   });
   p.then(
@@ -149,22 +156,26 @@ function open(
 }
 
 /** One step of every group given; their results, copied. */
-async function stepAll(groups: DpGroup[], reports: [boolean, number][]): Promise<DpStepResult[]> {
+async function stepAll(
+  groups: DpGroup[],
+  reports: [boolean, number][],
+): Promise<(DpStepResult | null)[]> {
   const results = await Promise.all(groups.map((g, i) => g.step(...(reports[i] ?? [false, 0]))));
-  return results.map((r) => ({ ...r }));
+  return results.map((r) => (r === null ? null : { ...r }));
 }
 
 describe('the DP group', () => {
   it('forms once every rank joined; a step meets every rank and takes the slowest one', async () => {
     const port = await freePort();
+    const log0 = new Log();
     let formed = false;
-    const hub = open(0, 3, port);
+    const hub = open(0, 3, port, log0);
     void hub.then(() => {
       formed = true;
     });
     const one = open(1, 3, port);
-    // Rank 1 waits with rank 0 until rank 2 is there (vLLM's group init blocks all ranks).
-    await new Promise((r) => setTimeout(r, 100));
+    // Rank 1 joined and waits with rank 0 until rank 2 is there (vLLM's group init blocks all ranks).
+    await logged(log0, 'DP group: a rank joined; the group forms once every rank has');
     expect(formed).toBe(false);
     const groups = await Promise.all([hub, one, open(2, 3, port)]);
     const r = await stepAll(groups, [
@@ -173,14 +184,22 @@ describe('the DP group', () => {
       [false, 1],
     ]);
     expect(r).toEqual(Array(3).fill({ anyUnfinished: true, sync: true, ms: 12.5 }));
-    // Until every rank has reported, nobody's step is done.
+    expect(groups.map((g) => g.waiting)).toEqual([false, false, false]);
+    // Until every rank has reported, nobody's step is done: rank 0 holds two reports and waits for
+    // rank 2's.
     let done = false;
     const waiting = groups[0]!.step(false, 0).then(() => {
       done = true;
     });
     const second = groups[1]!.step(false, 0);
-    await new Promise((r) => setTimeout(r, 50));
+    await waitsFor(groups[0]!, [2]);
     expect(done).toBe(false);
+    expect([groups[0]!.waiting, groups[1]!.waiting, groups[2]!.waiting]).toEqual([
+      true,
+      true,
+      false,
+    ]);
+    expect(groups[1]!.waitingFor()).toBeNull(); // only rank 0 knows
     await Promise.all([groups[2]!.step(false, 0), second, waiting]);
   });
 
@@ -232,15 +251,16 @@ describe('the DP group', () => {
     let done = false;
     const alone = g0.step(true, 3).then((r) => {
       done = true;
-      return { ...r };
+      return r === null ? null : { ...r };
     });
-    await new Promise((r) => setTimeout(r, 50));
+    // Rank 0 waits in the collective for rank 1, which does not step.
+    await waitsFor(g0, [1]);
     expect(done).toBe(false);
+    expect(g0.waiting).toBe(true);
     g1.close();
     expect(await alone).toEqual({ anyUnfinished: true, sync: false, ms: 3 });
-    await until(() =>
-      log0.lines.includes('DP group: a rank left; the collectives go on with the others'),
-    );
+    await logged(log0, 'DP group: a rank left; the collectives go on with the others');
+    expect(g0.waitingFor()).toEqual([0]); // nobody else to wait for
     // Restarted: joins the group mid-wave, and is asked to run.
     const again = await open(1, 2, port);
     let woken = false;
@@ -262,20 +282,81 @@ describe('the DP group', () => {
     const port = await freePort();
     const log1 = new Log();
     const [g0, g1] = await Promise.all([open(0, 2, port), open(1, 2, port, log1)]);
-    let result: DpStepResult | null = null;
+    let result: DpStepResult | null | undefined;
     const waiting = g1.step(true, 7).then((r) => {
-      result = { ...r };
+      result = r === null ? null : { ...r };
     });
     g0.close();
-    await until(() => log1.lines.some((l) => l.startsWith('DP group: lost rank 0')));
-    await new Promise((r) => setTimeout(r, 100));
-    expect(result).toBeNull();
+    await until(
+      () => log1.lines.some((l) => l.startsWith('DP group: lost rank 0')),
+      (x) => x,
+      { ...WAIT, what: 'rank 1 losing rank 0' },
+    );
+    // Its step still waits, across the outage (the group is not closed: it reconnects).
+    expect(g1.waiting).toBe(true);
+    expect(g1.closed).toBe(false);
+    expect(result).toBeUndefined();
     const restarted = await open(0, 2, port);
     const mine = await restarted.step(false, 2);
     await waiting;
     expect({ ...mine }).toEqual({ anyUnfinished: true, sync: true, ms: 7 });
     expect(result).toEqual({ anyUnfinished: true, sync: true, ms: 7 });
     expect(log1.lines).toContain('DP group: rejoined rank 0');
+  });
+
+  it('close() settles a waiting step with null, on rank 0 and on the others; later steps too', async () => {
+    const port = await freePort();
+    const [g0, g1, g2] = await Promise.all([open(0, 3, port), open(1, 3, port), open(2, 3, port)]);
+    // Rank 0 and rank 1 wait for rank 2.
+    const hubStep = g0.step(true, 1);
+    const memberStep = g1.step(true, 1);
+    await waitsFor(g0, [2]);
+    expect(g1.waiting).toBe(true);
+    g1.close();
+    expect(await memberStep).toBeNull();
+    expect(g1.waiting).toBe(false);
+    expect(await g1.step(false, 0)).toBeNull();
+    g0.close();
+    expect(await hubStep).toBeNull();
+    expect(g0.waiting).toBe(false);
+    expect(await g0.step(false, 0)).toBeNull();
+    expect([g0.closed, g1.closed, g2.closed]).toEqual([true, true, false]);
+    // Rank 2 loses rank 0 and waits to reconnect; its own close() ends that too.
+    const orphan = g2.step(false, 0);
+    g2.close();
+    expect(await orphan).toBeNull();
+  });
+
+  it('two processes as one rank: the newer replaces the older, which stops reconnecting', async () => {
+    const port = await freePort();
+    const log0 = new Log();
+    const logOld = new Log();
+    const [g0, old] = await Promise.all([open(0, 2, port, log0), open(1, 2, port, logOld)]);
+    const oldStep = old.step(true, 1);
+    // Another process started as rank 1: it joins, the older one is told and leaves for good.
+    const newer = await open(1, 2, port);
+    expect(await oldStep).toBeNull();
+    expect(old.closed).toBe(true);
+    expect(
+      log0.lines.some((l) => l.startsWith('DP group: rank 1 joined again while a connection')),
+    ).toBe(true);
+    expect(logOld.lines).toContain(
+      'DP group: another process joined as rank 1 and replaced this one; it leaves the group',
+    );
+    // The group goes on with the newer one; the older, closed, does not come back (no eviction
+    // ping-pong: a closed group never reconnects).
+    for (let i = 0; i < 3; i++) {
+      const r = await stepAll(
+        [g0, newer],
+        [
+          [true, 1],
+          [false, 2],
+        ],
+      );
+      expect(r[1]).toMatchObject({ anyUnfinished: true, ms: 2 });
+    }
+    expect(newer.closed).toBe(false);
+    expect(log0.lines.filter((l) => l.startsWith('DP group: rank 1 joined again'))).toHaveLength(1);
   });
 
   it('a rank of another size is refused; a rank with no rank 0 gives up after the timeout', async () => {

@@ -22,6 +22,12 @@ import type { HeadlessLog } from './engine.js';
  * group is in a wave is told to run, and one that joins running wakes the others, so that the
  * group's ranks are in the same wave again.
  *
+ * A rank that joins while rank 0 still holds a connection of that rank replaces it (the newest
+ * wins: a restarted rank must not wait for its dead predecessor's socket to time out), logged as an
+ * error since two live processes of one rank are a misconfiguration; the replaced connection is
+ * told so (REFUSE "replaced") and its rank stops reconnecting and closes its group: its pending
+ * step settles with null (the engine then dies, as a vLLM rank whose collective fails).
+ *
  * Frames are fixed-size binary, little-endian, one type byte first:
  *   JOIN   1  rank u16, size u16, sync interval u32, running u8      rank > 0 -> rank 0
  *   ACK    2  running u8                                            rank 0 -> rank (group formed)
@@ -50,7 +56,10 @@ const REFUSALS = [
   '',
   'its data_parallel_size differs from rank 0',
   'its rank is not in [1, data_parallel_size)',
+  'another process joined as this rank and replaced it',
 ];
+/** REFUSE reason: a newer connection of the same rank took this one's place. */
+const REPLACED = 3;
 
 /** One step through the group, as every rank sees it. */
 export interface DpStepResult {
@@ -66,14 +75,25 @@ export interface DpGroup {
   readonly rank: number;
   readonly size: number;
   /**
-   * Reports this rank's step and resolves when every rank of the group has reported. The result
-   * object is reused: read it before the next step. One step at a time.
+   * Reports this rank's step and resolves when every rank of the group has reported; resolves
+   * with null once the group is closed (a step pending at close() included, and any step after
+   * it). The result object is reused: read it before the next step. One step at a time.
    */
-  step(unfinished: boolean, ms: number): Promise<DpStepResult>;
+  step(unfinished: boolean, ms: number): Promise<DpStepResult | null>;
+  /** Whether this rank's step has reported and waits for the group's result. */
+  readonly waiting: boolean;
+  /**
+   * Rank 0: the ranks (0 included) whose report the current round still lacks, in rank order;
+   * another rank: null (only rank 0 knows). Rank 0 waiting for a rank that is not stepping is
+   * the collective a vLLM rank blocks in.
+   */
+  waitingFor(): number[] | null;
   /** Whether this rank is in a wave, asked when a rank joins. */
   runningProbe: () => boolean;
   /** Called when the group asks this rank to run (a rank joined during a wave). */
   onWake: (() => void) | null;
+  /** Whether close() ran, by this rank or because another process of this rank replaced it. */
+  readonly closed: boolean;
   close(): void;
 }
 
@@ -151,6 +171,34 @@ function tune(socket: Socket): void {
   socket.setKeepAlive(true, 5_000);
 }
 
+/**
+ * What both sides share: the wake hand-off (a wake that comes before onWake is set is kept and
+ * delivered when it is set) and the running probe.
+ */
+abstract class GroupSide {
+  runningProbe: () => boolean = () => false;
+  #onWake: (() => void) | null = null;
+  #wakePending = false;
+
+  get onWake(): (() => void) | null {
+    return this.#onWake;
+  }
+
+  set onWake(fn: (() => void) | null) {
+    this.#onWake = fn;
+    if (fn !== null && this.#wakePending) {
+      this.#wakePending = false;
+      fn();
+    }
+  }
+
+  /** The group asks this rank to run. */
+  protected wake(): void {
+    if (this.#onWake === null) this.#wakePending = true;
+    else this.#onWake();
+  }
+}
+
 interface Member {
   rank: number;
   socket: Socket;
@@ -160,29 +208,33 @@ interface Member {
 }
 
 /** Rank 0: the group's rendezvous and the place each step's reports meet. */
-class DpGroupHub implements DpGroup {
+class DpGroupHub extends GroupSide implements DpGroup {
   readonly rank = 0;
   readonly size: number;
   readonly formed: Promise<void>;
-  runningProbe: () => boolean = () => false;
   readonly #o: DpGroupOptions;
   readonly #log: HeadlessLog;
   readonly #server: Server;
   readonly #members = new Map<number, Member>();
   readonly #result: DpStepResult = { anyUnfinished: false, sync: false, ms: 0 };
   readonly #resultFrame = Buffer.alloc(FRAME_BYTES[RESULT] as number);
-  #onWake: (() => void) | null = null;
-  #wakePending = false;
+  /** Connections replaced by a newer one of their rank, told so and closing. */
+  readonly #replaced = new Set<Socket>();
   #isFormed = false;
   #closed = false;
   /** Steps of the current wave, counted for the group. */
   #round = 0;
-  #local: { unfinished: boolean; ms: number; resolve: (r: DpStepResult) => void } | null = null;
+  #local: {
+    unfinished: boolean;
+    ms: number;
+    resolve: (r: DpStepResult | null) => void;
+  } | null = null;
   /** Joiners that said they were running before the group formed. */
   #joinedRunning = false;
   #formedNow: () => void = () => {};
 
   constructor(o: DpGroupOptions) {
+    super();
     this.#o = o;
     this.#log = o.log;
     this.size = o.size;
@@ -242,19 +294,23 @@ class DpGroupHub implements DpGroup {
     });
   }
 
-  get onWake(): (() => void) | null {
-    return this.#onWake;
+  get closed(): boolean {
+    return this.#closed;
   }
 
-  set onWake(fn: (() => void) | null) {
-    this.#onWake = fn;
-    if (fn !== null && this.#wakePending) {
-      this.#wakePending = false;
-      fn();
-    }
+  get waiting(): boolean {
+    return this.#local !== null;
   }
 
-  step(unfinished: boolean, ms: number): Promise<DpStepResult> {
+  waitingFor(): number[] {
+    // A rank that left is not waited for: the collective goes on with the others.
+    const missing = this.#local === null ? [0] : [];
+    for (const m of this.#members.values()) if (!m.reported) missing.push(m.rank);
+    return missing.sort((a, b) => a - b);
+  }
+
+  step(unfinished: boolean, ms: number): Promise<DpStepResult | null> {
+    if (this.#closed) return Promise.resolve(null);
     return new Promise((resolve) => {
       this.#local = { unfinished, ms, resolve };
       this.#complete();
@@ -267,6 +323,11 @@ class DpGroupHub implements DpGroup {
     this.#server.close();
     for (const m of this.#members.values()) m.socket.destroy();
     this.#members.clear();
+    for (const socket of this.#replaced) socket.destroy();
+    this.#replaced.clear();
+    const local = this.#local;
+    this.#local = null;
+    local?.resolve(null);
   }
 
   #accept(socket: Socket): void {
@@ -276,7 +337,13 @@ class DpGroupHub implements DpGroup {
     socket.on('data', (chunk: Buffer) => {
       const ok = reader.push(chunk, (type, buf, at) => {
         if (type === JOIN && member === null) member = this.#join(socket, buf, at);
-        else if (type === REPORT && member !== null && this.#members.get(member.rank) === member) {
+        else if (this.#replaced.has(socket)) {
+          // Replaced by a newer connection of its rank: told so, closing; what it sends is moot.
+        } else if (
+          type === REPORT &&
+          member !== null &&
+          this.#members.get(member.rank) === member
+        ) {
           member.reported = true;
           member.unfinished = buf[at + 1] === 1;
           member.ms = buf.readDoubleLE(at + 2);
@@ -287,6 +354,7 @@ class DpGroupHub implements DpGroup {
     });
     socket.on('error', () => {});
     socket.on('close', () => {
+      this.#replaced.delete(socket);
       const m = member as Member | null;
       if (m === null || this.#members.get(m.rank) !== m || this.#closed) return;
       this.#members.delete(m.rank);
@@ -324,13 +392,29 @@ class DpGroupHub implements DpGroup {
     }
     const old = this.#members.get(rank);
     if (old !== undefined) {
+      // The newest connection wins, so that a restarted rank replaces its predecessor even before
+      // that one's socket closed (a crashed host sends no FIN). Two live processes of one rank are
+      // a misconfiguration: the replaced one is told and stops (it reconnects no more).
+      this.#log.error(
+        { dp_rank: rank },
+        `DP group: rank ${rank} joined again while a connection of that rank is still open; the new ` +
+          'one replaces it (a restart before the old socket closed, or two processes started as ' +
+          'the same rank: the replaced one stops)',
+      );
       this.#members.delete(rank);
-      old.socket.destroy();
+      this.#replaced.add(old.socket);
+      old.socket.end(Buffer.from([REFUSE, REPLACED]));
+      // A dead peer never answers the FIN: do not keep its socket for the keepalive to find.
+      setTimeout(() => old.socket.destroy(), 1_000).unref();
     }
     const m: Member = { rank, socket, reported: false, unfinished: false, ms: 0 };
     this.#members.set(rank, m);
     if (!this.#isFormed) {
       this.#joinedRunning ||= running;
+      this.#log.info(
+        { dp_rank: rank, dp_ranks: this.#members.size + 1, dp_size: this.size },
+        'DP group: a rank joined; the group forms once every rank has',
+      );
       if (this.#members.size === this.size - 1) this.#form();
       return m;
     }
@@ -346,7 +430,7 @@ class DpGroupHub implements DpGroup {
     this.#log.info({ dp_size: this.size }, 'DP group formed');
     const running = this.#joinedRunning;
     for (const m of this.#members.values()) m.socket.write(Buffer.from([ACK, running ? 1 : 0]));
-    if (running) this.#wakeLocal();
+    if (running) this.wake();
     this.#formedNow();
   }
 
@@ -359,12 +443,7 @@ class DpGroupHub implements DpGroup {
   /** A rank joined in a wave the group had left: every rank runs again. */
   #wakeAll(except: Member): void {
     for (const m of this.#members.values()) if (m !== except) m.socket.write(Buffer.from([WAKE]));
-    this.#wakeLocal();
-  }
-
-  #wakeLocal(): void {
-    if (this.#onWake === null) this.#wakePending = true;
-    else this.#onWake();
+    this.wake();
   }
 
   /** Completes the round when every rank of the group has reported. */
@@ -400,11 +479,10 @@ class DpGroupHub implements DpGroup {
 }
 
 /** A rank > 0: connects to rank 0, and again whenever the connection drops. */
-class DpGroupMember implements DpGroup {
+class DpGroupMember extends GroupSide implements DpGroup {
   readonly rank: number;
   readonly size: number;
   readonly formed: Promise<void>;
-  runningProbe: () => boolean = () => false;
   readonly #o: DpGroupOptions;
   readonly #log: HeadlessLog;
   readonly #result: DpStepResult = { anyUnfinished: false, sync: false, ms: 0 };
@@ -416,14 +494,13 @@ class DpGroupMember implements DpGroup {
   #closed = false;
   #timer: NodeJS.Timeout | null = null;
   /** The step waiting for its RESULT (re-sent to a new rank 0). */
-  #pending: ((r: DpStepResult) => void) | null = null;
-  #wakePending = false;
-  #onWake: (() => void) | null = null;
+  #pending: ((r: DpStepResult | null) => void) | null = null;
   #settle: { resolve: () => void; reject: (e: Error) => void } | null = null;
   #outageLogged = false;
   #refusedLogged = false;
 
   constructor(o: DpGroupOptions) {
+    super();
     this.#o = o;
     this.#log = o.log;
     this.rank = o.rank;
@@ -447,19 +524,20 @@ class DpGroupMember implements DpGroup {
     this.#connect();
   }
 
-  get onWake(): (() => void) | null {
-    return this.#onWake;
+  get closed(): boolean {
+    return this.#closed;
   }
 
-  set onWake(fn: (() => void) | null) {
-    this.#onWake = fn;
-    if (fn !== null && this.#wakePending) {
-      this.#wakePending = false;
-      fn();
-    }
+  get waiting(): boolean {
+    return this.#pending !== null;
   }
 
-  step(unfinished: boolean, ms: number): Promise<DpStepResult> {
+  waitingFor(): null {
+    return null;
+  }
+
+  step(unfinished: boolean, ms: number): Promise<DpStepResult | null> {
+    if (this.#closed) return Promise.resolve(null);
     const r = this.#report;
     r[0] = REPORT;
     r[1] = unfinished ? 1 : 0;
@@ -476,6 +554,9 @@ class DpGroupMember implements DpGroup {
     if (this.#timer !== null) clearTimeout(this.#timer);
     this.#socket?.destroy();
     this.#socket = null;
+    const pending = this.#pending;
+    this.#pending = null;
+    pending?.(null);
   }
 
   #fail(error: Error): void {
@@ -531,6 +612,7 @@ class DpGroupMember implements DpGroup {
   }
 
   #frame(socket: Socket, type: number, buf: Buffer, at: number): void {
+    if (socket !== this.#socket) return; // a connection already given up
     if (type === ACK) {
       this.#acked = true;
       if (this.#everFormed) {
@@ -541,7 +623,7 @@ class DpGroupMember implements DpGroup {
       }
       this.#outageLogged = false;
       this.#refusedLogged = false;
-      if (buf[at + 1] === 1) this.#wake();
+      if (buf[at + 1] === 1) this.wake();
       // A step that waited across the outage reports to the new rank 0.
       if (this.#pending !== null) socket.write(this.#report);
       if (this.#settle !== null) {
@@ -558,20 +640,24 @@ class DpGroupMember implements DpGroup {
       r.ms = buf.readDoubleLE(at + 3);
       pending(r);
     } else if (type === WAKE) {
-      this.#wake();
+      this.wake();
     } else if (type === REFUSE) {
-      const why = REFUSALS[buf[at + 1] as number] ?? 'refused';
+      const reason = buf[at + 1] as number;
+      const why = REFUSALS[reason] ?? 'refused';
       const error = new RS_ERR_VLLM_HANDSHAKE(`rank 0 refused DP rank ${this.rank}: ${why}`);
       if (this.#settle !== null) this.#fail(error);
-      else if (!this.#refusedLogged) {
+      else if (reason === REPLACED) {
+        // Another process of this rank took its place: reconnecting would evict that one in turn,
+        // for ever. This one leaves the group for good (its pending step settles with null).
+        this.#log.error(
+          { err: error, dp_rank: this.rank },
+          `DP group: another process joined as rank ${this.rank} and replaced this one; it leaves the group`,
+        );
+        this.close();
+      } else if (!this.#refusedLogged) {
         this.#refusedLogged = true;
         this.#log.error({ err: error }, 'DP group: refused by rank 0; retrying');
       }
     }
-  }
-
-  #wake(): void {
-    if (this.#onWake === null) this.#wakePending = true;
-    else this.#onWake();
   }
 }

@@ -5,7 +5,7 @@ import { MAX_SLOTS_PER_SERVER } from '../../../wire/engine-defaults.js';
 import { expertIdBytes } from '../../../wire/model-card.js';
 import { RejectReason } from '../../../wire/reject.js';
 import { maskableSampling } from '../../../wire/sampling-check.js';
-import type { EngineStats } from '../../../wire/types.js';
+import type { EngineStats, StepTiming } from '../../../wire/types.js';
 import type { EngineCore } from '../../engine-core.js';
 import type { StepOutputs } from '../../step-outputs.js';
 import type { VllmLayout } from '../layouts.js';
@@ -13,6 +13,7 @@ import {
   ENGINE_CORE_DEAD,
   encodeUtilityReply,
   encodeWaveMessage,
+  OutputsEncoder,
   type SchedulerStatsFields,
 } from '../outputs.js';
 import {
@@ -51,8 +52,20 @@ import { collectiveRpc } from './weight-rpc.js';
  * goes through the group (dp-group.ts) and lasts the slowest rank's time, an idle rank steps a
  * dummy batch while the group is in a wave, START_DP_WAVE wakes it, and each wave's end sends
  * wave_complete. Without `dp` (one rank, or a dense model's independent rank) START_DP_WAVE is an
- * unknown request, logged and dropped, as vLLM's EngineCoreProc does.
+ * unknown request, logged and dropped, as vLLM's EngineCoreProc does. A paused rank with requests
+ * keeps stepping dummy batches, as vLLM's does (its requests keep the all-reduce's "unfinished"
+ * true, so the group's wave goes on), but each lasts at least PAUSED_DUMMY_STEP_MS: at max speed
+ * a dummy step is free, and the group would spin for as long as the pause lasts. The engine closes
+ * its group when it ends, which settles a step waiting there; a group that closes under a running
+ * engine (another process joined as this rank and replaced it) is fatal, as a failed collective
+ * is for vLLM.
  */
+
+/**
+ * The least time of a dummy step of a paused rank that has requests (a vLLM rank paused with
+ * mode "keep" steps dummy batches, each a real forward): keeps a paused group from spinning.
+ */
+export const PAUSED_DUMMY_STEP_MS = 10;
 
 /** What the headless engine drives: a synchronous engine core (the simulator is one). */
 export interface HeadlessCore extends EngineCore {
@@ -139,11 +152,8 @@ export class VllmHeadlessEngine {
   #sending: Promise<void> = Promise.resolve();
   #wake: (() => void) | null = null;
   #outcome: HeadlessOutcome | null = null;
-  #endedResolve: () => void = () => {};
-  /** Settles (null) when the engine ends: a step waiting on the DP group gives up then. */
-  readonly #ended = new Promise<null>((resolve) => {
-    this.#endedResolve = () => resolve(null);
-  });
+  /** The frames of the last #stepOnce (null: nothing to send). */
+  #frames: Buffer[] | null = null;
   readonly #dp: HeadlessDp | null;
   readonly #wave: DpWaveState | null;
   readonly #stats: SchedulerStatsFields = {
@@ -182,6 +192,11 @@ export class VllmHeadlessEngine {
     return this.#wave;
   }
 
+  /** Whether this MoE DP rank's step waits in the group's collective for the other ranks. */
+  get waitingInGroup(): boolean {
+    return this.#dp?.group.waiting === true;
+  }
+
   /** Runs until stop(), the frontend's disconnection or a fatal error; resolves with which. */
   async run(): Promise<HeadlessOutcome> {
     const input = this.#sockets.input;
@@ -215,37 +230,48 @@ export class VllmHeadlessEngine {
   #end(outcome: HeadlessOutcome): void {
     this.#outcome ??= outcome;
     this.#wake?.();
-    this.#endedResolve();
+    // A step waiting in the group settles (null) now, and the other ranks go on without this one.
+    this.#dp?.group.close();
   }
 
   async #loop(): Promise<void> {
     const sim = this.#sim;
-    const out = this.#out;
     while (this.#outcome === null) {
       if (!sim.hasWork()) {
-        this.#answerPending();
-        await new Promise<void>((resolve) => {
-          this.#wake = resolve;
-        });
-        this.#wake = null;
+        await this.#idle();
         continue;
       }
       const started = performance.now();
-      out.clear();
-      const timing = sim.step(out);
-      this.#nixl?.afterStep(out, this.#table);
-      const frames = this.#encoder.encode(
-        out,
-        this.#table,
-        this.#rank,
-        this.#schedulerStats(),
-        monotonicSeconds(),
-      );
-      if (frames !== null) void this.#send(frames);
+      const timing = this.#stepOnce();
+      if (this.#frames !== null) void this.#send(this.#frames);
       this.#answerPending();
-      const left = started + timing.ms - performance.now();
-      await (left >= 1 ? sleep(left) : turn());
+      await pace(started, timing.ms);
     }
+  }
+
+  /** Answers the replies that were waiting for the scheduler, then waits for a wake (#wake). */
+  async #idle(): Promise<void> {
+    this.#answerPending();
+    await new Promise<void>((resolve) => {
+      this.#wake = resolve;
+    });
+    this.#wake = null;
+  }
+
+  /** One step of the simulator, its outputs encoded into #frames; returns its timing. */
+  #stepOnce(): StepTiming {
+    const out = this.#out;
+    out.clear();
+    const timing = this.#sim.step(out);
+    this.#nixl?.afterStep(out, this.#table);
+    this.#frames = this.#encoder.encode(
+      out,
+      this.#table,
+      this.#rank,
+      this.#schedulerStats(),
+      monotonicSeconds(),
+    );
+    return timing;
   }
 
   /**
@@ -257,52 +283,56 @@ export class VllmHeadlessEngine {
    */
   async #dpLoop(dp: HeadlessDp, wave: DpWaveState): Promise<void> {
     const sim = this.#sim;
-    const out = this.#out;
     const group = dp.group;
     group.runningProbe = () => wave.running;
     group.onWake = () => {
       wave.running = true;
       this.#wake?.();
     };
+    // wave_complete messages: one small writer and one message object, reused every wave.
+    const waveEncoder = new OutputsEncoder(this.#layout, 128);
+    const message = { complete: 0, start: null };
     while (this.#outcome === null) {
       const work = sim.hasWork();
       if (!work && !wave.running && !this.#hasRequests()) {
-        this.#answerPending();
-        await new Promise<void>((resolve) => {
-          this.#wake = resolve;
-        });
-        this.#wake = null;
+        await this.#idle();
         continue;
       }
       const started = performance.now();
       let frames: Buffer[] | null = null;
       let ms = dp.dummyStepMs;
       if (work) {
-        out.clear();
-        const timing = sim.step(out);
-        this.#nixl?.afterStep(out, this.#table);
-        frames = this.#encoder.encode(
-          out,
-          this.#table,
-          this.#rank,
-          this.#schedulerStats(),
-          monotonicSeconds(),
-        );
+        const timing = this.#stepOnce();
+        frames = this.#frames;
         // A step that forwarded nothing (only requests whose KV is still loading) is a dummy
         // batch in vLLM's loop: the group does not wait out the load in one step.
         if (timing.decodeSeqs > 0 || timing.prefillTokens > 0) ms = timing.ms;
+      } else if (this.#paused) {
+        // Paused with requests (or held ADDs): dummy batches until resume, not a spin.
+        ms = Math.max(ms, PAUSED_DUMMY_STEP_MS);
       }
-      const result = await Promise.race([group.step(this.#hasRequests(), ms), this.#ended]);
-      if (result === null || this.#outcome !== null) break;
+      const result = await group.step(this.#hasRequests(), ms);
+      if (result === null) {
+        // The engine closed it (#end), or it closed under the engine: this rank was replaced.
+        if (this.#outcome === null) {
+          this.#log.fatal(
+            { dp_rank: this.#rank },
+            'the DP group closed under this rank (another process joined as it): the engine dies',
+          );
+          this.#end('fatal');
+        }
+        break;
+      }
+      if (this.#outcome !== null) break;
       if (frames !== null) void this.#send(frames);
       const ended = wave.afterStep(result.sync, result.anyUnfinished);
       if (ended !== null) {
-        const message = { complete: ended, start: null };
-        void this.#send(encodeWaveMessage(this.#layout, this.#rank, message, monotonicSeconds()));
+        message.complete = ended;
+        const at = monotonicSeconds();
+        void this.#send(encodeWaveMessage(this.#layout, this.#rank, message, at, waveEncoder));
       }
       this.#answerPending();
-      const left = started + result.ms - performance.now();
-      await (left >= 1 ? sleep(left) : turn());
+      await pace(started, result.ms);
     }
   }
 
@@ -656,6 +686,12 @@ export class VllmHeadlessEngine {
     this.#lastHits = e.prefixHits;
     return s;
   }
+}
+
+/** Waits out the rest of a step that started at `started` and lasts `ms`; yields a turn at least. */
+function pace(started: number, ms: number): Promise<unknown> {
+  const left = started + ms - performance.now();
+  return left >= 1 ? sleep(left) : turn();
 }
 
 /** CLOCK_MONOTONIC in seconds, shared by the processes of a host (Python's time.monotonic()). */
