@@ -188,7 +188,7 @@ export const ENGINE_NOTE_BYTES = CACHE_LINE_BYTES + NOTE_TEXT_CAPACITY; // 65536
 // ---- Data-parallel ranks: the figures of each engine rank behind an engine core that fronts several
 // (a vLLM bridge with --data-parallel-size N; EngineCore.rankStats). Written by the engine's core
 // loop under ENG_STATS_SEQ together with ENGINE STATS, so a reader's seqlock copy of both is one
-// publish's (words.ts readEngineStats). An engine core with one engine publishes a count of 1 and its
+// publish's (dp-ranks.ts readEngineStats). An engine core with one engine publishes a count of 1 and its
 // engine stats as rank 0; /metrics labels series per rank (engine="<r>") only when the count is > 1.
 export const DP_RANK_BLOCK = ENGINE_NOTE + ENGINE_NOTE_BYTES; // 72064
 /** i32: ranks published (0 before the first publish); rows [0, count) are valid. */

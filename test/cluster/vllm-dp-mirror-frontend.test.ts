@@ -68,7 +68,9 @@ const input = (maxTokens: number) => ({
 });
 
 describe("an independent vLLM DP frontend drives ringserve's headless engines", () => {
-  it('accepts both ranks and reads their outputs, waves included', async () => {
+  it('accepts both ranks and reads their outputs, waves included', {
+    timeout: 120_000,
+  }, async () => {
     const frontend = await frontendWithEngines(true);
     expect(frontend.readyRanks).toEqual([0, 1]);
     for (const rank of [0, 1]) {
@@ -104,7 +106,9 @@ describe("an independent vLLM DP frontend drives ringserve's headless engines", 
     expect(frontend.errors).toEqual([]);
   });
 
-  it('a frontend that never wakes the other rank gets no output (the group waits for it)', async () => {
+  it('a frontend that never wakes the other rank gets no output (the group waits for it)', {
+    timeout: 90_000,
+  }, async () => {
     const frontend = await frontendWithEngines(false);
     const id = await frontend.add(0, input(3));
     await expect(frontend.finished(id, 800)).rejects.toBeInstanceOf(MirrorTimeoutError);

@@ -18,7 +18,17 @@ import { healthStatus, startBridgeCluster, startHeadlessEngine } from './vllm-en
 
 const SIM = ['--model', 'tiny', '--seed', '11', '--max-speed'];
 const ENGINE = [...SIM, '--enable-return-sampling-mask'];
-const BRIDGE = ['--model', 'tiny', '--enable-return-sampling-mask', '--api-server-count', '2'];
+// Five processes and the ranks' group on CI's two cores: a rank is declared dead only after 5 s
+// of silence (the pair's default here is 1 s), so a busy moment does not detach one.
+const BRIDGE = [
+  '--model',
+  'tiny',
+  '--enable-return-sampling-mask',
+  '--api-server-count',
+  '2',
+  '--vllm-ping-timeout-s',
+  '5',
+];
 const PROMPT = Array.from({ length: 23 }, (_, i) => (i * 37 + 5) % 990);
 
 function body(seed: number, maxTokens = 24): Record<string, unknown> {
@@ -142,13 +152,14 @@ describe('data parallelism through the bridge', () => {
     ]);
     expect(dual).toEqual(single);
     for (const answer of single) expect(answer.packed[0]!.tokens.length).toBe(24);
+    // Placed by load alone, the requests ran on both ranks.
+    const placed = await metricsText(two);
+    for (const rank of [0, 1])
+      expect(rankValue(placed, 'vllm:generation_tokens_total', rank)).toBeGreaterThan(0);
     // Pinned to each rank by the header: the same answers again.
     for (const rank of [0, 1]) {
       expect(await allForms(two.url, body(7), rank)).toEqual(await allForms(one.url, body(7)));
     }
-    const text = await metricsText(two);
-    for (const rank of [0, 1])
-      expect(rankValue(text, 'vllm:generation_tokens_total', rank)).toBeGreaterThan(0);
     expect(await healthStatus(two)).toBe(200);
   });
 

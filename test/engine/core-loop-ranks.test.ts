@@ -145,6 +145,10 @@ describe('CoreLoop with data-parallel ranks', () => {
     expect(ranks[RANK_GENERATION_TOKENS]).toBe(s.generationTokens);
     expect(ranks[RANK_PREFIX_QUERIES]).toBe(s.prefixQueries);
     expect(ranks[RANK_PREFIX_HITS]).toBe(s.prefixHits);
-    expect(ranks[RANK_STAT_SLOTS + RANK_UP]).toBe(0); // nothing past rank 0
+    // Nothing past rank 0 is copied out (a fresh array keeps its NaN there).
+    const fresh = new Float64Array(MAX_DP_RANKS * RANK_STAT_SLOTS).fill(Number.NaN);
+    expect(readEngineStats(region, stats, fresh)).toBe(1);
+    expect(fresh[RANK_UP]).toBe(1);
+    expect(fresh[RANK_STAT_SLOTS + RANK_UP]).toBeNaN();
   });
 });

@@ -60,12 +60,30 @@ export class VllmBridgeLink {
     return this.#ranks;
   }
 
-  /** Binds the sockets and starts listening; resolves with the handshake endpoint. */
+  /**
+   * Binds the sockets and starts listening; resolves with the handshake endpoint. A failure closes
+   * what was bound.
+   */
   async start(): Promise<string> {
+    try {
+      return await this.#start();
+    } catch (error) {
+      await this.close();
+      throw error;
+    }
+  }
+
+  async #start(): Promise<string> {
     const o = this.#options;
     const size = o.dataParallelSize ?? 1;
+    const moeGroup = size > 1 && (o.moe ?? true);
+    if (moeGroup && (o.address === '0.0.0.0' || o.address === '::'))
+      throw new RS_ERR_CONFIG_INVALID(
+        '--data-parallel-address',
+        `the ranks of a MoE model meet at this address (their DP group's data_parallel_master_ip), so it must be one rank 0 can bind and every rank can reach, not ${o.address}`,
+      );
     await this.#handshake.bind(`tcp://${hostPart(o.address)}:${o.port}`);
-    const dpGroup = size > 1 && (o.moe ?? true) ? await dpGroupConfig(o.address, size) : null;
+    const dpGroup = moeGroup ? await dpGroupConfig(o.address, size) : null;
     if (dpGroup !== null)
       o.log('info', 'the data-parallel ranks form a MoE DP group', {
         data_parallel_master_ip: dpGroup.masterIp,
@@ -78,6 +96,7 @@ export class VllmBridgeLink {
         version: o.version,
         pingTimeoutMs: o.pingTimeoutMs,
         dpGroup,
+        dataParallelSize: size,
         sendHandshake: (identity, payload) => this.#handshake.send([identity, payload]),
         log: o.log,
       });
@@ -115,7 +134,12 @@ export class VllmBridgeLink {
           log('warn', 'an undecodable handshake message was ignored', { rank, err: error });
           continue;
         }
-        await link.onHandshake(message);
+        // One rank's failure (a send to it, a rebind) must not end the loop every rank uses.
+        await link
+          .onHandshake(message)
+          .catch((error: unknown) =>
+            log('error', 'a vLLM handshake step failed', { rank, err: error }),
+          );
       }
     } catch (error) {
       if (!this.#closed) log('error', 'vLLM handshake socket failed', { err: error });
@@ -124,14 +148,14 @@ export class VllmBridgeLink {
 }
 
 /**
- * The DP group's rendezvous on this host: free ports found now (vLLM's frontend picks its
- * data_parallel_master_port and port list the same way, get_open_port).
+ * The DP group's rendezvous at the bridge's address: ports free on this host now (vLLM's frontend
+ * picks its data_parallel_master_port and port list the same way, get_open_port), kept for the
+ * bridge's life so that a restarted rank meets the same group.
  */
 async function dpGroupConfig(address: string, size: number): Promise<DpGroupConfig> {
-  const host = address === '0.0.0.0' || address === '::' ? '127.0.0.1' : address;
   const ports: number[] = [];
-  for (let i = 0; i <= DP_MASTER_PORT_LIST; i++) ports.push(await freePort(host));
-  return { masterIp: host, masterPort: ports[0]!, masterPortList: ports.slice(1), size };
+  for (let i = 0; i <= DP_MASTER_PORT_LIST; i++) ports.push(await freePort(address));
+  return { masterIp: address, masterPort: ports[0]!, masterPortList: ports.slice(1), size };
 }
 
 function freePort(host: string): Promise<number> {

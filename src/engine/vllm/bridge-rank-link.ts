@@ -63,6 +63,8 @@ export interface RankLinkOptions {
   pingTimeoutMs: number;
   /** The DP group's rendezvous sent in the init (a MoE model with DP > 1), else null. */
   dpGroup: DpGroupConfig | null;
+  /** The bridge's --data-parallel-size: a rank registering another size (but 1) is refused. */
+  dataParallelSize: number;
   /** Sends a handshake message to an engine (the shared handshake ROUTER). */
   sendHandshake: (identity: Buffer, payload: Buffer) => Promise<void>;
   log: LinkLog;
@@ -231,8 +233,17 @@ export class RankLink implements VllmEngineLink {
     const host = hostPart(this.#options.address);
     const input = new Router({ ...socketOptions(this.#options.address), handover: true });
     const output = new Pull({ receiveHighWaterMark: 0, ipv6: this.#options.address.includes(':') });
-    await input.bind(`tcp://${host}:0`);
-    await output.bind(`tcp://${host}:0`);
+    try {
+      await input.bind(`tcp://${host}:0`);
+      await output.bind(`tcp://${host}:0`);
+    } finally {
+      // Closed meanwhile (or a bind failed): nothing of these sockets may outlive the link.
+      if (this.#closed) {
+        input.close();
+        output.close();
+      }
+    }
+    if (this.#closed) return;
     this.#input = input;
     this.#output = output;
     this.#inputEndpoint = input.lastEndpoint ?? '';
@@ -362,6 +373,14 @@ export class RankLink implements VllmEngineLink {
 
   #attach(registration: Registration): void {
     const log = this.#options.log;
+    const size = registration.dataParallelSize ?? 1;
+    if (size !== 1 && size !== this.#options.dataParallelSize) {
+      this.#refuse(
+        `rank ${this.rank} registered data_parallel_size ${size}, where this bridge fronts ${this.#options.dataParallelSize} ranks (--data-parallel-size)`,
+        false,
+      );
+      return;
+    }
     const guess = guessLayout(registration);
     const layout = this.#pinned ?? guess.layout;
     if (this.#pinned !== null && this.#pinned !== guess.layout) {
@@ -411,16 +430,19 @@ export class RankLink implements VllmEngineLink {
    * An engine none of the layouts fits: its requests fail, nothing more is taken from it, /health
    * answers 503 with `why` until an engine says HELLO again.
    */
-  #refuse(why: string): void {
-    const reason = `the vLLM engine was refused: ${why}; layouts: ${describeLayouts()}`;
-    this.#options.log('error', 'vLLM engine refused: no message layout fits it', {
-      rank: this.rank,
-      reason,
-    });
+  #refuse(why: string, layout = true): void {
+    const reason = layout
+      ? `the vLLM engine was refused: ${why}; layouts: ${describeLayouts()}`
+      : `the vLLM engine was refused: ${why}`;
+    this.#options.log(
+      'error',
+      layout ? 'vLLM engine refused: no message layout fits it' : 'vLLM engine refused',
+      { rank: this.rank, reason },
+    );
     this.#phase = 'refused';
     this.#reader = null;
     this.#stopPing();
-    this.#failCalls(new RS_ERR_VLLM_LAYOUT(why));
+    this.#failCalls(layout ? new RS_ERR_VLLM_LAYOUT(why) : new RS_ERR_VLLM_HANDSHAKE(why));
     this.#bridge.detach(this.rank, reason);
     // Fresh data sockets: nothing more of the refused engine arrives.
     this.#rebind();

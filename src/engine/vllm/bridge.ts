@@ -179,6 +179,11 @@ export class VllmBridge implements EngineCore {
   #scanFrom = 0;
   readonly #waves: DpWaves;
   #paused = false;
+  /**
+   * What the last pause or resume asked for, set before its calls go out: a rank that attaches
+   * while one is in flight is brought to that state.
+   */
+  #pauseWanted = false;
   #weightVersion = 0;
   #note = '';
   #wake: (() => void) | null = null;
@@ -243,10 +248,24 @@ export class VllmBridge implements EngineCore {
     this.#attached = this.#ranks.filter((x) => x.link !== null);
     this.#waves.ranksChanged(this.#attached);
     // The first rank of a fresh engine starts unpaused (a new vLLM engine is); a rank that joins
-    // a paused group is paused too.
-    if (this.#attached.length === 1) this.#paused = false;
-    else if (this.#paused)
-      link.call('pause_scheduler', ['keep', false], this.#controlTimeout).catch(() => {});
+    // a paused group, or one being paused, is paused too.
+    if (this.#attached.length === 1) {
+      this.#paused = false;
+      this.#pauseWanted = false;
+    } else if (this.#pauseWanted) {
+      link.call('pause_scheduler', ['keep', false], this.#controlTimeout).catch((error: unknown) =>
+        this.#options.onEvent?.(`rank ${rank} joined a paused group and could not be paused`, {
+          err: error,
+        }),
+      );
+    }
+    // vLLM loads a LoRA adapter when a request names it (its path rides in the ADD), but weights
+    // pushed by update_weights are not replayed: a restarted rank serves its own checkpoint.
+    if (this.#weightVersion > 0 && this.#attached.length > 1)
+      this.#options.onEvent?.(
+        `rank ${rank} attached after update_weights: it serves the checkpoint it loaded until the next update_weights`,
+        { rank, weight_version: this.#weightVersion },
+      );
     if (registration.dataParallelSize > 1) this.#waves.arm();
     this.#waves.joined(r);
     this.#updateNote();
@@ -491,7 +510,12 @@ export class VllmBridge implements EngineCore {
       this.#endRow(isIndex(server) ? server : -1, isIndex(slot) ? slot : -1, RejectReason.BadRoute);
       return;
     }
-    const target = this.#place(request.dataParallelRank ?? null);
+    const named = request.dataParallelRank ?? null;
+    if (named !== null && !(isIndex(named) && named < this.#ranks.length)) {
+      this.#endRow(server, slot, RejectReason.BadRoute);
+      return;
+    }
+    const target = this.#place(named);
     if (target === null) {
       this.#endRow(server, slot, RejectReason.EngineDead);
       return;
@@ -621,13 +645,22 @@ export class VllmBridge implements EngineCore {
 
   /** vLLM's pause_scheduler(mode="keep"): requests keep their state until resume. */
   async pause(): Promise<void> {
-    await this.#call('pause_scheduler', ['keep', false], this.#controlTimeout);
-    this.#paused = true;
+    await this.#setPaused(true, 'pause_scheduler', ['keep', false]);
   }
 
   async resume(): Promise<void> {
-    await this.#call('resume_scheduler', [], this.#controlTimeout);
-    this.#paused = false;
+    await this.#setPaused(false, 'resume_scheduler', []);
+  }
+
+  async #setPaused(paused: boolean, method: string, args: unknown[]): Promise<void> {
+    this.#pauseWanted = paused;
+    try {
+      await this.#call(method, args, this.#controlTimeout);
+    } catch (error) {
+      this.#pauseWanted = this.#paused;
+      throw error;
+    }
+    this.#paused = paused;
   }
 
   async resetPrefixCache(): Promise<boolean> {
@@ -866,7 +899,7 @@ export class VllmBridge implements EngineCore {
 
   /**
    * The note: no reason while any rank is attached (the others' reasons are logged, and
-   * ringserve_dp_rank_up says which are up), else the first rank's; the layout of the lowest
+   * ringserve_dp_rank_up says which are up), else every rank's; the layout of the lowest
    * attached rank.
    */
   #updateNote(): void {
@@ -875,7 +908,14 @@ export class VllmBridge implements EngineCore {
       reg === null
         ? {}
         : { vllm_layout: reg.layout.name, vllm_version: reg.vllmVersion ?? 'unknown' };
-    const reason = this.#attached.length > 0 ? null : (this.#ranks[0]?.reason ?? null);
+    let reason: string | null = null;
+    if (this.#attached.length === 0) {
+      const ranks = this.#ranks;
+      reason =
+        ranks.length === 1
+          ? (ranks[0]?.reason ?? null)
+          : `no data-parallel rank is attached: ${ranks.map((r) => `rank ${r.rank}: ${r.reason}`).join('; ')}`;
+    }
     this.#note = JSON.stringify({ reason, info });
   }
 

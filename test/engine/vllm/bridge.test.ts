@@ -607,6 +607,47 @@ describe('VllmBridge with data-parallel ranks', () => {
     expect(links[1]!.waves.at(-1)).toEqual([2, null]);
   });
 
+  it('a rank that attaches while a pause is in flight is paused; one attaching during a resume is not', async () => {
+    const { bridge, links } = ranks(2);
+    const registration = {
+      maxModelLen: 4096,
+      numGpuBlocks: 100,
+      vllmVersion: '0.33.0',
+      dataParallelSize: 2,
+      layout: LAYOUT,
+    };
+    bridge.detach(1, 'gone');
+    const pausing = bridge.pause();
+    bridge.attach(1, links[1]!, registration);
+    await pausing;
+    expect(bridge.paused).toBe(true);
+    expect(links[1]!.calls.map((c) => c.method)).toEqual(['pause_scheduler']);
+    bridge.detach(1, 'gone again');
+    const resuming = bridge.resume();
+    bridge.attach(1, links[1]!, registration);
+    await resuming;
+    expect(bridge.paused).toBe(false);
+    expect(links[1]!.calls.map((c) => c.method)).toEqual(['pause_scheduler']);
+  });
+
+  it('a request naming a rank outside the data-parallel size is refused as a bad route', () => {
+    const { bridge, links } = ranks(2);
+    bridge.add(request(0, [1, 2], { returnRoutedExperts: false }, { dataParallelRank: 2 }));
+    const out = bridge.newStepOutputs();
+    bridge.step(out);
+    expect(out.rejectReason[0]).toBe(RejectReason.BadRoute);
+    expect(links.every((l) => l.adds.length === 0)).toBe(true);
+  });
+
+  it('with no rank attached, /health says why for every rank', () => {
+    const { bridge } = ranks(2);
+    bridge.detach(0, 'rank 0 lost');
+    bridge.detach(1, 'rank 1 refused');
+    const reason = JSON.parse(bridge.note).reason as string;
+    expect(reason).toContain('rank 0: rank 0 lost');
+    expect(reason).toContain('rank 1: rank 1 refused');
+  });
+
   it('dense ranks (data_parallel_size 1 each) run apart: no waves', () => {
     const { bridge, links } = ranks(2, 1);
     bridge.add(request(0, [1, 2], { returnRoutedExperts: false }));
