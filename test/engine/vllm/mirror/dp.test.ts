@@ -150,7 +150,9 @@ describe('mirror DP waves', () => {
   });
 
   it('a request to rank 0 finishes only because the frontend woke rank 1', async () => {
-    const { frontend, group } = await openDp();
+    // One PULL socket, two senders: a rank's wave_complete may be read before the other rank's
+    // last output, and a frontend that wakes on that race (the next test) would add wakes here.
+    const { frontend, group } = await openDp(2, { wakeOnRace: false });
     const [r0, r1] = group.ranks;
     const id = await frontend.add(0, input(5));
     await frontend.finished(id);
@@ -182,7 +184,7 @@ describe('mirror DP waves', () => {
   });
 
   it('wave_complete advances the wave on every rank and in the frontend', async () => {
-    const { frontend, group } = await openDp();
+    const { frontend, group } = await openDp(2, { wakeOnRace: false });
     const first = await frontend.add(1, input(2));
     await frontend.finished(first);
     await frontend.until(() => frontend.waveCompletes.length === 2, 'two wave_complete(0)');
