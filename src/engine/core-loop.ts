@@ -20,7 +20,7 @@
  * the rest was a plain timer, and p50 1.5 ms / max 26 ms when the rest wakes for commands.
  */
 import type { Doorbell } from '../shm/doorbell.js';
-import { writeRankStats } from '../shm/dp-ranks.js';
+import { setRankRow, writeRankStats } from '../shm/dp-ranks.js';
 import { writeEngineNote } from '../shm/engine-note.js';
 import {
   ENGINE_STATE_PAUSED,
@@ -29,15 +29,7 @@ import {
   ENGINE_STATE_STOPPING,
   ENGINE_STATS_INDEX,
   MAX_DP_RANKS,
-  RANK_GENERATION_TOKENS,
-  RANK_KV_USAGE,
-  RANK_PREFIX_HITS,
-  RANK_PREFIX_QUERIES,
-  RANK_PROMPT_TOKENS,
-  RANK_RUNNING,
   RANK_STAT_SLOTS,
-  RANK_UP,
-  RANK_WAITING,
   STAT_BLOCK_SIZE,
   STAT_EXTERNAL_HIT_TOKENS,
   STAT_GENERATION_TOKENS,
@@ -366,14 +358,7 @@ export class CoreLoop {
 
 /** An engine core with one engine (no rankStats): rank 0's figures are the engine stats. */
 function oneRank(ranks: Float64Array, s: EngineStats, up: boolean): number {
-  ranks[RANK_UP] = up ? 1 : 0;
-  ranks[RANK_RUNNING] = s.running;
-  ranks[RANK_WAITING] = s.waiting;
-  ranks[RANK_KV_USAGE] = s.kvUsage;
-  ranks[RANK_PROMPT_TOKENS] = s.promptTokens;
-  ranks[RANK_GENERATION_TOKENS] = s.generationTokens;
-  ranks[RANK_PREFIX_QUERIES] = s.prefixQueries;
-  ranks[RANK_PREFIX_HITS] = s.prefixHits;
+  setRankRow(ranks, 0, up, s);
   return 1;
 }
 

@@ -10,10 +10,42 @@ import {
   DP_RANK_STATS_INDEX,
   ENGINE_STATS_INDEX,
   MAX_DP_RANKS,
+  RANK_GENERATION_TOKENS,
+  RANK_KV_USAGE,
+  RANK_PREFIX_HITS,
+  RANK_PREFIX_QUERIES,
+  RANK_PROMPT_TOKENS,
+  RANK_RUNNING,
   RANK_STAT_SLOTS,
+  RANK_UP,
+  RANK_WAITING,
   STATS_SLOT_COUNT,
 } from './layout.js';
 import { type RegionWords, statsSeq } from './words.js';
+
+/** One rank's figures, as a row holds them (wire's EngineStats has these fields). */
+export interface RankFigures {
+  running: number;
+  waiting: number;
+  kvUsage: number;
+  promptTokens: number;
+  generationTokens: number;
+  prefixQueries: number;
+  prefixHits: number;
+}
+
+/** Rank `rank`'s row of `rows`: whether it is attached, and its figures. */
+export function setRankRow(rows: Float64Array, rank: number, up: boolean, f: RankFigures): void {
+  const at = rank * RANK_STAT_SLOTS;
+  rows[at + RANK_UP] = up ? 1 : 0;
+  rows[at + RANK_RUNNING] = f.running;
+  rows[at + RANK_WAITING] = f.waiting;
+  rows[at + RANK_KV_USAGE] = f.kvUsage;
+  rows[at + RANK_PROMPT_TOKENS] = f.promptTokens;
+  rows[at + RANK_GENERATION_TOKENS] = f.generationTokens;
+  rows[at + RANK_PREFIX_QUERIES] = f.prefixQueries;
+  rows[at + RANK_PREFIX_HITS] = f.prefixHits;
+}
 
 /** `count` as a whole number of ranks that fits both the block and `rows`. */
 function rankCount(count: number, rows: Float64Array): number {

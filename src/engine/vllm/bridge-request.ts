@@ -57,13 +57,14 @@ export function checkForEngine(
 
 /**
  * The ADD for a checked ring request (requests.ts encodes it, checking every field again), with
- * the LoRA adapter it runs with, if any.
+ * the LoRA adapter it runs with, if any, and the DP wave the frontend is in.
  */
 export function toVllmAdd(
   req: EngineRequest,
   requestId: string,
   card: ModelCard,
   lora: VllmLoraRequest | null = null,
+  currentWave = 0,
 ): BridgeAdd {
   return {
     lora,
@@ -78,6 +79,8 @@ export function toVllmAdd(
     cacheSalt: req.cacheSalt,
     priority: req.priority,
     clientIndex: 0,
+    dataParallelRank: req.dataParallelRank ?? null,
+    currentWave,
   };
 }
 

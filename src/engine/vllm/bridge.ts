@@ -25,18 +25,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { RS_ERR_ENGINE_DEAD } from '../../errors.js';
-import {
-  MAX_DP_RANKS,
-  RANK_GENERATION_TOKENS,
-  RANK_KV_USAGE,
-  RANK_PREFIX_HITS,
-  RANK_PREFIX_QUERIES,
-  RANK_PROMPT_TOKENS,
-  RANK_RUNNING,
-  RANK_STAT_SLOTS,
-  RANK_UP,
-  RANK_WAITING,
-} from '../../shm/layout.js';
+import { type RankFigures, setRankRow } from '../../shm/dp-ranks.js';
+import { MAX_DP_RANKS } from '../../shm/layout.js';
 import {
   type BroadcasterArgs,
   broadcasterArgList,
@@ -177,6 +167,16 @@ export class VllmBridge implements EngineCore {
   #attached: Rank[] = [];
   /** Where the least-loaded scan starts: moves on after every pick (vLLM #47420). */
   #scanFrom = 0;
+  /** rankStats' one row of figures, reused. */
+  readonly #row: RankFigures = {
+    running: 0,
+    waiting: 0,
+    kvUsage: 0,
+    promptTokens: 0,
+    generationTokens: 0,
+    prefixQueries: 0,
+    prefixHits: 0,
+  };
   readonly #waves: DpWaves;
   #paused = false;
   /**
@@ -562,10 +562,7 @@ export class VllmBridge implements EngineCore {
       numCachedTokens: -1,
     };
     try {
-      const add = toVllmAdd(request, id, this.model, lora);
-      add.currentWave = this.#waves.wave;
-      add.dataParallelRank = request.dataParallelRank ?? null;
-      link.add(add);
+      link.add(toVllmAdd(request, id, this.model, lora, this.#waves.wave));
     } catch (error) {
       this.#options.onEvent?.('an ADD was not sent: a field is out of vLLM range', {
         err: error,
@@ -775,10 +772,9 @@ export class VllmBridge implements EngineCore {
       hits += r.prefixHits;
       prompt += r.promptTokens;
       generation += r.generationTokens;
-      if (r.link === null) continue;
-      running += r.known ? r.running : r.inFlight;
-      waiting += r.known ? r.waiting : 0;
-      kv += r.known ? r.kvUsage : 0;
+      running += rankRunning(r);
+      waiting += rankWaiting(r);
+      kv += rankKvUsage(r);
       blocks += r.registration?.numGpuBlocks ?? 0;
     }
     s.running = running;
@@ -803,18 +799,17 @@ export class VllmBridge implements EngineCore {
    */
   rankStats(into: Float64Array): number {
     const n = Math.min(this.#ranks.length, MAX_DP_RANKS);
+    const row = this.#row;
     for (let i = 0; i < n; i++) {
       const r = this.#ranks[i]!;
-      const at = i * RANK_STAT_SLOTS;
-      const up = r.link !== null;
-      into[at + RANK_UP] = up ? 1 : 0;
-      into[at + RANK_RUNNING] = up ? (r.known ? r.running : r.inFlight) : 0;
-      into[at + RANK_WAITING] = up && r.known ? r.waiting : 0;
-      into[at + RANK_KV_USAGE] = up && r.known ? r.kvUsage : 0;
-      into[at + RANK_PROMPT_TOKENS] = r.promptTokens;
-      into[at + RANK_GENERATION_TOKENS] = r.generationTokens;
-      into[at + RANK_PREFIX_QUERIES] = r.prefixQueries;
-      into[at + RANK_PREFIX_HITS] = r.prefixHits;
+      row.running = rankRunning(r);
+      row.waiting = rankWaiting(r);
+      row.kvUsage = rankKvUsage(r);
+      row.promptTokens = r.promptTokens;
+      row.generationTokens = r.generationTokens;
+      row.prefixQueries = r.prefixQueries;
+      row.prefixHits = r.prefixHits;
+      setRankRow(into, i, r.link !== null, row);
     }
     return n;
   }
@@ -939,6 +934,23 @@ function idLengthBefore(b: Uint8Array, at: number): number {
   if ((h & 0xe0) === 0xa0) return h & 0x1f;
   if (at >= 2 && b[at - 2] === 0xd9) return h;
   return -1;
+}
+
+/**
+ * A rank's gauges as exported: its last scheduler_stats while attached (running: its own requests
+ * until the first stats came), 0 while detached.
+ */
+function rankRunning(r: Rank): number {
+  if (r.link === null) return 0;
+  return r.known ? r.running : r.inFlight;
+}
+
+function rankWaiting(r: Rank): number {
+  return r.link !== null && r.known ? r.waiting : 0;
+}
+
+function rankKvUsage(r: Rank): number {
+  return r.link !== null && r.known ? r.kvUsage : 0;
 }
 
 function isIndex(v: number): boolean {

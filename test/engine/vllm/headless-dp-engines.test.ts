@@ -41,7 +41,7 @@ import {
 } from '../../../src/engine/vllm/index.js';
 import { SimEngine } from '../../../src/sim/sim-engine.js';
 import { until } from '../../until.js';
-import { freePort } from './free-port.js';
+import { freePort, RecordingLog as Log } from './headless-dp-helpers.js';
 
 const LAYOUT = getVllmLayout('0.33');
 const at = (field: string) => LAYOUT.outputs.indexOf(field as (typeof LAYOUT.outputs)[number]);
@@ -187,22 +187,6 @@ class Frontend {
     this.handshake.close();
     this.input.close();
     this.output.close();
-  }
-}
-
-class Log implements HeadlessLog {
-  readonly lines: string[] = [];
-  info(_f: object, m: string): void {
-    this.lines.push(m);
-  }
-  warn(_f: object, m: string): void {
-    this.lines.push(m);
-  }
-  error(_f: object, m: string): void {
-    this.lines.push(m);
-  }
-  fatal(_f: object, m: string): void {
-    this.lines.push(`fatal: ${m}`);
   }
 }
 

@@ -26,7 +26,7 @@ import {
 import type { HeadlessLog } from '../../../src/engine/vllm/headless/engine.js';
 import { getModelCard } from '../../../src/wire/model-card.js';
 import { until } from '../../until.js';
-import { freePort } from './free-port.js';
+import { freePort, RecordingLog as Log } from './headless-dp-helpers.js';
 
 describe('the wave state machine', () => {
   it('START_DP_WAVE: runs unless excluded or stale; adopts a later wave', () => {
@@ -90,22 +90,6 @@ describe('the wave state machine', () => {
 
 /** Generous for a loaded 2-core CI machine: a wait that succeeds takes milliseconds. */
 const WAIT = { timeoutMs: 30_000 };
-
-class Log implements HeadlessLog {
-  readonly lines: string[] = [];
-  info(_f: object, m: string): void {
-    this.lines.push(m);
-  }
-  warn(_f: object, m: string): void {
-    this.lines.push(m);
-  }
-  error(_f: object, m: string): void {
-    this.lines.push(m);
-  }
-  fatal(_f: object, m: string): void {
-    this.lines.push(m);
-  }
-}
 
 const opened: DpGroup[] = [];
 
