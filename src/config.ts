@@ -57,6 +57,7 @@ export interface RingserveConfig {
   readonly drainTimeoutS: number;
   readonly drainGraceS: number;
   readonly packerThreads: number;
+  readonly inlinePackValues: number;
   readonly workerNice: number;
   readonly workerSchedPolicy: 'other' | 'batch' | 'idle';
   readonly responsePoolMb: number;
@@ -156,6 +157,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'drainTimeoutS', flag: '--drain-timeout-s', kind: 'number', default: 30, min: 0, max: 3600, help: 'on SIGTERM, wait this long for in-flight requests, then abort them' },
   { key: 'drainGraceS', flag: '--drain-grace-s', kind: 'number', default: 3, min: 0, max: 600, help: 'on SIGTERM, the listener answers new connections 503 (Retry-After) from the start of the drain until this long after it, so a load balancer that has not yet noticed gets an answer, not a reset (0 = close it at once)' },
   { key: 'packerThreads', flag: '--packer-threads', kind: 'int', default: null, min: 1, max: 64, derived: 'cores / api-server-count, between 1 and 4', help: 'packer worker threads per API server' },
+  { key: 'inlinePackValues', flag: '--inline-pack-values', kind: 'int', default: 256, min: 0, max: 65_536, help: 'an answer of at most this many numbers (4 a token, plus top candidates, mask and routing ids, prompt logprobs; 16 tokens count 64) is encoded on the main thread, not handed to a packer: cheaper than the hand-off (0 = every answer to a packer)' },
   { key: 'workerNice', flag: '--worker-nice', kind: 'int', default: 10, min: 0, max: 19, env: 'RINGSERVE_WORKER_NICE', help: 'nice of the output worker and packer threads above the main thread (0 = same priority)' },
   { key: 'workerSchedPolicy', flag: '--worker-sched-policy', kind: 'enum', default: 'other', choices: ['other', 'batch', 'idle'], env: 'RINGSERVE_WORKER_SCHED_POLICY', help: 'Linux scheduling policy of the output worker and packer threads' },
   { key: 'responsePoolMb', flag: '--response-pool-mb', kind: 'int', default: 256, min: 0, max: 4096, env: 'RINGSERVE_RESPONSE_POOL_MB', help: 'shared memory the packers write answers into, MiB (0 = a new buffer per answer)' },

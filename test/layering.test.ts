@@ -7,8 +7,8 @@ import { describe, expect, it } from 'vitest';
 /** What the main thread's side of src/server/ may import outside it. */
 const SERVER_OUTSIDE = ['wire', 'shm', 'protocol', 'obs', 'config', 'errors', 'tokenizer'] as const;
 /**
- * What the output worker and the packers may import outside src/server/: not the config (they
- * start from their workerData).
+ * What the output worker and the code the threads share may import outside src/server/: not the
+ * config (the threads start from their workerData).
  */
 const THREAD_OUTSIDE = ['wire', 'shm', 'protocol', 'obs', 'errors', 'tokenizer'] as const;
 
@@ -25,11 +25,12 @@ const THREAD_OUTSIDE = ['wire', 'shm', 'protocol', 'obs', 'errors', 'tokenizer']
  *   worker-output-path.ts, sent-answers.ts);
  * - server/output-worker: the output worker thread (workers/output-worker.ts): its loop, the
  *   scatter and column writer, the stream encoder;
- * - server/packer: the packer threads (workers/packer.ts): the response packer;
  * - server/cross-thread: what two or more threads use: the shared tables and their views (slot meta,
  *   accumulators, block arena, response pool, response view), the messages between threads
- *   (messages.ts, pack-task.ts), code that more than one thread runs (detokenizer,
- *   writer scratch, reject-error) and the output side's errors. It imports no thread's folder;
+ *   (messages.ts, pack-task.ts), code that more than one thread runs (the response packer, which
+ *   the packer threads run and the main thread runs for small answers; detokenizer, writer
+ *   scratch, reject-error) and the output side's errors. It imports no thread's folder. The packer
+ *   threads' entry point (workers/packer.ts) imports only this folder of src/server/;
  * - server/inline: the inline baseline (--output-processing inline), which runs on the main thread
  *   in place of the output worker and packers: it implements main's OutputPath and may import main;
  *   main does not import it;
@@ -51,7 +52,6 @@ const ALLOWED: Readonly<Record<string, readonly string[] | 'any'>> = {
   'server/main': [...SERVER_OUTSIDE, 'server/cross-thread'],
   'server/inline': [...SERVER_OUTSIDE, 'server/main', 'server/cross-thread'],
   'server/output-worker': [...THREAD_OUTSIDE, 'server/cross-thread'],
-  'server/packer': [...THREAD_OUTSIDE, 'server/cross-thread'],
   'server/cross-thread': ['wire', 'shm', 'protocol', 'errors', 'tokenizer'],
   client: ['protocol', 'errors'],
   // shm: the merge threads' priority (thread-priority.ts), as the server's packers.
@@ -81,7 +81,7 @@ function layerOf(path: string): string | null {
  */
 const THREAD_ENTRIES: Readonly<Record<string, string>> = {
   'workers/output-worker.ts': 'server/output-worker',
-  'workers/packer.ts': 'server/packer',
+  'workers/packer.ts': 'server/cross-thread',
 };
 
 /** The imports of a thread's entry point into another thread's folder of src/server/. */
@@ -170,7 +170,6 @@ describe('layering of src/', () => {
       'server/inline',
       'server/main',
       'server/output-worker',
-      'server/packer',
     ]);
     for (const folder of folders) expect(Object.keys(ALLOWED)).toContain(folder);
     const files = entries.filter((e) => e.isFile()).map((e) => e.name);
@@ -205,18 +204,21 @@ describe('layering of src/', () => {
   it("refuses a server thread's import of another thread's folder, and cross-thread's of any", () => {
     expect(
       violations(
-        'src/server/packer/pack.ts',
+        'src/server/cross-thread/response-packer.ts',
         "import type { PackTask } from '../main/packer-pool.js';",
       ),
     ).toEqual([
       {
-        file: 'src/server/packer/pack.ts',
+        file: 'src/server/cross-thread/response-packer.ts',
         imports: '../main/packer-pool.js',
-        why: 'server/packer may import only wire, shm, protocol, obs, errors, tokenizer, server/cross-thread',
+        why: 'server/cross-thread may import only wire, shm, protocol, errors, tokenizer',
       },
     ]);
     expect(
-      violations('src/server/packer/pack.ts', "import { x } from '../output-worker/scatter.js';"),
+      violations(
+        'src/server/cross-thread/response-packer.ts',
+        "import { x } from '../output-worker/scatter.js';",
+      ),
     ).toHaveLength(1);
     expect(
       violations(
@@ -225,7 +227,10 @@ describe('layering of src/', () => {
       ),
     ).toHaveLength(1);
     expect(
-      violations('src/server/output-worker/scatter.ts', "import { p } from '../packer/pack.js';"),
+      violations(
+        'src/server/output-worker/scatter.ts',
+        "import { p } from '../main/packer-pool.js';",
+      ),
     ).toHaveLength(1);
     expect(
       violations(
@@ -246,7 +251,10 @@ describe('layering of src/', () => {
       ),
     ).toHaveLength(1);
     expect(
-      violations('src/server/main/http/app.ts', "import { p } from '../../packer/pack.js';"),
+      violations(
+        'src/server/main/http/app.ts',
+        "import { p } from '../../output-worker/scatter.js';",
+      ),
     ).toHaveLength(1);
     expect(
       violations('src/server/output-worker/output-loop.ts', "import { c } from '../../config.js';"),
@@ -268,11 +276,14 @@ describe('layering of src/', () => {
       {
         file: 'workers/packer.ts',
         imports: '../src/server/main/packer-pool.js',
-        why: "server/packer's entry point may import only its folder",
+        why: "server/cross-thread's entry point may import only its folder",
       },
     ]);
     expect(
-      violations('workers/output-worker.ts', "import { P } from '../src/server/packer/pack.js';"),
+      violations(
+        'workers/output-worker.ts',
+        "import { P } from '../src/server/main/packer-pool.js';",
+      ),
     ).toHaveLength(1);
   });
 
@@ -280,7 +291,6 @@ describe('layering of src/', () => {
     const shared = "import { AccumulatorTable } from '../cross-thread/accumulators.js';";
     expect(violations('src/server/main/worker-output-path.ts', shared)).toEqual([]);
     expect(violations('src/server/output-worker/output-loop.ts', shared)).toEqual([]);
-    expect(violations('src/server/packer/pack.ts', shared)).toEqual([]);
     expect(violations('src/server/inline/inline-output-path.ts', shared)).toEqual([]);
     expect(
       violations(
@@ -303,7 +313,7 @@ describe('layering of src/', () => {
     expect(
       violations(
         'workers/packer.ts',
-        "import type { T } from '../src/server/cross-thread/pack-task.js';\nimport { P } from '../src/server/packer/pack.js';\nimport { e } from '../src/errors.js';",
+        "import type { T } from '../src/server/cross-thread/pack-task.js';\nimport { P } from '../src/server/cross-thread/response-packer.js';\nimport { e } from '../src/errors.js';",
       ),
     ).toEqual([]);
     expect(

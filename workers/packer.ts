@@ -13,9 +13,9 @@ import type {
   PackerWorkerData,
   PackTask,
 } from '../src/server/cross-thread/pack-task.js';
+import { ResponsePacker } from '../src/server/cross-thread/response-packer.js';
 import { ResponsePool } from '../src/server/cross-thread/response-pool.js';
 import { IdleRelease, reservedScratch } from '../src/server/cross-thread/writer-scratch.js';
-import { ResponsePacker } from '../src/server/packer/pack.js';
 import { lowerThisThread } from '../src/shm/thread-priority.js';
 
 const data = workerData as PackerWorkerData;

@@ -84,6 +84,7 @@ async function main(env: ChildEnv, region: Region, log: Logger): Promise<void> {
     inFlight: () => coordinator.table.active,
     packerQueue: () => output.queueDepth(),
     responsePool: () => output.poolStats(),
+    inlineAnswers: () => output.inlineAnswers(),
     onLoopBlocked: (lateMs) => log.warn({ blocked_ms: Math.round(lateMs) }, 'event loop blocked'),
     threadBase: threadHealthIndex(region.params, server) + THREAD_MAIN * THREAD_STRIDE,
   });

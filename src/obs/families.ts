@@ -9,6 +9,7 @@ import {
   HEALTH_CPU_USER,
   HEALTH_HEAP_USED,
   HEALTH_IN_FLIGHT,
+  HEALTH_INLINE_ANSWERS,
   HEALTH_LAG_MAX,
   HEALTH_LAG_P50,
   HEALTH_LAG_P99,
@@ -378,6 +379,12 @@ export const HEALTH_COUNTERS: readonly HealthGauge[] = [
     name: 'ringserve_response_pool_one_off_answers_total',
     help: 'Answers given a buffer of their own: larger than a quarter of the response pool, or no free run in it.',
     slot: HEALTH_POOL_ONE_OFF,
+    serversOnly: true,
+  },
+  {
+    name: 'ringserve_inline_answers_total',
+    help: 'Answers small enough (--inline-pack-values) that the main thread encoded them itself, not a packer.',
+    slot: HEALTH_INLINE_ANSWERS,
     serversOnly: true,
   },
 ];

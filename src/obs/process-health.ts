@@ -28,6 +28,7 @@ import {
   HEALTH_GC_MAX,
   HEALTH_HEAP_USED,
   HEALTH_IN_FLIGHT,
+  HEALTH_INLINE_ANSWERS,
   HEALTH_LAG_MAX,
   HEALTH_LAG_P50,
   HEALTH_LAG_P99,
@@ -85,6 +86,8 @@ export interface ProcessHealthOptions {
   packerQueue?: () => number;
   /** The response pool's figures (API servers; null without a pool). */
   responsePool?: () => ResponsePoolFigures | null;
+  /** Answers the main thread encoded itself, since it started (API servers). */
+  inlineAnswers?: () => number;
   /** The publish timer fired `lateMs` after it was due: the event loop was blocked that long. */
   onLoopBlocked?: (lateMs: number) => void;
   /** Lateness that counts as a blocked loop, ms. */
@@ -102,8 +105,8 @@ export class ProcessHealth {
   readonly #thread: ThreadHealthEntry | null;
   /** CPU seconds of the processes before this one in this block (user, system). */
   #cpuCarry = [0, 0];
-  /** Answers the processes before this one in this block placed (pooled, one-off). */
-  #poolCarry = [0, 0];
+  /** Answers the processes before this one in this block placed (pooled, one-off, inline). */
+  #poolCarry = [0, 0, 0];
   #observer: PerformanceObserver | null = null;
   #timer: NodeJS.Timeout | null = null;
   #dueAt = 0;
@@ -132,7 +135,11 @@ export class ProcessHealth {
     const s = this.#slots;
     const b = this.#base;
     this.#cpuCarry = [s[b + HEALTH_CPU_USER]!, s[b + HEALTH_CPU_SYSTEM]!];
-    this.#poolCarry = [s[b + HEALTH_POOL_POOLED]!, s[b + HEALTH_POOL_ONE_OFF]!];
+    this.#poolCarry = [
+      s[b + HEALTH_POOL_POOLED]!,
+      s[b + HEALTH_POOL_ONE_OFF]!,
+      s[b + HEALTH_INLINE_ANSWERS]!,
+    ];
     s[b + HEALTH_POOL_IN_USE] = 0;
     this.#thread?.begin();
     s.fill(0, b + HEALTH_GC_MAX, b + HEALTH_GC_MAX + GC_KIND_COUNT);
@@ -194,6 +201,8 @@ export class ProcessHealth {
       s[b + HEALTH_POOL_POOLED] = this.#poolCarry[0]! + pool.pooled;
       s[b + HEALTH_POOL_ONE_OFF] = this.#poolCarry[1]! + pool.oversize + pool.full;
     }
+    if (opts.inlineAnswers)
+      s[b + HEALTH_INLINE_ANSWERS] = this.#poolCarry[2]! + opts.inlineAnswers();
     s[b + HEALTH_PUBLISHED_AT_MS] = Date.now();
   }
 

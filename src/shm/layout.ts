@@ -164,6 +164,8 @@ export const HEALTH_POOL_IN_USE = 11;
  */
 export const HEALTH_POOL_POOLED = 12;
 export const HEALTH_POOL_ONE_OFF = 13;
+/** API servers only: answers the main thread encoded itself (--inline-pack-values), since the region was created. */
+export const HEALTH_INLINE_ANSWERS = 14;
 /** Longest GC pause by kind (GC_KIND_* order), seconds, since the process started. */
 export const HEALTH_GC_MAX = 16;
 /** GC pause histograms by kind, GC_HIST_STRIDE slots each (buckets, +Inf, sum; see HIST_* below). */

@@ -125,17 +125,18 @@ afterAll(async () => {
 describe('cluster-wide /metrics', () => {
   it('after 10 requests of 50 tokens, every API server reports 500 tokens and 10 length finishes', async () => {
     await Promise.all(Array.from({ length: 10 }, (_, i) => generate(cluster.url, `m${i}`, 50)));
-    // Each answer was packed into its server's response pool, none into a buffer of its own (the
-    // servers publish their counts every 100 ms).
-    const pooled = await until(
+    // 50 tokens are 200 values, under --inline-pack-values' 256: each answer was encoded on its
+    // server's main thread, none by a packer (the servers publish their counts every 100 ms).
+    const inline = await until(
       async () =>
         (await scrape(cluster.url)).metrics
-          .all('ringserve_response_pool_answers_total')
+          .all('ringserve_inline_answers_total')
           .reduce((a, n) => a + n, 0),
       (n) => n === 10,
     );
-    expect(pooled).toBe(10);
+    expect(inline).toBe(10);
     for (const { metrics: m } of await scrapeBoth(cluster.url)) {
+      expect(m.all('ringserve_response_pool_answers_total')).toEqual([0, 0]);
       expect(m.all('ringserve_response_pool_one_off_answers_total')).toEqual([0, 0]);
       expect(m.all('ringserve_response_pool_in_use_bytes')).toHaveLength(2);
       expect(m.value('vllm:generation_tokens_total')).toBe(500);

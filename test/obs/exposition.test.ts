@@ -18,6 +18,7 @@ import {
   HEALTH_GC_HIST,
   HEALTH_GC_MAX,
   HEALTH_HEAP_USED,
+  HEALTH_INLINE_ANSWERS,
   HEALTH_POOL_IN_USE,
   HEALTH_POOL_ONE_OFF,
   HEALTH_POOL_POOLED,
@@ -225,16 +226,20 @@ describe('cluster metrics exposition', () => {
     f64[h0 + HEALTH_POOL_IN_USE] = 65_536;
     f64[h0 + HEALTH_POOL_POOLED] = 7;
     f64[h0 + HEALTH_POOL_ONE_OFF] = 2;
+    f64[h0 + HEALTH_INLINE_ANSWERS] = 5;
     const q = parseExposition(metricsFor(region).render());
     expect(q.value('ringserve_response_pool_in_use_bytes', { api_server: '0' })).toBe(65_536);
     expect(q.value('ringserve_response_pool_answers_total', { api_server: '0' })).toBe(7);
     expect(q.value('ringserve_response_pool_one_off_answers_total', { api_server: '0' })).toBe(2);
+    expect(q.value('ringserve_inline_answers_total', { api_server: '0' })).toBe(5);
     expect(q.types.get('ringserve_response_pool_answers_total')).toBe('counter');
+    expect(q.types.get('ringserve_inline_answers_total')).toBe('counter');
     expect(q.types.get('ringserve_response_pool_in_use_bytes')).toBe('gauge');
     for (const name of [
       'ringserve_response_pool_in_use_bytes',
       'ringserve_response_pool_answers_total',
       'ringserve_response_pool_one_off_answers_total',
+      'ringserve_inline_answers_total',
     ]) {
       expect(q.find(name, { api_server: 'engine' }), name).toBeUndefined();
     }

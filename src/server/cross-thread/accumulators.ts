@@ -254,6 +254,23 @@ export class AccumulatorTable {
     return this.get(slot, AccWord.Error);
   }
 
+  /**
+   * How many numbers the slot's answer holds, every column counted (tokens, logprobs, weight
+   * versions, top candidates, masks, routing ids, prompt logprobs) plus its text bytes over 4: what
+   * an encoder's time grows with, read in O(1) to decide where the answer is encoded.
+   */
+  answerValues(slot: number): number {
+    const b = this.wordIndex(slot, 0);
+    const w = this.words;
+    const tokens = w[b + AccWord.Completion]!;
+    const routing = w[b + AccWord.RoutingRows]! * w[b + AccWord.Layers]! * w[b + AccWord.Topk]!;
+    const prompt = w[b + AccWord.PromptPositions]! * w[b + AccWord.PromptWidth]! * 3;
+    const text = Math.max(0, w[b + AccWord.TextBytes]!) >> 2;
+    return (
+      tokens * (4 + 2 * w[b + AccWord.TopK]!) + w[b + AccWord.MaskIds]! + routing + prompt + text
+    );
+  }
+
   /** Bytes of the answer's text: up to a stop string's cut, else all that was detokenized. */
   textLength(slot: number): number {
     const end = this.get(slot, AccWord.TextEnd);

@@ -1,5 +1,5 @@
 // What the main thread's packer pool (main/packer-pool.ts) and a packer thread (workers/packer.ts,
-// packer/pack.ts) pass each other: the task, the thread's start data, the answer (a failure as the
+// response-packer.ts) pass each other: the task, the thread's start data, the answer (a failure as the
 // coded error's plain data, src/errors.ts).
 import type { ErrorData } from '../../errors.js';
 import type { ChatParseOptions } from '../../protocol/chat-parse/chat-output.js';

@@ -136,6 +136,11 @@ export class InlineOutputPath implements OutputPath {
   }
 
   /** The inline path encodes into buffers of its own: no response pool. */
+  /** Every answer of this path is built on the main thread; the counter is the worker path's. */
+  inlineAnswers(): number {
+    return 0;
+  }
+
   poolStats(): null {
     return null;
   }

@@ -30,8 +30,11 @@ export interface OutputPath {
    * sequence's ADD record is written.
    */
   open(record: RequestRecord, index: number): void;
-  /** Every choice of a non-streaming request finished well: its answer in record.form. */
-  encode(record: RequestRecord): Promise<Buffer>;
+  /**
+   * Every choice of a non-streaming request finished well: its answer in record.form, at once
+   * (encoded on this thread) or later (by another); a failure to encode throws or rejects.
+   */
+  encode(record: RequestRecord): Buffer | Promise<Buffer>;
   /**
    * A stream with several choices (OpenAI's n, or several prompts) whose every choice has sent its
    * last event: the events that end it (the usage event when asked, then [DONE]).
@@ -43,6 +46,8 @@ export interface OutputPath {
   engineDown(): void;
   /** Outstanding encode work (packer queue depth), for metrics. */
   queueDepth(): number;
+  /** Answers encoded on the main thread since the start, for metrics. */
+  inlineAnswers(): number;
   /** How answers were placed in the response pool, for metrics; null without one. */
   poolStats(): ResponsePoolStats | null;
   close(): Promise<void>;

@@ -274,22 +274,37 @@ export class RequestCoordinator implements OutputEvents {
 
   /** Every choice finished well: the output side encodes the answer (a packer, for the worker path). */
   #encode(record: RequestRecord): void {
-    record.encoding = true;
-    this.#output!.encode(record).then(
-      (body) => {
-        record.encoding = false;
-        if (this.#settle(record, 200, null)) {
-          record.reply.send(body, record.form);
-          this.#done(record, true);
-        }
-        this.#free(record);
-      },
-      (error: unknown) => {
-        record.encoding = false;
-        this.#fail(record, error);
-        this.#free(record);
-      },
-    );
+    let body: Buffer | Promise<Buffer>;
+    try {
+      body = this.#output!.encode(record);
+    } catch (error) {
+      this.#encodeFailed(record, error);
+      return;
+    }
+    if (body instanceof Promise) {
+      record.encoding = true;
+      body.then(
+        (buffer) => this.#encoded(record, buffer),
+        (error: unknown) => this.#encodeFailed(record, error),
+      );
+    } else {
+      this.#encoded(record, body);
+    }
+  }
+
+  #encoded(record: RequestRecord, body: Buffer): void {
+    record.encoding = false;
+    if (this.#settle(record, 200, null)) {
+      record.reply.send(body, record.form);
+      this.#done(record, true);
+    }
+    this.#free(record);
+  }
+
+  #encodeFailed(record: RequestRecord, error: unknown): void {
+    record.encoding = false;
+    this.#fail(record, error);
+    this.#free(record);
   }
 
   /** Every choice of a stream with several finished well: its last events end it. */

@@ -3,6 +3,12 @@
  * accumulators, the packer pool encodes finished requests into one Buffer each, and the main thread
  * only forwards slots and Buffers. It keeps nothing per request (the coordinator's record has all it
  * needs); per drain pass it receives one message, whatever the number of tokens in it.
+ *
+ * The one exception is a small answer (at most --inline-pack-values numbers: a short completion
+ * without routing rows): handing it to a packer costs the main thread more than encoding it (the
+ * task's messages, piscina's bookkeeping, a second wake-up), so the main thread encodes it itself,
+ * with the packers' own encoder, from the same typed-array columns; its time is bounded by the limit
+ * and no per-token object is made.
  */
 import type { RingserveConfig } from '../../config.js';
 import { ExitCode } from '../../errors.js';
@@ -16,8 +22,10 @@ import { getModelCard } from '../../wire/model-card.js';
 import { AccumulatorTable } from '../cross-thread/accumulators.js';
 import { reserveArenaBuffer } from '../cross-thread/block-arena.js';
 import type { TokenBytesData } from '../cross-thread/detokenizer.js';
+import { tokenBytesFor } from '../cross-thread/detokenizer.js';
 import type { KvParamsBatch, OutputBatch } from '../cross-thread/messages.js';
-import type { PackOpenAi } from '../cross-thread/pack-task.js';
+import type { PackOpenAi, PackTask } from '../cross-thread/pack-task.js';
+import { ResponsePacker } from '../cross-thread/response-packer.js';
 import type { ResponsePoolStats } from '../cross-thread/response-pool.js';
 import { requestFailure } from '../cross-thread/response-view.js';
 import { SlotMetaTable } from '../cross-thread/slot-meta.js';
@@ -32,18 +40,23 @@ export class WorkerOutputPath implements OutputPath {
   readonly #meta: SlotMetaTable;
   readonly #acc: AccumulatorTable;
   readonly #packers: PackerPool;
+  /** The main thread's encoder of small answers; null when --inline-pack-values is 0. */
+  readonly #inline: { packer: ResponsePacker; maxValues: number } | null;
   readonly #events: OutputEvents;
   #worker: OutputWorker | null = null;
+  #inlineAnswers = 0;
 
   private constructor(
     meta: SlotMetaTable,
     acc: AccumulatorTable,
     packers: PackerPool,
+    inline: { packer: ResponsePacker; maxValues: number } | null,
     events: OutputEvents,
   ) {
     this.#meta = meta;
     this.#acc = acc;
     this.#packers = packers;
+    this.#inline = inline;
     this.#events = events;
   }
 
@@ -73,7 +86,14 @@ export class WorkerOutputPath implements OutputPath {
       priority,
       ...tokens,
     });
-    const path = new WorkerOutputPath(meta, acc, packers, events);
+    const inline =
+      config.inlinePackValues > 0
+        ? {
+            packer: new ResponsePacker(meta.sab, acc.sab, arenaSab, tokenBytesFor(tokens)),
+            maxValues: config.inlinePackValues,
+          }
+        : null;
+    const path = new WorkerOutputPath(meta, acc, packers, inline, events);
     path.#worker = await OutputWorker.start({
       ringSab: region.sab,
       ringOffset: outputRingOffset(region.params, server),
@@ -111,18 +131,27 @@ export class WorkerOutputPath implements OutputPath {
     }
   }
 
-  encode(record: RequestRecord): Promise<Buffer> {
-    const { group, identity } = record;
-    return this.#packers.pack({
-      slots: group.slots,
-      generations: group.gens,
-      form: record.form,
-      requestId: identity.requestId,
-      model: identity.model,
-      created: identity.created,
-      kvTransferParams: record.request.kvTransferParams,
-      ...packOpenAi(record),
-    });
+  encode(record: RequestRecord): Buffer | Promise<Buffer> {
+    const task = packTask(record);
+    const inline = this.#inline;
+    if (inline !== null && this.#values(task) <= inline.maxValues) {
+      const body = inline.packer.pack(task);
+      this.#inlineAnswers++;
+      return body;
+    }
+    return this.#packers.pack(task);
+  }
+
+  /** The numbers the task's answer holds (accumulated columns, echoed prompts and their ids). */
+  #values(task: PackTask): number {
+    let values = 0;
+    for (const slot of task.slots) values += this.#acc.answerValues(slot);
+    const openai = task.openai;
+    if (openai !== undefined) {
+      for (const text of openai.echo ?? []) values += text.length >> 2;
+      for (const ids of openai.promptTokenIds ?? []) values += ids.length;
+    }
+    return values;
   }
 
   streamTail(record: RequestRecord): Buffer {
@@ -152,6 +181,10 @@ export class WorkerOutputPath implements OutputPath {
 
   queueDepth(): number {
     return this.#packers.queueSize;
+  }
+
+  inlineAnswers(): number {
+    return this.#inlineAnswers;
   }
 
   poolStats(): ResponsePoolStats | null {
@@ -228,6 +261,21 @@ function setKvParams(events: OutputEvents, kv: KvParamsBatch): Map<number, Error
     from = to;
   }
   return failures;
+}
+
+/** What an encoder needs besides the slots' columns to write the request's answer. */
+function packTask(record: RequestRecord): PackTask {
+  const { group, identity } = record;
+  return {
+    slots: group.slots,
+    generations: group.gens,
+    form: record.form,
+    requestId: identity.requestId,
+    model: identity.model,
+    created: identity.created,
+    kvTransferParams: record.request.kvTransferParams,
+    ...packOpenAi(record),
+  };
 }
 
 /** What a packer needs besides the columns to write an OpenAI answer (nothing for generate). */

@@ -1,13 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { SseParser } from '../../../src/client/stream.js';
 import type { PackTask } from '../../../src/server/cross-thread/pack-task.js';
+import { ResponsePacker } from '../../../src/server/cross-thread/response-packer.js';
 import {
   ResponseFormCode,
   type SlotMetaFields,
 } from '../../../src/server/cross-thread/slot-meta.js';
 import { SlotEventList } from '../../../src/server/output-worker/slot-events.js';
 import { StreamEncoder } from '../../../src/server/output-worker/stream-encoder.js';
-import { ResponsePacker } from '../../../src/server/packer/pack.js';
 import { tokenizerForModel } from '../../../src/tokenizer/presets.js';
 import { FinishReason } from '../../../src/wire/types.js';
 import { TINY_IM_END, tinyId, tinyIds } from '../tiny-tokens.js';

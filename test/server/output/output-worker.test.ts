@@ -13,9 +13,9 @@ import {
   RS_ERR_OUTPUT_WORKER_FAILED,
 } from '../../../src/server/cross-thread/errors.js';
 import type { OutputBatch } from '../../../src/server/cross-thread/messages.js';
+import { ResponsePacker } from '../../../src/server/cross-thread/response-packer.js';
 import { ResponseFormCode, SlotMetaTable } from '../../../src/server/cross-thread/slot-meta.js';
 import { OutputWorker } from '../../../src/server/main/output-worker-handle.js';
-import { ResponsePacker } from '../../../src/server/packer/pack.js';
 import { outputRingOffset } from '../../../src/shm/layout.js';
 import {
   createRegion,

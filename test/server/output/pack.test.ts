@@ -5,9 +5,9 @@ import { decodeGenerateBody, type GenerateResult } from '../../../src/client/dec
 import { checkInvariants } from '../../../src/client/invariants.js';
 import { CONTENT_TYPE, type ResponseForm } from '../../../src/protocol/generate-response.js';
 import type { PackTask } from '../../../src/server/cross-thread/pack-task.js';
+import { ResponsePacker } from '../../../src/server/cross-thread/response-packer.js';
 import { PackerPool, type PackerPoolOptions } from '../../../src/server/main/packer-pool.js';
 import { releaseWhenSent } from '../../../src/server/main/sent-answers.js';
-import { ResponsePacker } from '../../../src/server/packer/pack.js';
 import { TINY_BYTES } from '../tiny-tokens.js';
 import { events, type Harness, makeHarness, metaFields } from './harness.js';
 

@@ -1,5 +1,6 @@
-// Encoding of a finished request from the shared tables: what a packer thread runs per task (and
-// what a test or the inline path can run on any thread). The columns are views into the arena; the
+// Encoding of a finished request from the shared tables: what a packer thread runs per task, and
+// what the main thread runs for an answer small enough that the hand-off would cost more than the
+// encoding (worker-output-path.ts, --inline-pack-values). The columns are views into the arena; the
 // encoders write them into the packer's reused writer, and the result is copied out once: into a
 // run of the response pool, or into a Buffer of its own when the pool has no room for it.
 
@@ -20,12 +21,12 @@ import {
 } from '../../protocol/openai-response.js';
 import type { ChoiceColumns, GenerateResponseColumns } from '../../protocol/response-columns.js';
 import type { TokenBytes } from '../../protocol/token-bytes.js';
-import { AccumulatorTable, SlotState } from '../cross-thread/accumulators.js';
-import { RS_ERR_OUTPUT_BAD_SLOT, RS_ERR_OUTPUT_NOT_FINISHED } from '../cross-thread/errors.js';
-import type { PackTask } from '../cross-thread/pack-task.js';
-import type { PoolRun, ResponsePool } from '../cross-thread/response-pool.js';
-import { ResponseView, requestFailure } from '../cross-thread/response-view.js';
-import { SlotMetaTable } from '../cross-thread/slot-meta.js';
+import { AccumulatorTable, SlotState } from './accumulators.js';
+import { RS_ERR_OUTPUT_BAD_SLOT, RS_ERR_OUTPUT_NOT_FINISHED } from './errors.js';
+import type { PackTask } from './pack-task.js';
+import type { PoolRun, ResponsePool } from './response-pool.js';
+import { ResponseView, requestFailure } from './response-view.js';
+import { SlotMetaTable } from './slot-meta.js';
 
 const utf8 = new TextDecoder();
 
