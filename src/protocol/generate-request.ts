@@ -129,9 +129,11 @@ function refuseUnsupported(request: GenerateRequest, opts: GenerateRequestOption
 function readTokenIds(body: Body, opts: GenerateRequestOptions): Int32Array {
   const ids = body.token_ids;
   if (ids === undefined || ids === null) fail('token_ids', 'is required');
-  if (!Array.isArray(ids))
+  // Already an Int32Array of ids >= 0 when the route's JSON parser read it (json-token-ids.ts).
+  const read = ids instanceof Int32Array;
+  if (!read && !Array.isArray(ids))
     fail('token_ids', `must be an array of integers, got ${describeValue(ids)}`);
-  const len = ids.length;
+  const len = (ids as Int32Array | unknown[]).length;
   if (len === 0) fail('token_ids', 'must hold at least 1 token');
   if (len >= opts.maxModelLen) {
     fail(
@@ -139,10 +141,17 @@ function readTokenIds(body: Body, opts: GenerateRequestOptions): Int32Array {
       `the prompt has ${len} tokens; max_model_len ${opts.maxModelLen} leaves no room to generate`,
     );
   }
-  const out = new Int32Array(len);
   const vocab = opts.vocabSize;
+  if (read) {
+    for (let i = 0; i < len; i++) {
+      if (ids[i]! >= vocab) intElement(ids[i], '', 'token_ids', i, 0, vocab);
+    }
+    return ids;
+  }
+  const list = ids as unknown[];
+  const out = new Int32Array(len);
   for (let i = 0; i < len; i++) {
-    const v: unknown = ids[i];
+    const v: unknown = list[i];
     out[i] =
       typeof v === 'number' && Number.isInteger(v) && v >= 0 && v < vocab
         ? v

@@ -208,4 +208,21 @@ describe('limits', () => {
     await health.body.dump();
     expect(health.statusCode).toBe(200);
   });
+
+  it('JSON bodies: invalid JSON and prototype-poisoning keys, literal or escaped, are a 400; escapes elsewhere parse', async () => {
+    const cluster = await startCluster(['--max-speed']);
+    expectContractError(await post(cluster.url, '{"token_ids": [1, 2'), 400);
+    const prompt = '"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 2}';
+    for (const key of ['"__proto__"', '"\\u005f_proto__"', '"constructor"']) {
+      const poisoned = `{${prompt}, ${key}: {"prototype": {"x": 1}}}`;
+      const answer = await post(cluster.url, poisoned);
+      expect(answer.status, poisoned).toBe(400);
+      expect(answer.json.error.code).toBe(400);
+    }
+    // A \u escape in a string value takes fastify's parser, and parses: the request is served.
+    const escaped = await post(cluster.url, `{${prompt}, "request_id": "caf\\u00e9-1"}`);
+    expect(escaped.status).toBe(200);
+    const plain = await post(cluster.url, `{${prompt}}`);
+    expect(plain.status).toBe(200);
+  });
 });

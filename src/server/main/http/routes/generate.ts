@@ -19,6 +19,9 @@ import { AbortingReply, type FailureInjector } from '../failure-injection.js';
 import { HttpReply } from '../http-reply.js';
 import { responseForm } from '../negotiate.js';
 
+/** The vLLM generate route's path. */
+export const GENERATE_PATH = '/inference/v1/generate';
+
 export interface GenerateDeps {
   config: RingserveConfig;
   coordinator: RequestCoordinator;
@@ -37,7 +40,7 @@ export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps):
     ...deps.requestOptions,
     priorityScheduling: config.schedulingPolicy === 'priority',
   };
-  app.post('/inference/v1/generate', async (request, reply) => {
+  app.post(GENERATE_PATH, async (request, reply) => {
     const parsed = parseGenerateRequest(request.body, requestOptions);
     const deadline = requestDeadline(request.headers[DEADLINE_HEADER], config.requestTimeout);
     const rank = dataParallelRank(request.headers[DP_RANK_HEADER], config.dataParallelSize);
