@@ -193,6 +193,11 @@ describe('RingProducer / RingConsumer', () => {
     ring.producer.tryReserve(1, 8);
     ring.producer.commit();
     expect(bell.rings()).toBe(seq + 1);
+    // That producer claimed the wake: a commit before the sleeper is up makes no second one.
+    expect(bell.isSleeping()).toBe(false);
+    ring.producer.tryReserve(1, 8);
+    ring.producer.commit();
+    expect(bell.rings()).toBe(seq + 1);
     bell.endSleep();
     expect(ring.consumer.waitForData(1000)).toBe(true);
   });
