@@ -106,7 +106,7 @@ export class ProcessHealth {
   /** CPU seconds of the processes before this one in this block (user, system). */
   #cpuCarry = [0, 0];
   /** Answers the processes before this one in this block placed (pooled, one-off, inline). */
-  #poolCarry = [0, 0, 0];
+  #answerCarry = [0, 0, 0];
   #observer: PerformanceObserver | null = null;
   #timer: NodeJS.Timeout | null = null;
   #dueAt = 0;
@@ -135,7 +135,7 @@ export class ProcessHealth {
     const s = this.#slots;
     const b = this.#base;
     this.#cpuCarry = [s[b + HEALTH_CPU_USER]!, s[b + HEALTH_CPU_SYSTEM]!];
-    this.#poolCarry = [
+    this.#answerCarry = [
       s[b + HEALTH_POOL_POOLED]!,
       s[b + HEALTH_POOL_ONE_OFF]!,
       s[b + HEALTH_INLINE_ANSWERS]!,
@@ -198,11 +198,11 @@ export class ProcessHealth {
     const pool = opts.responsePool?.() ?? null;
     if (pool !== null) {
       s[b + HEALTH_POOL_IN_USE] = pool.inUseBytes;
-      s[b + HEALTH_POOL_POOLED] = this.#poolCarry[0]! + pool.pooled;
-      s[b + HEALTH_POOL_ONE_OFF] = this.#poolCarry[1]! + pool.oversize + pool.full;
+      s[b + HEALTH_POOL_POOLED] = this.#answerCarry[0]! + pool.pooled;
+      s[b + HEALTH_POOL_ONE_OFF] = this.#answerCarry[1]! + pool.oversize + pool.full;
     }
     if (opts.inlineAnswers)
-      s[b + HEALTH_INLINE_ANSWERS] = this.#poolCarry[2]! + opts.inlineAnswers();
+      s[b + HEALTH_INLINE_ANSWERS] = this.#answerCarry[2]! + opts.inlineAnswers();
     s[b + HEALTH_PUBLISHED_AT_MS] = Date.now();
   }
 
