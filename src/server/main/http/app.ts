@@ -76,21 +76,9 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   const json = app.getDefaultJsonParser('error', 'error');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     const bytes = body as Buffer;
-    if (bytes.length === 0) {
-      done(null, undefined);
-      return;
-    }
-    if (cannotPoison(bytes)) {
-      const parsed = request.url === GENERATE_PATH ? parseWithTokenIds(bytes) : undefined;
-      if (parsed !== undefined) {
-        done(null, parsed);
-        return;
-      }
-      const text = bytes.toString('utf8');
-      parseOr(text, () => json(request, text, done), done);
-    } else {
-      json(request, bytes.toString('utf8'), done);
-    }
+    const value = bytes.length === 0 ? undefined : quickParse(bytes, request.url === GENERATE_PATH);
+    if (bytes.length === 0 || value !== undefined) done(null, value);
+    else json(request, bytes.toString('utf8'), done);
   });
   app.setErrorHandler((error, _request, reply) => {
     const body = toErrorBody(error);
@@ -140,23 +128,20 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   return app;
 }
 
-/** True when no key of this JSON text can be `__proto__` or `constructor`, literally or escaped. */
-function cannotPoison(bytes: Buffer): boolean {
-  return !bytes.includes('__proto__') && !bytes.includes('constructor') && !bytes.includes('\\u');
-}
-
-/** JSON.parse's value to `done`; when the text is not JSON, `fallback` answers instead. */
-function parseOr(
-  text: string,
-  fallback: () => void,
-  done: (error: Error | null, value?: unknown) => void,
-): void {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    fallback();
-    return;
+/**
+ * The body's value without fastify's parser, or undefined when that parser must answer: a key could
+ * be `__proto__` or `constructor` (literally, or through a \u escape), or the text is not JSON.
+ * JSON.parse never gives undefined, so undefined means only that.
+ */
+function quickParse(bytes: Buffer, generate: boolean): unknown {
+  if (bytes.includes('__proto__') || bytes.includes('constructor') || bytes.includes('\\u')) {
+    return undefined;
   }
-  done(null, value);
+  const body = generate ? parseWithTokenIds(bytes) : undefined;
+  if (body !== undefined) return body;
+  try {
+    return JSON.parse(bytes.toString('utf8'));
+  } catch {
+    return undefined;
+  }
 }
