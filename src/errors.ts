@@ -456,6 +456,11 @@ export const RS_ERR_VLLM_HANDSHAKE = createError(
   'vLLM handshake failed: %s',
   500,
 );
+export const RS_ERR_ZMTP_PROTOCOL = createError(
+  'RS_ERR_ZMTP_PROTOCOL',
+  'ZMTP peer refused: %s',
+  502,
+);
 
 /**
  * How a ringserve process ends, for whoever started it: the CLI and `ringserve-bench` for a shell

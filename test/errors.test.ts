@@ -92,6 +92,7 @@ const PINNED: ReadonlyArray<readonly [string, number]> = [
   ['RS_ERR_VLLM_DECODE', 500],
   ['RS_ERR_VLLM_LAYOUT', 503],
   ['RS_ERR_VLLM_HANDSHAKE', 500],
+  ['RS_ERR_ZMTP_PROTOCOL', 502],
 ];
 
 const CREATE_ERROR_CALL =

@@ -18,7 +18,7 @@
  *
  * zeromq.js allows one send in progress per socket, so each socket's sends go through a queue.
  */
-import { Pull, Router } from 'zeromq';
+import { Router } from 'zeromq';
 import {
   RS_ERR_CONTROL_TIMEOUT,
   RS_ERR_ENGINE_DEAD,
@@ -47,6 +47,7 @@ import {
   REQUEST_TYPE_FRAMES,
   RequestType,
 } from './requests.js';
+import { ZmtpPull } from './zmtp-pull.js';
 
 export type LinkLog = (
   level: 'info' | 'warn' | 'error',
@@ -119,7 +120,7 @@ export class RankLink implements VllmEngineLink {
   readonly #bridge: VllmBridge;
   readonly #options: RankLinkOptions;
   #input: Router | null = null;
-  #output: Pull | null = null;
+  #output: ZmtpPull | null = null;
   #inputQueue: SendQueue | null = null;
   #inputEndpoint = '';
   #outputEndpoint = '';
@@ -226,34 +227,45 @@ export class RankLink implements VllmEngineLink {
 
   // ---- sockets -------------------------------------------------------------------------------------
 
-  /** Binds a fresh input ROUTER and output PULL on ephemeral ports (their endpoints go in the init). */
+  /**
+   * Binds a fresh input ROUTER and output PULL on ephemeral ports (their endpoints go in the init).
+   * The PULL is ringserve's own (zmtp-pull.ts): the engine's outputs are read without a Buffer
+   * with a finalizer per frame.
+   */
   async #openData(): Promise<void> {
     this.#input?.close();
     this.#output?.close();
     const host = hostPart(this.#options.address);
     const input = new Router({ ...socketOptions(this.#options.address), handover: true });
-    const output = new Pull({ receiveHighWaterMark: 0, ipv6: this.#options.address.includes(':') });
+    let output: ZmtpPull | null = null;
     try {
       await input.bind(`tcp://${host}:0`);
-      await output.bind(`tcp://${host}:0`);
+      output = await ZmtpPull.bind(this.#options.address, {
+        onMessage: (frames) => this.#onOutput(output!, frames),
+        onPeerError: (error) =>
+          this.#options.log('error', 'a connection to the vLLM output socket was closed', {
+            rank: this.rank,
+            err: error,
+          }),
+      });
     } finally {
       // Closed meanwhile (or a bind failed): nothing of these sockets may outlive the link.
-      if (this.#closed) {
+      if (this.#closed || output === null) {
         input.close();
-        output.close();
+        output?.close();
       }
     }
     if (this.#closed) return;
     this.#input = input;
     this.#output = output;
+    this.#readerParked = false;
     this.#inputEndpoint = input.lastEndpoint ?? '';
-    this.#outputEndpoint = output.lastEndpoint ?? '';
+    this.#outputEndpoint = output.endpoint;
     this.#inputQueue = new SendQueue(
       (frames) => input.send(frames),
       (error) => this.#options.log('error', 'vLLM input socket send failed', { err: error }),
     );
     void this.#readInput(input);
-    void this.#readOutput(output);
   }
 
   #sendInput(type: number, payload: Buffer): void {
@@ -330,43 +342,38 @@ export class RankLink implements VllmEngineLink {
     }
   }
 
-  async #readOutput(output: Pull): Promise<void> {
+  /** One output message of the engine (every frame of it). */
+  #onOutput(output: ZmtpPull, frames: Buffer[]): void {
+    if (output !== this.#output) return;
+    this.#lastHeard = Date.now();
+    const reader = this.#reader;
+    if (this.#phase !== 'attached' || reader === null) return;
+    const confirmed = reader.confirmed;
     try {
-      for await (const frames of output) {
-        if (output !== this.#output) break;
-        this.#lastHeard = Date.now();
-        const reader = this.#reader;
-        if (this.#phase !== 'attached' || reader === null) continue;
-        const confirmed = reader.confirmed;
-        try {
-          reader.read(frames, this.#sink);
-        } catch (error) {
-          if (error instanceof RS_ERR_VLLM_LAYOUT) this.#refuse(error.message);
-          else this.#options.log('error', 'a vLLM output message was dropped', { err: error });
-        }
-        if (!confirmed && reader.confirmed) this.#layoutConfirmed(reader.layout);
-        this.#bridge.notify();
-        const room = this.#bridge.backlogRoom();
-        if (room !== null) await this.#waitForRoom(room);
-      }
+      reader.read(frames, this.#sink);
     } catch (error) {
-      if (!this.#closed && output === this.#output)
-        this.#options.log('error', 'vLLM output socket failed', { err: error });
+      if (error instanceof RS_ERR_VLLM_LAYOUT) this.#refuse(error.message);
+      else this.#options.log('error', 'a vLLM output message was dropped', { err: error });
     }
+    if (!confirmed && reader.confirmed) this.#layoutConfirmed(reader.layout);
+    this.#bridge.notify();
+    const room = this.#bridge.backlogRoom();
+    if (room !== null && output === this.#output) this.#waitForRoom(output, room);
   }
 
   /**
    * Stops reading outputs while the bridge's backlog drains: the engine is not silent meanwhile,
    * we are, so the liveness deadline restarts when reading does.
    */
-  async #waitForRoom(room: Promise<void>): Promise<void> {
+  #waitForRoom(output: ZmtpPull, room: Promise<void>): void {
     this.#readerParked = true;
-    try {
-      await room;
-    } finally {
+    output.pause();
+    void room.then(() => {
+      if (output !== this.#output) return;
       this.#readerParked = false;
       this.#lastHeard = Date.now();
-    }
+      output.resume();
+    });
   }
 
   // ---- engine lifecycle ------------------------------------------------------------------------------
