@@ -62,6 +62,7 @@ export interface RingserveConfig {
   readonly workerSchedPolicy: 'other' | 'batch' | 'idle';
   readonly responsePoolMb: number;
   readonly mallocTrimIntervalS: number;
+  readonly mallocArenaMax: number;
   readonly allowUnauthenticated: boolean;
   readonly failureRate: number;
   readonly failureKinds: string;
@@ -162,6 +163,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'workerSchedPolicy', flag: '--worker-sched-policy', kind: 'enum', default: 'other', choices: ['other', 'batch', 'idle'], env: 'RINGSERVE_WORKER_SCHED_POLICY', help: 'Linux scheduling policy of the output worker and packer threads' },
   { key: 'responsePoolMb', flag: '--response-pool-mb', kind: 'int', default: 256, min: 0, max: 4096, env: 'RINGSERVE_RESPONSE_POOL_MB', help: 'shared memory the packers write answers into, MiB (0 = a new buffer per answer)' },
   { key: 'mallocTrimIntervalS', flag: '--malloc-trim-interval-s', kind: 'number', default: 30, min: 0, max: 86400, env: 'RINGSERVE_MALLOC_TRIM_INTERVAL_S', help: 'every process gives the C heap\'s free pages back to the kernel this often (glibc malloc_trim, from a thread of its own), so RSS follows what is in use rather than the worst fragmentation seen (0 = never)' },
+  { key: 'mallocArenaMax', flag: '--malloc-arena-max', kind: 'int', default: 2, min: 0, max: 1024, env: 'RINGSERVE_MALLOC_ARENA_MAX', help: 'glibc malloc arenas in the engine and each API server, the main one included (MALLOC_ARENA_MAX in their environment): each thread that allocates may otherwise get an arena of its own, up to 8 per core, each holding its own fragmentation; a MALLOC_ARENA_MAX already in the environment wins, and is the only way to cap the primary\'s (0 = glibc\'s own limit)' },
   { key: 'allowUnauthenticated', flag: '--allow-unauthenticated', kind: 'bool', default: false, help: 'allow a non-loopback --host without --api-key (anyone who reaches the port may generate)' },
   { key: 'failureRate', flag: '--failure-rate', kind: 'number', default: 0, min: 0, max: 1, help: 'fraction of inference requests answered with an injected failure (for clients\' own tests)' },
   { key: 'failureKinds', flag: '--failure-kinds', kind: 'string', default: FAILURE_KINDS.join(','), help: 'comma list of injected failures: rate_limit (429), unavailable (503), context_length (400), abort (connection cut mid-answer)' },

@@ -6,6 +6,7 @@
 import { fileURLToPath } from 'node:url';
 import { buildConfig, type RingserveConfig } from '../config.js';
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
+import { childArenaEnv } from '../shm/malloc-trim.js';
 
 export const ENV_ROLE = 'RINGSERVE_ROLE';
 export const ENV_REGION = 'RINGSERVE_REGION';
@@ -71,6 +72,7 @@ export function readChildEnv(env: NodeJS.ProcessEnv = process.env): ChildEnv {
 export function childEnv(role: Role, region: string, config: RingserveConfig, server = -1) {
   return {
     ...process.env,
+    ...childArenaEnv(config.mallocArenaMax),
     [ENV_ROLE]: role,
     [ENV_REGION]: region,
     [ENV_CONFIG]: JSON.stringify(config),

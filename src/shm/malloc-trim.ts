@@ -13,3 +13,19 @@ export function startMallocTrimmer(intervalS: number): TrimmerStart {
   if (intervalS <= 0) return 'off';
   return shmAddon().startMallocTrimmer(Math.max(10, Math.round(intervalS * 1000)));
 }
+
+/** The environment variable glibc reads its arena limit from at a process's start. */
+export const MALLOC_ARENA_MAX_ENV = 'MALLOC_ARENA_MAX';
+
+/**
+ * The arena limit this process's children start with: `arenas` (--malloc-arena-max) unless the
+ * operator set MALLOC_ARENA_MAX in the environment (kept, as children inherit it) or 0 (glibc's
+ * own limit, 8 per core).
+ */
+export function childArenaEnv(
+  arenas: number,
+  env: NodeJS.ProcessEnv = process.env,
+): Record<string, string> {
+  if (arenas <= 0 || env[MALLOC_ARENA_MAX_ENV] !== undefined) return {};
+  return { [MALLOC_ARENA_MAX_ENV]: String(arenas) };
+}

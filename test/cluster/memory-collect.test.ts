@@ -32,18 +32,7 @@ it('SIGUSR2: the primary, the engine and each API server collect in every thread
     'warn',
   ]);
   try {
-    const generate = async () => {
-      const res = await request(`${cluster.url}/inference/v1/generate`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          token_ids: [1, 2, 3],
-          sampling_params: { max_tokens: 200, ignore_eos: true, logprobs: 1 },
-        }),
-      });
-      await res.body.text();
-      return res.statusCode;
-    };
+    const generate = () => generateOnce(cluster.url);
     // Every path has run (packers included), then the cluster is idle.
     for (let i = 0; i < 8; i++) expect(await generate()).toBe(200);
     await new Promise((r) => setTimeout(r, 300));
@@ -51,12 +40,7 @@ it('SIGUSR2: the primary, the engine and each API server collect in every thread
     const pids = await cluster.pids();
     const all = [cluster.process.pid!, ...pids.values()];
     expect(all).toHaveLength(4);
-    for (const pid of all) process.kill(pid, 'SIGUSR2');
-    const seen = await until(
-      () => collected(cluster.log()),
-      (c) => c.length === all.length,
-      { timeoutMs: 20_000 },
-    );
+    const seen = await collectIn(cluster.log, all);
     expect(seen.map((c) => c.pid).sort()).toEqual([...all].sort());
     for (const c of seen) {
       // Nobody was waited for in vain: each thread answered.
@@ -67,6 +51,11 @@ it('SIGUSR2: the primary, the engine and each API server collect in every thread
       expect(c.malloc_mb[0]).toBeLessThanOrEqual(c.malloc_mb[1]);
       expect(c.malloc_arenas_mb.length).toBeGreaterThan(0);
       for (const [inUse, held] of c.malloc_arenas_mb) expect(inUse).toBeLessThanOrEqual(held);
+    }
+    // --malloc-arena-max (2): the children started with MALLOC_ARENA_MAX (the primary, which
+    // cannot, is not bounded here; the next test shows what the children have without it).
+    for (const c of seen.filter((s) => s.pid !== cluster.process.pid)) {
+      expect(c.malloc_arenas_mb.length).toBeLessThanOrEqual(2);
     }
     // An API server's threads: its output worker, pino's log thread, its packers.
     for (const c of seen.filter((s) => s.name === 'ringserve-api')) {
@@ -147,6 +136,52 @@ it('SIGUSR2: the router and the headless vLLM engine collect too, and serve on',
     await cluster.stop();
   }
 }, 120_000);
+
+it.skipIf(process.env.MALLOC_ARENA_MAX !== undefined)(
+  "with --malloc-arena-max 0 the children keep glibc's own arena limit (more than 2 arenas)",
+  async () => {
+    const cluster = await startCluster([
+      '--max-speed',
+      '--malloc-arena-max',
+      '0',
+      '--log-level',
+      'warn',
+    ]);
+    try {
+      for (let i = 0; i < 8; i++) expect(await generateOnce(cluster.url)).toBe(200);
+      const children = [...(await cluster.pids()).values()];
+      const seen = await collectIn(cluster.log, children);
+      expect(Math.max(...seen.map((c) => c.malloc_arenas_mb.length))).toBeGreaterThan(2);
+    } finally {
+      await cluster.stop();
+    }
+  },
+  120_000,
+);
+
+/** A 200-token generate with logprobs (every output path runs); its status. */
+async function generateOnce(url: string): Promise<number> {
+  const res = await request(`${url}/inference/v1/generate`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      token_ids: [1, 2, 3],
+      sampling_params: { max_tokens: 200, ignore_eos: true, logprobs: 1 },
+    }),
+  });
+  await res.body.text();
+  return res.statusCode;
+}
+
+/** Sends SIGUSR2 to `pids` and waits for each one's "memory collected" record. */
+async function collectIn(log: () => string, pids: number[]): Promise<Collected[]> {
+  for (const pid of pids) process.kill(pid, 'SIGUSR2');
+  return until(
+    () => collected(log()),
+    (c) => c.length === pids.length,
+    { timeoutMs: 20_000 },
+  );
+}
 
 /** The "memory collected" records of a process's log (pino's JSON lines). */
 function collected(log: string): Collected[] {
