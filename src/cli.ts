@@ -16,6 +16,7 @@ import { createLogger } from './obs/log.js';
 import { shareMemoryCollect } from './obs/memory-collect.js';
 import { Router } from './router/router.js';
 import { parseRouterArgs, routerHelp } from './router/router-config.js';
+import { restartWithArenaCap } from './shm/malloc-trim.js';
 
 const USAGE = `usage: ringserve <command> [flags]
 
@@ -34,6 +35,9 @@ async function serve(argv: readonly string[]): Promise<ExitCode | null> {
     return ExitCode.Ok;
   }
   const config = parseArgs(argv);
+  // Before anything is written or started: where it can, the process starts over with its glibc
+  // arena limit (--malloc-arena-max) in its environment.
+  restartWithArenaCap(config.mallocArenaMax);
   // Before any other thread starts (pino's): SIGUSR2 collects in every thread.
   const collect = shareMemoryCollect();
   const log = createLogger(config.logLevel, { name: 'ringserve' });

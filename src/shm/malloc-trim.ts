@@ -29,3 +29,35 @@ export function childArenaEnv(
   if (arenas <= 0 || env[MALLOC_ARENA_MAX_ENV] !== undefined) return {};
   return { [MALLOC_ARENA_MAX_ENV]: String(arenas) };
 }
+
+type Execve = (file: string, args: string[], env: NodeJS.ProcessEnv) => never;
+
+/**
+ * The primary's own arena limit. glibc reads MALLOC_ARENA_MAX only when a process starts, and by the
+ * time the primary has read its flags it already has 7 arenas (V8's and libuv's threads). Where Node
+ * can replace the running process (`process.execve`: Node >= 22.15 and >= 23.11, on Linux), the
+ * primary starts over with the variable set: the same pid, arguments, standard streams and
+ * environment otherwise, a Node start (~50 ms) later. Returns false, and the primary goes on
+ * uncapped, where it does not (`arenas` 0, MALLOC_ARENA_MAX already set, no execve: Node 20).
+ */
+export function restartWithArenaCap(arenas: number, env: NodeJS.ProcessEnv = process.env): boolean {
+  const execve = (process as unknown as { execve?: Execve }).execve;
+  const extra = childArenaEnv(arenas, env);
+  if (
+    typeof execve !== 'function' ||
+    process.platform !== 'linux' ||
+    Object.keys(extra).length === 0
+  )
+    return false;
+  execve.call(
+    process,
+    process.execPath,
+    [process.execPath, ...process.execArgv, ...process.argv.slice(1)],
+    {
+      ...env,
+      ...extra,
+    },
+  );
+  // Not reached: execve replaced the process.
+  return true;
+}
