@@ -18,16 +18,20 @@ export function startMallocTrimmer(intervalS: number): TrimmerStart {
 export const MALLOC_ARENA_MAX_ENV = 'MALLOC_ARENA_MAX';
 
 /**
- * The arena limit this process's children start with: `arenas` (--malloc-arena-max) unless the
- * operator set MALLOC_ARENA_MAX in the environment (kept, as children inherit it) or 0 (glibc's
- * own limit, 8 per core).
+ * The MALLOC_ARENA_MAX to set for `arenas` (--malloc-arena-max), or null where none is: 0 (glibc's
+ * own limit, 8 per core), or the operator set the variable already (kept, as children inherit it).
  */
+function arenaCapToSet(arenas: number, env: NodeJS.ProcessEnv): string | null {
+  return arenas <= 0 || env[MALLOC_ARENA_MAX_ENV] !== undefined ? null : String(arenas);
+}
+
+/** The arena limit this process's children start with (an empty object where none is set). */
 export function childArenaEnv(
   arenas: number,
   env: NodeJS.ProcessEnv = process.env,
 ): Record<string, string> {
-  if (arenas <= 0 || env[MALLOC_ARENA_MAX_ENV] !== undefined) return {};
-  return { [MALLOC_ARENA_MAX_ENV]: String(arenas) };
+  const cap = arenaCapToSet(arenas, env);
+  return cap === null ? {} : { [MALLOC_ARENA_MAX_ENV]: cap };
 }
 
 type Execve = (file: string, args: string[], env: NodeJS.ProcessEnv) => never;
@@ -37,27 +41,13 @@ type Execve = (file: string, args: string[], env: NodeJS.ProcessEnv) => never;
  * time the primary has read its flags it already has 7 arenas (V8's and libuv's threads). Where Node
  * can replace the running process (`process.execve`: Node >= 22.15 and >= 23.11, on Linux), the
  * primary starts over with the variable set: the same pid, arguments, standard streams and
- * environment otherwise, a Node start (~50 ms) later. Returns false, and the primary goes on
- * uncapped, where it does not (`arenas` 0, MALLOC_ARENA_MAX already set, no execve: Node 20).
+ * environment otherwise, a Node start (~50 ms) later. Where it cannot (`arenas` 0, MALLOC_ARENA_MAX
+ * already set, no execve: Node 20) this returns and the primary goes on with glibc's limit.
  */
-export function restartWithArenaCap(arenas: number, env: NodeJS.ProcessEnv = process.env): boolean {
+export function restartWithArenaCap(arenas: number, env: NodeJS.ProcessEnv = process.env): void {
   const execve = (process as unknown as { execve?: Execve }).execve;
-  const extra = childArenaEnv(arenas, env);
-  if (
-    typeof execve !== 'function' ||
-    process.platform !== 'linux' ||
-    Object.keys(extra).length === 0
-  )
-    return false;
-  execve.call(
-    process,
-    process.execPath,
-    [process.execPath, ...process.execArgv, ...process.argv.slice(1)],
-    {
-      ...env,
-      ...extra,
-    },
-  );
-  // Not reached: execve replaced the process.
-  return true;
+  const cap = arenaCapToSet(arenas, env);
+  if (typeof execve !== 'function' || process.platform !== 'linux' || cap === null) return;
+  const args = [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
+  execve.call(process, process.execPath, args, { ...env, [MALLOC_ARENA_MAX_ENV]: cap });
 }

@@ -38,7 +38,7 @@ const FLAG_RESERVED = 0xf8;
 /** ZMTP 3.1's PING context is at most 16 bytes after the 2-byte TTL. */
 const PING_CONTEXT_MAX = 16;
 /** A frame larger than this closes its connection (ZMQ_MAXMSGSIZE's role; zeromq's default is none). */
-export const ZMTP_MAX_FRAME_BYTES = 1 << 30;
+const MAX_FRAME_BYTES = 1 << 30;
 
 const EMPTY = Buffer.alloc(0);
 
@@ -69,7 +69,7 @@ function checkVersion(greeting: Buffer): void {
 }
 
 /** A command frame (short or long form) carrying `name` and `data`. */
-export function zmtpCommand(name: string, data: Buffer = EMPTY): Buffer {
+function zmtpCommand(name: string, data: Buffer = EMPTY): Buffer {
   const bodyBytes = 1 + name.length + data.length;
   const long = bodyBytes > 255;
   const frame = Buffer.allocUnsafe((long ? 9 : 2) + bodyBytes);
@@ -86,7 +86,7 @@ export function zmtpCommand(name: string, data: Buffer = EMPTY): Buffer {
 }
 
 /** READY's metadata: each property a 1-byte name length, the name, a 4-byte value length, the value. */
-export function zmtpProperties(properties: Readonly<Record<string, string>>): Buffer {
+function zmtpProperties(properties: Readonly<Record<string, string>>): Buffer {
   const parts: Buffer[] = [];
   for (const [name, value] of Object.entries(properties)) {
     const head = Buffer.allocUnsafe(1 + name.length + 4);
@@ -98,6 +98,9 @@ export function zmtpProperties(properties: Readonly<Record<string, string>>): Bu
   }
   return Buffer.concat(parts);
 }
+
+/** This side's READY: a PULL socket. */
+const READY = zmtpCommand('READY', zmtpProperties({ 'Socket-Type': 'PULL' }));
 
 /** A ZMTP short string: a 1-byte length, then the bytes (ERROR's reason). */
 function shortString(text: string): Buffer {
@@ -279,7 +282,7 @@ class PullConnection {
   #longSize(bytes: Buffer, at: number): number {
     const high = bytes.readUInt32BE(at);
     const size = high * 2 ** 32 + bytes.readUInt32BE(at + 4);
-    if (high >= 2 ** 21 || size > this.#pull.maxFrameBytes)
+    if (size > this.#pull.maxFrameBytes)
       throw new RS_ERR_ZMTP_PROTOCOL(
         `a frame of ${size} bytes is over the limit of ${this.#pull.maxFrameBytes}`,
       );
@@ -292,7 +295,7 @@ class PullConnection {
       throw new RS_ERR_ZMTP_PROTOCOL(
         `the peer asks for the ${mechanism} mechanism; only NULL is spoken`,
       );
-    this.#socket.write(zmtpCommand('READY', zmtpProperties({ 'Socket-Type': 'PULL' })));
+    this.#socket.write(READY);
   }
 
   #frame(body: Buffer): void {
@@ -362,7 +365,7 @@ export class ZmtpPull {
     this.#server = server;
     this.endpoint = endpoint;
     this.#options = options;
-    this.maxFrameBytes = options.maxFrameBytes ?? ZMTP_MAX_FRAME_BYTES;
+    this.maxFrameBytes = options.maxFrameBytes ?? MAX_FRAME_BYTES;
     server.on('connection', (socket) => {
       if (this.#closed) socket.destroy();
       else this.#connections.add(new PullConnection(this, socket));
