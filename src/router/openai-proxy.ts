@@ -11,12 +11,11 @@
  * handle names one prompt's KV (kv-transfer-params.ts), and a decode instance applies the
  * request's handle to each of its sequences.
  */
-import { randomUUID } from 'node:crypto';
 import { finished } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
 import { RS_ERR_REQ_INVALID_BODY, RS_ERR_ROUTER_UPSTREAM } from '../errors.js';
 import { isPlainObject } from '../protocol/fields.js';
-import { sessionKey } from './affinity.js';
+import { ClientCall } from './client-call.js';
 import { callJson, callRaw } from './instance-call.js';
 import type { PdPair } from './pd-proxy.js';
 import type { UpstreamPool } from './upstreams.js';
@@ -28,8 +27,6 @@ const ROUTES: ReadonlyArray<readonly [string, Kind]> = [
   ['/v1/completions', 'completion'],
   ['/v1/chat/completions', 'chat'],
 ];
-/** The client's deadline (src/server/main/http/deadline.ts) holds on both calls. */
-const FORWARDED_HEADERS = ['x-request-deadline-ms'];
 
 export function registerOpenAiProxy(
   app: FastifyInstance,
@@ -75,15 +72,16 @@ async function proxyOpenAi(
 ): Promise<FastifyReply> {
   const body = request.body;
   if (!isPlainObject(body)) throw new RS_ERR_REQ_INVALID_BODY('expected an object');
-  const headers = forwardedHeaders(request, body);
-  const session = sessionKey(request.headers);
+  // One request id for both calls, the session's instances, what is left of the deadline.
+  const call = new ClientCall(request.headers, body);
   const aborted = new AbortController();
   reply.raw.on('close', () => {
     if (!reply.raw.writableFinished) aborted.abort();
   });
   let handle: unknown = null;
   if (kind === 'chat' || promptCount(body) === 1) {
-    const u = pair.prefill.acquire(session);
+    const headers = call.headers();
+    const u = pair.prefill.acquire(call.session);
     try {
       const p = await callJson(pair.prefill, u.url, {
         method: 'POST',
@@ -103,7 +101,7 @@ async function proxyOpenAi(
       pair.prefill.release(u);
     }
   }
-  return sendDecode(pair.decode, route, { ...body, kv_transfer_params: handle }, headers, session, {
+  return sendDecode(pair.decode, route, { ...body, kv_transfer_params: handle }, call, {
     reply,
     signal: aborted.signal,
     note: (status) => pair.metrics.noteAnswer(status),
@@ -115,11 +113,11 @@ async function sendDecode(
   pool: UpstreamPool,
   route: string,
   body: Body,
-  headers: Record<string, string>,
-  session: string | undefined,
+  call: ClientCall,
   to: { reply: FastifyReply; signal: AbortSignal; note: (status: number) => void },
 ): Promise<FastifyReply> {
-  const u = pool.acquire(session);
+  const headers = call.headers();
+  const u = pool.acquire(call.session);
   let res: Awaited<ReturnType<typeof callRaw>>;
   try {
     res = await callRaw(pool, u.url, {
@@ -140,20 +138,4 @@ async function sendDecode(
   to.reply.code(res.statusCode).type(contentType);
   if (contentType.startsWith('text/event-stream')) to.reply.header('cache-control', 'no-cache');
   return to.reply.send(res.body);
-}
-
-/**
- * One request id for both calls (each instance's logs, and the answer's id, name it): the
- * client's X-Request-Id, else its body's `request_id` (sent as is), else a new one.
- */
-function forwardedHeaders(request: FastifyRequest, body: Body): Record<string, string> {
-  const out: Record<string, string> = {};
-  const id = request.headers['x-request-id'];
-  if (typeof id === 'string' && id !== '') out['x-request-id'] = id;
-  else if (typeof body.request_id !== 'string') out['x-request-id'] = randomUUID();
-  for (const name of FORWARDED_HEADERS) {
-    const v = request.headers[name];
-    if (typeof v === 'string') out[name] = v;
-  }
-  return out;
 }

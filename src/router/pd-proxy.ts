@@ -11,11 +11,11 @@
  * An instance's error answer (4xx, 503, ...) is the client's answer, status and body as sent; an
  * instance that cannot be reached or answers something that does not decode is a 502.
  */
-import { randomUUID } from 'node:crypto';
 import { pack } from 'msgpackr';
 import { request } from 'undici';
 import { RS_ERR_ROUTER_UPSTREAM } from '../errors.js';
 import type { ResponseForm } from '../protocol/generate-response.js';
+import type { ClientCall } from './client-call.js';
 import { KvOutcome, type MergeSpec } from './merge-messages.js';
 import type { MergeJob, MergePool } from './merge-pool.js';
 import type { RouterMetrics } from './router-metrics.js';
@@ -57,12 +57,6 @@ export interface PdWork {
 export function clientForm(accept: string | undefined, body: Body): ResponseForm {
   if (accept?.includes('application/msgpack')) return 'msgpack';
   return body.packed === false ? 'legacy' : 'packed';
-}
-
-/** The request id both instances and the answer use: the header's, the body's, or a new one. */
-export function requestIdFor(header: string | undefined, body: Body): string {
-  if (header !== undefined && header !== '') return header;
-  return typeof body.request_id === 'string' ? body.request_id : randomUUID();
 }
 
 /**
@@ -107,22 +101,18 @@ export function decodeBody(body: Body, requestId: string, handle: unknown, strea
 }
 
 /**
- * A client request's `X-Session-ID` (affinity.ts), kept beside its body so that both of its calls
- * go to the session's instances; set by the generate route.
- */
-export const SESSIONS = new WeakMap<Body, string>();
-
-/**
- * POSTs a generate body to an instance of `pool` for msgpack or SSE: the session's instance when
- * `session` is given, else the one with the fewest outstanding requests.
+ * POSTs a generate body to an instance of `pool` for msgpack or SSE: the client's session's
+ * instance when it has one, else the one with the fewest outstanding requests; with what is left
+ * of the client's deadline (client-call.ts, which throws the 504 when nothing is).
  */
 export async function postGenerate(
   pool: UpstreamPool,
   body: Body,
   signal: AbortSignal,
-  session?: string,
+  call: ClientCall,
 ): Promise<{ upstream: Upstream; res: Awaited<ReturnType<typeof request>> }> {
-  const upstream = pool.acquire(session);
+  const callHeaders = call.headers();
+  const upstream = pool.acquire(call.session);
   try {
     const res = await request(`${upstream.url}${GENERATE_PATH}`, {
       method: 'POST',
@@ -136,7 +126,7 @@ export async function postGenerate(
             : body.packed === false
               ? 'application/json'
               : 'application/msgpack',
-        'x-request-id': body.request_id as string,
+        ...callHeaders,
         ...(pool.authorization === null ? {} : { authorization: pool.authorization }),
       },
       body: pack(body),
@@ -163,9 +153,9 @@ export async function callInstance(
   pool: UpstreamPool,
   body: Body,
   signal: AbortSignal,
-  session?: string,
+  call: ClientCall,
 ): Promise<UpstreamAnswer> {
-  const { upstream, res } = await postGenerate(pool, body, signal, session);
+  const { upstream, res } = await postGenerate(pool, body, signal, call);
   try {
     // A fresh ArrayBuffer of the body's length (undici copies the chunks once): movable as is.
     const bytes = new Uint8Array(await res.body.arrayBuffer());
@@ -209,13 +199,13 @@ export async function proxyGenerate(
   pair: PdPair,
   work: PdWork,
   body: Body,
-  requestId: string,
+  call: ClientCall,
   form: ResponseForm,
   signal: AbortSignal,
 ): Promise<ProxyReply> {
   const job = work.merge.open();
   try {
-    return await mergedAnswer(pair, work.turns, job, body, requestId, form, signal);
+    return await mergedAnswer(pair, work.turns, job, body, call, form, signal);
   } finally {
     job.close();
   }
@@ -226,17 +216,17 @@ async function mergedAnswer(
   turns: TurnGate,
   job: MergeJob,
   body: Body,
-  requestId: string,
+  call: ClientCall,
   form: ResponseForm,
   signal: AbortSignal,
 ): Promise<ProxyReply> {
+  const requestId = call.requestId;
   await turns.pass();
-  const session = SESSIONS.get(body);
   const prefill = await callInstance(
     pair.prefill,
     prefillBody(body, requestId, form),
     signal,
-    session,
+    call,
   );
   if (!prefill.ok) return prefill;
   const spec = mergeSpec(body, requestId, form, false);
@@ -246,7 +236,7 @@ async function mergedAnswer(
     pair.decode,
     decodeBody(body, requestId, handle, false),
     signal,
-    session,
+    call,
   );
   if (!decode.ok) return decode;
   const { body: answer, kv } = await job.merge(decode.bytes, decode.contentType, decode.url);

@@ -20,17 +20,9 @@ import type { Logger } from '../obs/log.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../obs/text-format.js';
 import { bearerMatches, keyDigest } from '../protocol/bearer.js';
 import { fail, isPlainObject } from '../protocol/fields.js';
-import { sessionKey } from './affinity.js';
+import { ClientCall } from './client-call.js';
 import { DEFAULT_MERGE_NICE, DEFAULT_MERGE_THREADS, MergePool } from './merge-pool.js';
-import {
-  clientForm,
-  GENERATE_PATH,
-  type PdPair,
-  type PdWork,
-  proxyGenerate,
-  requestIdFor,
-  SESSIONS,
-} from './pd-proxy.js';
+import { clientForm, GENERATE_PATH, type PdPair, type PdWork, proxyGenerate } from './pd-proxy.js';
 import { streamGenerate } from './stream-proxy.js';
 import { TurnGate } from './turn-gate.js';
 
@@ -122,19 +114,16 @@ export function buildRouterApp(pair: PdPair, options: RouterAppOptions): Fastify
     // As an instance answers it (generate-request.ts), before any instance does work for it.
     if (body.stream === true && isPlainObject(sp) && sp.prompt_logprobs != null)
       fail('sampling_params.prompt_logprobs', 'prompt logprobs are answered without stream only');
-    const header = request.headers['x-request-id'];
-    const requestId = requestIdFor(typeof header === 'string' ? header : undefined, body);
-    // X-Session-ID: both calls go to the session's instances (affinity.ts).
-    const session = sessionKey(request.headers);
-    if (session !== undefined) SESSIONS.set(body, session);
+    // The request id, X-Session-ID and deadline both calls carry (a bad deadline: 400 here).
+    const call = new ClientCall(request.headers, body);
     const aborted = new AbortController();
     reply.raw.on('close', () => {
       if (!reply.raw.writableFinished) aborted.abort();
     });
     if (body.stream === true)
-      return streamGenerate(pair, work, body, requestId, reply, aborted.signal, log);
+      return streamGenerate(pair, work, body, call, reply, aborted.signal, log);
     const form = clientForm(request.headers.accept, body);
-    const answer = await proxyGenerate(pair, work, body, requestId, form, aborted.signal);
+    const answer = await proxyGenerate(pair, work, body, call, form, aborted.signal);
     pair.metrics.noteAnswer(answer.status);
     return reply.code(answer.status).type(answer.contentType).send(answer.body);
   });

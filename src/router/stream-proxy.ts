@@ -13,6 +13,7 @@ import { toRingserveError } from '../errors.js';
 import type { Logger } from '../obs/log.js';
 import { JsonWriter } from '../protocol/json-writer.js';
 import { writeStreamDone, writeStreamError } from '../protocol/sse.js';
+import type { ClientCall } from './client-call.js';
 import type { MergeJob } from './merge-pool.js';
 import {
   callInstance,
@@ -22,7 +23,6 @@ import {
   type PdWork,
   postGenerate,
   prefillBody,
-  SESSIONS,
 } from './pd-proxy.js';
 import type { TurnGate } from './turn-gate.js';
 
@@ -32,14 +32,14 @@ export async function streamGenerate(
   pair: PdPair,
   work: PdWork,
   body: Body,
-  requestId: string,
+  call: ClientCall,
   reply: FastifyReply,
   signal: AbortSignal,
   log: Logger,
 ): Promise<FastifyReply> {
   const job = work.merge.open();
   try {
-    return await streamMerged(pair, work.turns, job, body, requestId, reply, signal, log);
+    return await streamMerged(pair, work.turns, job, body, call, reply, signal, log);
   } finally {
     job.close();
   }
@@ -50,14 +50,14 @@ async function streamMerged(
   turns: TurnGate,
   job: MergeJob,
   body: Body,
-  requestId: string,
+  call: ClientCall,
   reply: FastifyReply,
   signal: AbortSignal,
   log: Logger,
 ): Promise<FastifyReply> {
+  const requestId = call.requestId;
   await turns.pass();
-  const session = SESSIONS.get(body);
-  const prefill = await callInstance(pair.prefill, prefillBody(body, requestId), signal, session);
+  const prefill = await callInstance(pair.prefill, prefillBody(body, requestId), signal, call);
   if (!prefill.ok) {
     pair.metrics.noteAnswer(prefill.status);
     return reply.code(prefill.status).type(prefill.contentType).send(prefill.body);
@@ -70,7 +70,7 @@ async function streamMerged(
     pair.decode,
     decodeBody(body, requestId, handle, true),
     signal,
-    session,
+    call,
   );
   try {
     if (res.statusCode !== 200) {

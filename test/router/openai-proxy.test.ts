@@ -172,4 +172,46 @@ describe('OpenAI routes through the P/D pair', () => {
     for (let i = 0; i < 40; i++) await send(`s-${i}`);
     for (const n of [...counts(prefills), ...counts(decodes)]) expect(n).toBeGreaterThan(10);
   });
+
+  it('sends each call what is left of the client deadline; 504 once it is spent', async () => {
+    const slowPrefill = async () => {
+      await new Promise((r) => setTimeout(r, 250));
+      return { id: 'p', choices: [], kv_transfer_params: HANDLE };
+    };
+    const decodeAnswer = async (
+      _r: unknown,
+      reply: { type(t: string): { send(b: string): unknown } },
+    ) => reply.type('application/json').send(DECODE_JSON);
+    const prefill = await fakeInstance({ '/v1/chat/completions': slowPrefill });
+    const decode = await fakeInstance({ '/v1/chat/completions': decodeAnswer });
+    const { app } = testRouter([prefill.url], [decode.url]);
+    const chat = (deadline: string) =>
+      app.inject({
+        method: 'POST',
+        url: '/v1/chat/completions',
+        payload: { messages: [{ role: 'user', content: 'hi' }], request_id: 'mine' },
+        headers: { 'x-request-deadline-ms': deadline },
+      });
+    const ok = await chat('60000');
+    expect(ok.statusCode).toBe(200);
+    const sent = [prefill, decode].map((i) => Number(i.seen[0]?.headers['x-request-deadline-ms']));
+    expect(sent[0]).toBeLessThanOrEqual(60_000);
+    expect(sent[0]).toBeGreaterThan(55_000);
+    expect(sent[1]).toBeLessThanOrEqual(sent[0]! - 240);
+    // The body's request_id names both calls.
+    expect([prefill, decode].map((i) => i.seen[0]?.headers['x-request-id'])).toEqual([
+      'mine',
+      'mine',
+    ]);
+    const late = await chat('100');
+    expect(late.statusCode).toBe(504);
+    expect(late.json().error.message).toMatch(
+      /^request mine was not answered within its deadline of 100 ms/,
+    );
+    expect(decode.seen).toHaveLength(1);
+    const bad = await chat('later');
+    expect(bad.statusCode).toBe(400);
+    expect(bad.json().error.param).toBe('x-request-deadline-ms');
+    expect(prefill.seen).toHaveLength(2);
+  });
 });

@@ -48,10 +48,18 @@ function answer(tokens: number, start: number, rows: number, handle: unknown): B
 /** The `authorization` header of each generate call a fake instance received (undefined: none). */
 type SeenKeys = (string | undefined)[];
 
+/** What a fake instance does beside answering: how long it takes, and the deadlines it was sent. */
+interface FakeCalls {
+  delayMs?: number;
+  /** The `x-request-deadline-ms` of each generate call (undefined: none). */
+  deadlines?: (string | undefined)[];
+}
+
 async function fakeInstance(
   status: number,
   reply: Buffer | object,
   seen: SeenKeys = [],
+  calls: FakeCalls = {},
 ): Promise<string> {
   const app = Fastify();
   app.addContentTypeParser('application/msgpack', { parseAs: 'buffer' }, (_r, b, done) =>
@@ -60,6 +68,9 @@ async function fakeInstance(
   app.get('/health', async () => '');
   app.post('/inference/v1/generate', async (req, res) => {
     seen.push(req.headers.authorization);
+    const deadline = req.headers['x-request-deadline-ms'];
+    calls.deadlines?.push(Array.isArray(deadline) ? deadline.join(',') : deadline);
+    if (calls.delayMs !== undefined) await new Promise((r) => setTimeout(r, calls.delayMs));
     if (Buffer.isBuffer(reply)) return res.code(status).type('application/msgpack').send(reply);
     return res.code(status).send(reply);
   });
@@ -89,9 +100,18 @@ async function router(
 
 const request = { token_ids: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], sampling_params: { max_tokens: 4 } };
 
-/** POSTs `request` to the router's generate route. */
-function generate(app: FastifyInstance, headers: Record<string, string> = {}) {
-  return app.inject({ method: 'POST', url: '/inference/v1/generate', payload: request, headers });
+/** POSTs `request` (with `extra` fields) to the router's generate route. */
+function generate(
+  app: FastifyInstance,
+  headers: Record<string, string> = {},
+  extra: Record<string, unknown> = {},
+) {
+  return app.inject({
+    method: 'POST',
+    url: '/inference/v1/generate',
+    payload: { ...request, ...extra },
+    headers,
+  });
 }
 
 describe('router app', () => {
@@ -212,5 +232,65 @@ describe('router app', () => {
           : /failed: it refused the router's key: its --api-key is not the router's --upstream-api-key$/,
       );
     }
+  });
+
+  describe('x-request-deadline-ms', () => {
+    const DEADLINE = 'x-request-deadline-ms';
+
+    it('sends each instance what is left of the client deadline, counted from its arrival', async () => {
+      const prefillDeadlines: (string | undefined)[] = [];
+      const decodeDeadlines: (string | undefined)[] = [];
+      const prefill = await fakeInstance(200, answer(1, 0, 10, { do_remote_prefill: true }), [], {
+        delayMs: 250,
+        deadlines: prefillDeadlines,
+      });
+      const decode = await fakeInstance(200, answer(4, 9, 4, null), [], {
+        deadlines: decodeDeadlines,
+      });
+      const app = await router(prefill, decode);
+      const res = await generate(app, { [DEADLINE]: '60000' });
+      expect(res.statusCode).toBe(200);
+      const sent = [Number(prefillDeadlines[0]), Number(decodeDeadlines[0])];
+      expect(sent[0]).toBeLessThanOrEqual(60_000);
+      expect(sent[0]).toBeGreaterThan(55_000);
+      // The prefill call took at least its 250 ms delay; timers may fire a millisecond early.
+      expect(sent[1]).toBeLessThanOrEqual(sent[0]! - 240);
+      // Without the header the instances get none (their own --request-timeout holds).
+      expect((await generate(app)).statusCode).toBe(200);
+      expect([prefillDeadlines[1], decodeDeadlines[1]]).toEqual([undefined, undefined]);
+    });
+
+    it('answers 504 without calling the decode instance once the deadline is spent', async () => {
+      for (const stream of [false, true]) {
+        const decodeDeadlines: (string | undefined)[] = [];
+        const prefill = await fakeInstance(200, answer(1, 0, 10, { do_remote_prefill: true }), [], {
+          delayMs: 300,
+        });
+        const decode = await fakeInstance(200, answer(4, 9, 4, null), [], {
+          deadlines: decodeDeadlines,
+        });
+        const app = await router(prefill, decode);
+        const res = await generate(app, { [DEADLINE]: '100', 'x-request-id': 'late' }, { stream });
+        expect([stream, res.statusCode]).toEqual([stream, 504]);
+        expect(res.json().error).toMatchObject({ code: 504, type: 'TimeoutError' });
+        expect(res.json().error.message).toMatch(
+          /^request late was not answered within its deadline of 100 ms \(x-request-deadline-ms\)/,
+        );
+        expect(decodeDeadlines).toEqual([]);
+      }
+    });
+
+    it('refuses a malformed deadline with a 400 naming the header before any instance works', async () => {
+      const seen: SeenKeys = [];
+      const prefill = await fakeInstance(200, answer(1, 0, 10, { do_remote_prefill: true }), seen);
+      const decode = await fakeInstance(200, answer(4, 9, 4, null), seen);
+      const app = await router(prefill, decode);
+      for (const bad of ['0', '-5', '1.5', 'soon', '99999999999']) {
+        const res = await generate(app, { [DEADLINE]: bad });
+        expect([bad, res.statusCode]).toEqual([bad, 400]);
+        expect(res.json().error).toMatchObject({ code: 400, param: DEADLINE });
+      }
+      expect(seen).toEqual([]);
+    });
   });
 });

@@ -6,6 +6,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { RingserveConfig } from '../../../../config.js';
+import { DEADLINE_HEADER } from '../../../../protocol/deadline-header.js';
 import {
   type GenerateRequestOptions,
   parseGenerateRequest,
@@ -14,7 +15,7 @@ import type { RequestCoordinator } from '../../request-coordinator.js';
 import type { ServedModels } from '../../served-models.js';
 import { checkVllmSampling, type MaskCapability } from '../../vllm-sampling.js';
 import { DP_RANK_HEADER, dataParallelRank } from '../data-parallel-rank.js';
-import { DEADLINE_HEADER, requestDeadline } from '../deadline.js';
+import { requestDeadline } from '../deadline.js';
 import { AbortingReply, type FailureInjector } from '../failure-injection.js';
 import { HttpReply } from '../http-reply.js';
 import { responseForm } from '../negotiate.js';

@@ -12,6 +12,7 @@ import type {
   ChatParseOptions,
   ChatToolSpec,
 } from '../../../../protocol/chat-parse/chat-output.js';
+import { DEADLINE_HEADER } from '../../../../protocol/deadline-header.js';
 import { fail } from '../../../../protocol/fields.js';
 import {
   type ChatBody,
@@ -32,7 +33,7 @@ import type { RequestCoordinator } from '../../request-coordinator.js';
 import type { ServedModels } from '../../served-models.js';
 import { checkVllmSampling, type MaskCapability } from '../../vllm-sampling.js';
 import { DP_RANK_HEADER, dataParallelRank } from '../data-parallel-rank.js';
-import { DEADLINE_HEADER, requestDeadline } from '../deadline.js';
+import { requestDeadline } from '../deadline.js';
 import { AbortingReply, type FailureInjector } from '../failure-injection.js';
 import { HttpReply } from '../http-reply.js';
 
