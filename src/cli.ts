@@ -84,9 +84,12 @@ async function router(argv: readonly string[]): Promise<ExitCode | null> {
   collect.onSignal(log);
   const proxy = new Router(config, log);
   const stop = (): void => {
-    proxy.close().then(
+    proxy.drain(config.drainTimeoutS * 1000).then(
       () => process.exit(ExitCode.Ok),
-      () => process.exit(ExitCode.Failure),
+      (error: unknown) => {
+        log.error({ err: error }, 'shutdown failed');
+        process.exit(ExitCode.Failure);
+      },
     );
   };
   process.once('SIGTERM', stop);

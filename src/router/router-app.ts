@@ -23,11 +23,14 @@ import { fail, isPlainObject } from '../protocol/fields.js';
 import { ClientCall } from './client-call.js';
 import { DEFAULT_MERGE_NICE, DEFAULT_MERGE_THREADS, MergePool } from './merge-pool.js';
 import { clientForm, GENERATE_PATH, type PdPair, type PdWork, proxyGenerate } from './pd-proxy.js';
+import type { RouterDrain } from './router-drain.js';
 import { streamGenerate } from './stream-proxy.js';
 import { TurnGate } from './turn-gate.js';
 
 export interface RouterAppOptions {
   bodyLimitBytes: number;
+  /** Counts requests and refuses them once the router drains (`ringserve router`'s SIGTERM). */
+  drain?: RouterDrain;
   /** The Bearer key clients must send on the generate route; null: open. */
   apiKey: string | null;
   log: Logger;
@@ -54,6 +57,7 @@ export function buildRouterApp(pair: PdPair, options: RouterAppOptions): Fastify
     keepAliveTimeout: 75_000,
     forceCloseConnections: true,
   });
+  options.drain?.attach(app);
   const work: PdWork = {
     merge: pair.merge ?? ownMergePool(app, options),
     turns: new TurnGate(options.stepsPerTurn ?? STEPS_PER_TURN),

@@ -26,6 +26,8 @@ export interface RouterConfig {
   adminApiKey: string | null;
   /** How long DELETE /instances waits for a removed instance's requests before its 503. */
   instanceDrainTimeoutS: number;
+  /** On SIGTERM, how long the router waits for its requests in flight before cutting them. */
+  drainTimeoutS: number;
   /** Threads that merge prefill and decode answers off the event loop (merge-pool.ts). */
   mergeThreads: number;
   allowUnauthenticated: boolean;
@@ -58,6 +60,7 @@ const ROUTER_FLAGS: readonly RouterFlag[] = [
   { flag: '--admin-api-key', key: 'adminApiKey', kind: 'string', default: null, env: 'RINGSERVE_ADMIN_API_KEY', help: 'require this key on the admin routes (pause, update_weights, ..., /instances; when unset: the --api-key, if any)' },
   { flag: '--merge-threads', key: 'mergeThreads', kind: 'int', default: 1, min: 1, max: 64, help: 'threads that merge prefill and decode answers off the event loop (a request stays on one)' },
   { flag: '--instance-drain-timeout-s', key: 'instanceDrainTimeoutS', kind: 'int', default: 300, min: 0, max: 86_400, help: 'how long DELETE /instances waits for a removed instance to finish its requests (503 after; it is dropped once they finish)' },
+  { flag: '--drain-timeout-s', key: 'drainTimeoutS', kind: 'int', default: 30, min: 0, max: 3600, help: 'on SIGTERM, stop listening, answer new requests on open connections 503, and wait this long for the requests in flight before closing their connections' },
   { flag: '--allow-unauthenticated', key: 'allowUnauthenticated', kind: 'bool', default: false, help: 'allow a non-loopback --host without --api-key' },
   { flag: '--log-level', key: 'logLevel', kind: 'enum', default: 'info', choices: LOG_LEVELS, help: 'pino log level' },
 ];

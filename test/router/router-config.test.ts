@@ -34,6 +34,7 @@ describe('router flags', () => {
       upstreamApiKey: null,
       adminApiKey: null,
       instanceDrainTimeoutS: 300,
+      drainTimeoutS: 30,
       mergeThreads: 1,
       allowUnauthenticated: false,
       logLevel: 'info',
