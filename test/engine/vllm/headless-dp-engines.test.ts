@@ -21,7 +21,6 @@ import { dialFrontend } from '../../../src/engine/vllm/headless/dial.js';
 import { type DpGroup, openDpGroup } from '../../../src/engine/vllm/headless/dp-group.js';
 import { parallelConfigHash } from '../../../src/engine/vllm/headless/dp-wave.js';
 import {
-  type HeadlessLog,
   PAUSED_DUMMY_STEP_MS,
   VllmHeadlessEngine,
 } from '../../../src/engine/vllm/headless/engine.js';

@@ -23,7 +23,6 @@ import {
   modelKey,
   parallelConfigHash,
 } from '../../../src/engine/vllm/headless/dp-wave.js';
-import type { HeadlessLog } from '../../../src/engine/vllm/headless/engine.js';
 import { getModelCard } from '../../../src/wire/model-card.js';
 import { until } from '../../until.js';
 import { freePort, RecordingLog as Log } from './headless-dp-helpers.js';
