@@ -5,12 +5,12 @@
  * (rfc.zeromq.org specs 23 and 37) byte by byte, for what libzmq never sends: broken greetings, a
  * frame before READY, reserved flag bits, a frame over the limit, a message cut off, PING.
  */
-import { connect, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Push } from 'zeromq';
 import { ZmtpPull, type ZmtpPullOptions } from '../../../src/engine/vllm/zmtp-pull.js';
 import { until } from '../../until.js';
+import { pattern, RawPeer, specFrame, specGreeting, specReady } from './zmtp-spec-peer.js';
 
 const closers: (() => void)[] = [];
 
@@ -44,98 +44,11 @@ function libzmqPush(endpoint: string): Push {
   return push;
 }
 
-/** Deterministic bytes: frame `i` of message `m`. */
-function pattern(size: number, seed: number): Buffer {
-  const bytes = Buffer.allocUnsafe(size);
-  let x = seed * 2654435761 + 1;
-  for (let i = 0; i < size; i++) {
-    x = (x * 1103515245 + 12345) >>> 0;
-    bytes[i] = x >>> 24;
-  }
-  return bytes;
-}
-
-// ---- a peer written from the specification -----------------------------------------------------
-
-/** Signature, version 3.0, mechanism NULL, as-server 0, filler (spec 23, "The greeting"). */
-function specGreeting(overrides: { major?: number; mechanism?: string; signature?: boolean } = {}) {
-  const bytes = Buffer.alloc(64);
-  bytes[0] = overrides.signature === false ? 0x00 : 0xff;
-  bytes[9] = 0x7f;
-  bytes[10] = overrides.major ?? 3;
-  bytes[11] = 0;
-  bytes.write(overrides.mechanism ?? 'NULL', 12, 'ascii');
-  return bytes;
-}
-
-/** A frame: flags, then the size in 1 byte or (LONG, bit 1) 8 bytes network order, then the body. */
-function specFrame(body: Buffer, { more = false, command = false, long = body.length > 255 } = {}) {
-  const flags = (more ? 1 : 0) | (long ? 2 : 0) | (command ? 4 : 0);
-  const head = long ? Buffer.alloc(9) : Buffer.alloc(2);
-  head[0] = flags;
-  if (long) head.writeBigUInt64BE(BigInt(body.length), 1);
-  else head[1] = body.length;
-  return Buffer.concat([head, body]);
-}
-
-/** READY (spec 23, "The NULL security mechanism") with Socket-Type `type`. */
-function specReady(type: string): Buffer {
-  const name = Buffer.from('Socket-Type');
-  const value = Buffer.from(type);
-  const length = Buffer.alloc(4);
-  length.writeUInt32BE(value.length);
-  return specFrame(
-    Buffer.concat([
-      Buffer.from([5]),
-      Buffer.from('READY'),
-      Buffer.from([name.length]),
-      name,
-      length,
-      value,
-    ]),
-    { command: true },
-  );
-}
-
-class RawPeer {
-  readonly socket: Socket;
-  received = Buffer.alloc(0);
-  closed = false;
-
-  constructor(socket: Socket) {
-    this.socket = socket;
-    socket.on('data', (chunk: Buffer) => {
-      this.received = Buffer.concat([this.received, chunk]);
-    });
-    socket.on('close', () => {
-      this.closed = true;
-    });
-    socket.on('error', () => {});
-    closers.push(() => socket.destroy());
-  }
-
-  static async open(endpoint: string): Promise<RawPeer> {
-    const match = /^tcp:\/\/(.+):(\d+)$/.exec(endpoint)!;
-    const socket = connect({ host: match[1]!.replace(/^\[|\]$/g, ''), port: Number(match[2]) });
-    socket.setNoDelay(true);
-    await new Promise<void>((resolve, reject) => {
-      socket.once('connect', resolve);
-      socket.once('error', reject);
-    });
-    return new RawPeer(socket);
-  }
-
-  write(bytes: Buffer): void {
-    this.socket.write(bytes);
-  }
-
-  /** Writes one byte at a time, each in its own turn (most land as chunks of their own). */
-  async trickle(bytes: Buffer): Promise<void> {
-    for (const byte of bytes) {
-      this.socket.write(Buffer.from([byte]));
-      await sleep(0);
-    }
-  }
+/** A spec peer connected to `endpoint`, destroyed after the test. */
+async function rawPeer(endpoint: string): Promise<RawPeer> {
+  const peer = await RawPeer.open(endpoint);
+  closers.push(() => peer.socket.destroy());
+  return peer;
 }
 
 describe('ZmtpPull against libzmq PUSH', () => {
@@ -212,7 +125,7 @@ describe('ZmtpPull against libzmq PUSH', () => {
 describe('ZmtpPull against a peer written from the specification', () => {
   it('answers the greeting with its own and a READY that names PULL', async () => {
     const { pull } = await bound();
-    const peer = await RawPeer.open(pull.endpoint);
+    const peer = await rawPeer(pull.endpoint);
     peer.write(specGreeting());
     await until(() => peer.received.length >= 64 + 2 + 6 + 1 + 11 + 4 + 4, Boolean);
     const greeting = peer.received.subarray(0, 64);
@@ -226,7 +139,7 @@ describe('ZmtpPull against a peer written from the specification', () => {
 
   it('reads a stream that arrives a byte at a time (short and long frames)', async () => {
     const { pull, messages, errors } = await bound();
-    const peer = await RawPeer.open(pull.endpoint);
+    const peer = await rawPeer(pull.endpoint);
     const long = pattern(300, 1);
     await peer.trickle(
       Buffer.concat([
@@ -250,7 +163,7 @@ describe('ZmtpPull against a peer written from the specification', () => {
 
   it('answers PING with PONG and its context', async () => {
     const { pull } = await bound();
-    const peer = await RawPeer.open(pull.endpoint);
+    const peer = await rawPeer(pull.endpoint);
     const ping = Buffer.concat([
       Buffer.from([4]),
       Buffer.from('PING'),
@@ -273,7 +186,7 @@ describe('ZmtpPull against a peer written from the specification', () => {
 
   it('drops a message whose peer goes away before its last frame, and goes on with the others', async () => {
     const { pull, messages } = await bound();
-    const peer = await RawPeer.open(pull.endpoint);
+    const peer = await rawPeer(pull.endpoint);
     peer.write(
       Buffer.concat([
         specGreeting(),
@@ -340,7 +253,7 @@ describe('ZmtpPull against a peer written from the specification', () => {
     'closes a connection that sends %s, and listens on',
     async (_what, bytes, reason) => {
       const { pull, messages, errors } = await bound({ maxFrameBytes: 1024 });
-      const peer = await RawPeer.open(pull.endpoint);
+      const peer = await rawPeer(pull.endpoint);
       peer.write(bytes(pull.endpoint));
       await until(() => peer.closed, Boolean);
       expect(errors.length).toBe(1);

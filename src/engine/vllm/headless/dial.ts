@@ -1,4 +1,4 @@
-import { Dealer, Push } from 'zeromq';
+import { Dealer } from 'zeromq';
 import { RS_ERR_VLLM_HANDSHAKE } from '../../../errors.js';
 import {
   decodeInit,
@@ -9,6 +9,7 @@ import {
   type RegistrationValues,
 } from '../handshake.js';
 import type { VllmLayout } from '../layouts.js';
+import { ZmtpPush } from '../zmtp-push.js';
 
 /**
  * The engine's half of vLLM's startup handshake (docs/vllm-protocol.md, "Handshake"), as a
@@ -24,11 +25,12 @@ import type { VllmLayout } from '../layouts.js';
 /** vLLM's engine waits this long for the init message (HANDSHAKE_TIMEOUT_MINS = 5, core.py). */
 export const INIT_TIMEOUT_MS = 5 * 60_000;
 /** The engine PUSH socket's linger (core.py: 4000 ms), so a last ENGINE_CORE_DEAD still leaves. */
-const OUTPUT_LINGER_MS = 4_000;
+export const OUTPUT_LINGER_MS = 4_000;
 
 export interface HeadlessSockets {
   input: Dealer;
-  output: Push;
+  /** ringserve's own PUSH (zmtp-push.ts): one write per message, no zero-copy frames. */
+  output: ZmtpPush;
   inputAddress: string;
   outputAddress: string;
   /** Settles when the input connection drops (the frontend is gone). */
@@ -74,7 +76,7 @@ export async function dialFrontend(
   // Linger so that READY leaves before close() (vLLM's frontend waits for it).
   const handshake = new Dealer({ routingId: routingId(rank), linger: 2_000, ipv6 });
   let input: Dealer | null = null;
-  let output: Push | null = null;
+  let output: ZmtpPush | null = null;
   try {
     handshake.receiveTimeout = initTimeoutMs;
     handshake.connect(tcpAddress(host, port));
@@ -102,8 +104,7 @@ export async function dialFrontend(
       (input as Dealer).events.on('disconnect', () => resolve());
     });
     input.connect(inputAddress);
-    output = new Push({ linger: OUTPUT_LINGER_MS, ipv6, sendHighWaterMark: 0 });
-    output.connect(outputAddress);
+    output = ZmtpPush.connect(outputAddress);
     await input.send(encodeRegistration(layout, registration));
     await handshake.send(
       encodeHandshake({
@@ -116,7 +117,7 @@ export async function dialFrontend(
     return { input, output, inputAddress, outputAddress, gone };
   } catch (error) {
     input?.close();
-    output?.close();
+    void output?.close();
     throw error;
   } finally {
     handshake.close();

@@ -28,7 +28,7 @@ import {
   type VllmLoraRequest,
 } from '../requests.js';
 import { routingShapeOf } from '../routing-shape.js';
-import type { HeadlessSockets } from './dial.js';
+import { type HeadlessSockets, OUTPUT_LINGER_MS } from './dial.js';
 import type { DpGroup } from './dp-group.js';
 import { DpWaveState } from './dp-wave.js';
 import { type EngineWide, promptLogprobsOf, toEngineRequest } from './engine-request.js';
@@ -149,7 +149,6 @@ export class VllmHeadlessEngine {
   readonly #kvReady = new WeakMap<DecodedAddRequest, AdmitKv>();
   #paused = false;
   #pending: PendingReply[] = [];
-  #sending: Promise<void> = Promise.resolve();
   #wake: (() => void) | null = null;
   #outcome: HeadlessOutcome | null = null;
   /** The frames of the last #stepOnce (null: nothing to send). */
@@ -213,12 +212,11 @@ export class VllmHeadlessEngine {
     }
     if (this.#outcome === 'fatal') {
       // vLLM's busy loop sends ENGINE_CORE_DEAD on any fatal error, then exits.
-      await this.#send([ENGINE_CORE_DEAD]);
+      this.#send([ENGINE_CORE_DEAD]);
     }
     this.#dp?.group.close();
-    await this.#sending.catch(() => {});
     input.close();
-    this.#sockets.output.close();
+    await this.#sockets.output.close(OUTPUT_LINGER_MS);
     await receiving;
     return this.#outcome ?? 'stopped';
   }
@@ -243,7 +241,7 @@ export class VllmHeadlessEngine {
       }
       const started = performance.now();
       const timing = this.#stepOnce();
-      if (this.#frames !== null) void this.#send(this.#frames);
+      if (this.#frames !== null) this.#send(this.#frames);
       this.#answerPending();
       await pace(started, timing.ms);
     }
@@ -324,12 +322,12 @@ export class VllmHeadlessEngine {
         break;
       }
       if (this.#outcome !== null) break;
-      if (frames !== null) void this.#send(frames);
+      if (frames !== null) this.#send(frames);
       const ended = wave.afterStep(result.sync, result.anyUnfinished);
       if (ended !== null) {
         message.complete = ended;
         const at = monotonicSeconds();
-        void this.#send(encodeWaveMessage(this.#layout, this.#rank, message, at, waveEncoder));
+        this.#send(encodeWaveMessage(this.#layout, this.#rank, message, at, waveEncoder));
       }
       this.#answerPending();
       await pace(started, result.ms);
@@ -659,18 +657,17 @@ export class VllmHeadlessEngine {
       { callId, failure, result },
       monotonicSeconds(),
     );
-    void this.#send(frames);
+    this.#send(frames);
   }
 
-  /** zeromq.js allows one send in progress per socket: sends are chained, in order. */
-  #send(frames: Buffer[]): Promise<void> {
-    this.#sending = this.#sending
-      .then(() => this.#sockets.output.send(frames))
-      .catch((error: unknown) => {
-        if (this.#outcome === null) this.#log.error({ err: error }, 'output socket failed');
-        this.#end('frontend-gone');
-      });
-    return this.#sending;
+  /** One message to the frontend, in order: the socket copies it (and holds it while reconnecting). */
+  #send(frames: Buffer[]): void {
+    try {
+      this.#sockets.output.send(frames);
+    } catch (error) {
+      if (this.#outcome === null) this.#log.error({ err: error }, 'output socket failed');
+      this.#end('frontend-gone');
+    }
   }
 
   #schedulerStats(): SchedulerStatsFields {
