@@ -6,8 +6,9 @@
  * the main thread, and at vLLM's default zero-copy threshold every routing row goes out as a frame
  * of its own; here a message is encoded into one buffer and written once.
  *
- * As libzmq's PUSH with one peer, configured as vLLM's engine core configures it
- * (vllm/utils/network_utils.py `make_zmq_socket`: no send high-water mark, linger 4 s at close):
+ * As libzmq's PUSH with one peer, configured as vLLM's engine core configures its output socket
+ * (no send high-water mark: vllm/utils/network_utils.py `make_zmq_socket`; linger 4 s at close:
+ * vllm/v1/engine/core.py, headless/dial.ts):
  *
  * - `send` never blocks: a message sent before the connection is up, or while it is down, waits in
  *   order and goes out once the peer's READY has come. There is no high-water mark, as with

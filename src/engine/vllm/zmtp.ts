@@ -222,11 +222,6 @@ export class ZmtpConnection {
     return this.#socket.write(bytes);
   }
 
-  /** Bytes written and not yet handed to the kernel. */
-  get unsent(): number {
-    return this.#socket.writableLength;
-  }
-
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
