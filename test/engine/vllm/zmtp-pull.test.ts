@@ -10,7 +10,14 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Push } from 'zeromq';
 import { ZmtpPull, type ZmtpPullOptions } from '../../../src/engine/vllm/zmtp-pull.js';
 import { until } from '../../until.js';
-import { pattern, RawPeer, specFrame, specGreeting, specReady } from './zmtp-spec-peer.js';
+import {
+  mixedMessages,
+  pattern,
+  RawPeer,
+  specFrame,
+  specGreeting,
+  specReady,
+} from './zmtp-spec-peer.js';
 
 const closers: (() => void)[] = [];
 
@@ -56,15 +63,8 @@ describe('ZmtpPull against libzmq PUSH', () => {
     const { pull, messages, errors } = await bound();
     expect(pull.endpoint).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);
     const push = libzmqPush(pull.endpoint);
-    const sizes = [0, 1, 255, 256, 384, 65_535, 65_536, 200_000, 3 << 20];
-    const sent: Buffer[][] = [];
-    for (let m = 0; m < 300; m++) {
-      const frames = [pattern(12, m)];
-      for (let f = 0; f <= m % 5; f++)
-        frames.push(pattern(sizes[(m + f) % sizes.length]!, m * 7 + f));
-      sent.push(frames);
-      await push.send(frames);
-    }
+    const sent = mixedMessages();
+    for (const frames of sent) await push.send(frames);
     await until(() => messages.length === sent.length, Boolean);
     expect(errors).toEqual([]);
     for (let m = 0; m < sent.length; m++) {

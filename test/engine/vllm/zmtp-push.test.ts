@@ -11,6 +11,7 @@ import { Pull } from 'zeromq';
 import { parseTcpEndpoint, ZmtpPush } from '../../../src/engine/vllm/zmtp-push.js';
 import { until } from '../../until.js';
 import {
+  mixedMessages,
   pattern,
   RawPeer,
   specCommand,
@@ -65,15 +66,8 @@ describe('ZmtpPush against libzmq PULL', () => {
     const { pull, endpoint } = await libzmqPull();
     const errors: Error[] = [];
     const socket = push(endpoint, errors);
-    const sizes = [0, 1, 255, 256, 384, 65_535, 65_536, 200_000, 3 << 20];
-    const sent: Buffer[][] = [];
-    for (let m = 0; m < 300; m++) {
-      const frames = [pattern(12, m)];
-      for (let f = 0; f <= m % 5; f++)
-        frames.push(pattern(sizes[(m + f) % sizes.length]!, m * 7 + f));
-      sent.push(frames);
-      socket.send(frames);
-    }
+    const sent = mixedMessages();
+    for (const frames of sent) socket.send(frames);
     // Every send came before the connection: they waited, in order.
     expect(socket.connected).toBe(false);
     const got = await receive(pull, sent.length);

@@ -140,3 +140,16 @@ export function specCommand(frame: SpecFrame): { name: string; data: Buffer } {
     data: frame.body.subarray(1 + length),
   };
 }
+
+/** 300 multipart messages of 1 to 6 frames, 0 B to 3 MiB each (short and LONG sizes, split reads). */
+export function mixedMessages(): Buffer[][] {
+  const sizes = [0, 1, 255, 256, 384, 65_535, 65_536, 200_000, 3 << 20];
+  const messages: Buffer[][] = [];
+  for (let m = 0; m < 300; m++) {
+    const frames = [pattern(12, m)];
+    for (let f = 0; f <= m % 5; f++)
+      frames.push(pattern(sizes[(m + f) % sizes.length]!, m * 7 + f));
+    messages.push(frames);
+  }
+  return messages;
+}
