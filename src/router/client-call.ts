@@ -53,7 +53,7 @@ export class ClientCall {
 }
 
 /** The client's X-Request-Id, else its body's `request_id` (checked by the instance), else a new one. */
-export function requestIdFor(
+function requestIdFor(
   header: string | string[] | undefined,
   body: Record<string, unknown>,
 ): string {

@@ -4,8 +4,9 @@
  * (`RS_ERR_SERVER_DRAINING`, `Retry-After`, `Connection: close`) that the client can retry
  * elsewhere, `/health` included, so a balancer checking on such a connection takes the router out;
  * `/metrics` and `/liveness` still answer. Requests in flight run on, each with its prefill and
- * decode calls, for up to `--drain-timeout-s`; their connections close once they are answered,
- * and any still running when the timeout ends are cut (their instance calls aborted with them).
+ * decode calls, for up to `--drain-timeout-s`; once they are answered, or at the timeout, every
+ * connection still open is closed (those of requests still running are cut, their instance calls
+ * aborted with them).
  */
 import type { Server } from 'node:http';
 import type { FastifyInstance } from 'fastify';
@@ -38,10 +39,6 @@ export class RouterDrain {
     });
   }
 
-  get draining(): boolean {
-    return this.#draining;
-  }
-
   /** Requests being answered now. */
   get inFlight(): number {
     return this.#inFlight;
@@ -53,8 +50,9 @@ export class RouterDrain {
    */
   async drain(server: Server, timeoutMs: number): Promise<number> {
     this.#draining = true;
+    // Also closes the connections idle now (Node >= 19); a busy one stays open, and the request
+    // it carries next gets the 503.
     server.close();
-    server.closeIdleConnections();
     if (this.#inFlight > 0) {
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, timeoutMs);

@@ -32,6 +32,8 @@ export interface ZmtpPushOptions {
   /** A connection failed or broke the protocol; the socket dials again. */
   onPeerError?(error: Error): void;
   reconnectMs?: number;
+  /** How long `close()` gives what is unsent to leave (ZMQ_LINGER); 0 unless given. */
+  lingerMs?: number;
 }
 
 /** `tcp://host:port` (an IPv6 host in brackets) as host and port. */
@@ -44,7 +46,6 @@ export function parseTcpEndpoint(endpoint: string): { host: string; port: number
 }
 
 export class ZmtpPush implements ZmtpOwner {
-  readonly endpoint: string;
   readonly paused = false;
   readonly maxFrameBytes = MAX_PEER_FRAME_BYTES;
   readonly #host: string;
@@ -55,11 +56,10 @@ export class ZmtpPush implements ZmtpOwner {
   /** Messages (their wire bytes) waiting for a ready connection, in order. */
   #queue: Buffer[] = [];
   #redial: NodeJS.Timeout | null = null;
-  #closed = false;
+  /** Set by close(): nothing more is sent or dialled. */
   #closing: Promise<void> | null = null;
 
   private constructor(endpoint: string, options: ZmtpPushOptions) {
-    this.endpoint = endpoint;
     const { host, port } = parseTcpEndpoint(endpoint);
     this.#host = host;
     this.#port = port;
@@ -85,7 +85,7 @@ export class ZmtpPush implements ZmtpOwner {
 
   /** Sends one multipart message (its frames are copied: the caller may reuse them at once). */
   send(frames: readonly Uint8Array[]): void {
-    if (this.#closed) throw new RS_ERR_ZMTP_PROTOCOL('send on a closed PUSH socket');
+    if (this.#closing !== null) throw new RS_ERR_ZMTP_PROTOCOL('send on a closed PUSH socket');
     const bytes = encodeMessage(frames);
     const connection = this.#connection;
     if (connection?.ready === true && this.#queue.length === 0) connection.write(bytes);
@@ -93,12 +93,11 @@ export class ZmtpPush implements ZmtpOwner {
   }
 
   /**
-   * Stops sending: what is queued or unsent gets `lingerMs` to reach the peer, then the
-   * connection closes. Resolves once it has.
+   * Stops sending: what is queued or unsent gets `lingerMs` (the socket's linger unless given) to
+   * reach the peer, then the connection closes. Resolves once it has.
    */
-  close(lingerMs = 0): Promise<void> {
+  close(lingerMs = this.#options.lingerMs ?? 0): Promise<void> {
     if (this.#closing !== null) return this.#closing;
-    this.#closed = true;
     if (this.#redial !== null) clearTimeout(this.#redial);
     this.#redial = null;
     const socket = this.#socket;
@@ -143,7 +142,7 @@ export class ZmtpPush implements ZmtpOwner {
     if (this.#socket !== socket) return;
     this.#socket = null;
     this.#connection = null;
-    if (!this.#closed)
+    if (this.#closing === null)
       this.#redial = setTimeout(() => this.#dial(), this.#options.reconnectMs ?? RECONNECT_MS);
   }
 
@@ -152,7 +151,7 @@ export class ZmtpPush implements ZmtpOwner {
     const queue = this.#queue;
     this.#queue = [];
     for (const bytes of queue) connection.write(bytes);
-    if (this.#closed) this.#socket?.end();
+    if (this.#closing !== null) this.#socket?.end();
   }
 
   /** @internal a PULL peer sends no messages. */

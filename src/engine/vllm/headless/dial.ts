@@ -25,7 +25,7 @@ import { ZmtpPush } from '../zmtp-push.js';
 /** vLLM's engine waits this long for the init message (HANDSHAKE_TIMEOUT_MINS = 5, core.py). */
 export const INIT_TIMEOUT_MS = 5 * 60_000;
 /** The engine PUSH socket's linger (core.py: 4000 ms), so a last ENGINE_CORE_DEAD still leaves. */
-export const OUTPUT_LINGER_MS = 4_000;
+const OUTPUT_LINGER_MS = 4_000;
 
 export interface HeadlessSockets {
   input: Dealer;
@@ -104,7 +104,7 @@ export async function dialFrontend(
       (input as Dealer).events.on('disconnect', () => resolve());
     });
     input.connect(inputAddress);
-    output = ZmtpPush.connect(outputAddress);
+    output = ZmtpPush.connect(outputAddress, { lingerMs: OUTPUT_LINGER_MS });
     await input.send(encodeRegistration(layout, registration));
     await handshake.send(
       encodeHandshake({
@@ -117,7 +117,7 @@ export async function dialFrontend(
     return { input, output, inputAddress, outputAddress, gone };
   } catch (error) {
     input?.close();
-    void output?.close();
+    void output?.close(0);
     throw error;
   } finally {
     handshake.close();

@@ -28,7 +28,7 @@ import {
   type VllmLoraRequest,
 } from '../requests.js';
 import { routingShapeOf } from '../routing-shape.js';
-import { type HeadlessSockets, OUTPUT_LINGER_MS } from './dial.js';
+import type { HeadlessSockets } from './dial.js';
 import type { DpGroup } from './dp-group.js';
 import { DpWaveState } from './dp-wave.js';
 import { type EngineWide, promptLogprobsOf, toEngineRequest } from './engine-request.js';
@@ -216,7 +216,8 @@ export class VllmHeadlessEngine {
     }
     this.#dp?.group.close();
     input.close();
-    await this.#sockets.output.close(OUTPUT_LINGER_MS);
+    // Its linger (4 s, as vLLM's) lets a last ENGINE_CORE_DEAD leave.
+    await this.#sockets.output.close();
     await receiving;
     return this.#outcome ?? 'stopped';
   }
