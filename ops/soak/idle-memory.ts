@@ -142,6 +142,9 @@ export interface CollectRecord {
   /** glibc's heap after the trim, MB: allocated, held from the system; then per arena. */
   mallocMb: [number, number];
   arenasMb: [number, number][];
+  /** Of the allocated MB, the main isolate's array buffers and V8's own malloc (null in older logs). */
+  mainArrayBuffersMb: number | null;
+  mainV8MallocedMb: number | null;
 }
 
 /** The "memory collected" records of a cluster log (pino's JSON lines; other lines skipped). */
@@ -152,7 +155,15 @@ export function collectRecords(log: string): CollectRecord[] {
     try {
       const r = JSON.parse(line);
       if (!Array.isArray(r.malloc_mb) || !Array.isArray(r.malloc_arenas_mb)) continue;
-      out.push({ pid: r.pid, timeMs: r.time, mallocMb: r.malloc_mb, arenasMb: r.malloc_arenas_mb });
+      out.push({
+        pid: r.pid,
+        timeMs: r.time,
+        mallocMb: r.malloc_mb,
+        arenasMb: r.malloc_arenas_mb,
+        mainArrayBuffersMb:
+          typeof r.main_array_buffers_mb === 'number' ? r.main_array_buffers_mb : null,
+        mainV8MallocedMb: typeof r.main_v8_malloced_mb === 'number' ? r.main_v8_malloced_mb : null,
+      });
     } catch {
       // Not a whole pino line.
     }
@@ -173,12 +184,8 @@ export function mallocGrowth(
   last: IdleCheckpoint,
   records: readonly CollectRecord[],
 ): string | null {
-  const at = (c: IdleCheckpoint): CollectRecord | undefined =>
-    records.find(
-      (r) => r.pid === pid && r.timeMs >= c.collectSpan[0] && r.timeMs <= c.collectSpan[1] + 1_000,
-    );
-  const a = at(first);
-  const b = at(last);
+  const a = recordAt(pid, first, records);
+  const b = recordAt(pid, last, records);
   if (a === undefined || b === undefined) return null;
   const f = (n: number): string => n.toFixed(1);
   let line =
@@ -193,6 +200,56 @@ export function mallocGrowth(
           `arena ${i} allocated ${f(before[0])} -> ${f(allocated)}, held ${f(before[1])} -> ${f(held)}`,
       );
     if (moved.length > 0) line += `; ${moved.join('; ')}`;
+  }
+  return line;
+}
+
+/** The "memory collected" record a process logged in a checkpoint's collection span. */
+function recordAt(
+  pid: number,
+  c: IdleCheckpoint,
+  records: readonly CollectRecord[],
+): CollectRecord | undefined {
+  return records.find(
+    (r) => r.pid === pid && r.timeMs >= c.collectSpan[0] && r.timeMs <= c.collectSpan[1] + 1_000,
+  );
+}
+
+/**
+ * For a process read at rest more than twice, glibc's allocated memory at every reading from
+ * `first` to `last`, seconds into the run: "malloc allocated 44.7, 45.9, 46.5 MB at 679, 2481,
+ * 3721 s", then what of it was the main isolate's array buffers and V8's own malloc where logged.
+ * Two readings cannot tell a cache that filled from a leak; a third in between can. Null with
+ * fewer than three readings.
+ */
+export function mallocAtRest(
+  pid: number,
+  checkpoints: readonly IdleCheckpoint[],
+  first: IdleCheckpoint,
+  last: IdleCheckpoint,
+  records: readonly CollectRecord[],
+  startMs: number,
+): string | null {
+  const from = checkpoints.indexOf(first);
+  const to = checkpoints.indexOf(last);
+  if (from < 0 || to < from) return null;
+  const read = checkpoints
+    .slice(from, to + 1)
+    .map((c) => ({ c, r: recordAt(pid, c, records) }))
+    .filter((x): x is { c: IdleCheckpoint; r: CollectRecord } => x.r !== undefined);
+  if (read.length < 3) return null;
+  const list = (xs: readonly number[]): string => xs.map((x) => x.toFixed(1)).join(', ');
+  let line =
+    `malloc allocated ${list(read.map((x) => x.r.mallocMb[0]))} MB at ` +
+    `${read.map((x) => ((x.c.atMs - startMs) / 1000).toFixed(0)).join(', ')} s`;
+  const parts = (pick: (r: CollectRecord) => number | null): number[] | null => {
+    const xs = read.map((x) => pick(x.r));
+    return xs.every((x): x is number => x !== null) ? xs : null;
+  };
+  const buffers = parts((r) => r.mainArrayBuffersMb);
+  const v8 = parts((r) => r.mainV8MallocedMb);
+  if (buffers !== null && v8 !== null) {
+    line += `; of it the main isolate's array buffers ${list(buffers)}, V8's own ${list(v8)}`;
   }
   return line;
 }

@@ -30,6 +30,7 @@ import type { ProbeBatch, ProbeSample, ProbeWorkerData } from './health-probe.js
 import {
   collectRecords,
   type IdleCheckpoint,
+  mallocAtRest,
   mallocGrowth,
   readIdleMemory,
   Turns,
@@ -364,7 +365,15 @@ async function soak(
     ...idleGrowth(pairs).map((g) => `  at rest: ${g}`),
     ...pairs.flatMap((p) => {
       const growth = mallocGrowth(pidOf(p.key), p.first, p.last, collected);
-      return growth === null ? [] : [`  at rest: ${p.key} ${growth}`];
+      const series = mallocAtRest(
+        pidOf(p.key),
+        idle.checkpoints,
+        p.first,
+        p.last,
+        collected,
+        startMs,
+      );
+      return [growth, series].filter((g) => g !== null).map((g) => `  at rest: ${p.key} ${g}`);
     }),
     `  under load, least squares >= ${o.slopeWindowS} s after ${o.warmupS} s warm-up (judged only where not read at rest twice): ` +
       ([...loadSlopes].map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ') || 'none long enough'),

@@ -53,6 +53,14 @@ export interface CollectReport {
   rssAfter: number;
   /** Whether malloc_trim gave memory back. */
   mallocTrimmed: boolean;
+  /**
+   * After the collection, of the memory glibc counts as allocated: the main isolate's array
+   * buffers (Node allocates their backing stores with malloc) and V8's own malloc for the main
+   * isolate (its malloced_memory: zones, tables). The rest is Node's and the addons' native state
+   * and the other threads'. Tells a JS object that keeps buffers from native memory kept.
+   */
+  mainArrayBuffers: number;
+  mainV8Malloced: number;
   /** glibc's heap after the trim (empty arenas without glibc). */
   malloc: MallocHeap;
   ms: number;
@@ -98,6 +106,8 @@ export class MemoryCollect {
               main_heap_used_mb: mb(r.mainHeapUsedAfter),
               rss_mb: [mb(r.rssBefore), mb(r.rssAfter)],
               malloc_trimmed: r.mallocTrimmed,
+              main_array_buffers_mb: mb(r.mainArrayBuffers),
+              main_v8_malloced_mb: mb(r.mainV8Malloced),
               // Allocated / from the system, MB: in all, then arena by arena (the main one first).
               malloc_mb: [mb(allocated(r.malloc)), mb(fromSystem(r.malloc))],
               malloc_arenas_mb: r.malloc.arenas.map((a) => [
@@ -136,6 +146,7 @@ export class MemoryCollect {
     const threadsAnswered = Math.min(Atomics.load(board, ANSWERED), threads);
     // Last: the isolates' collections freed native memory too (external buffers, V8's own).
     const mallocTrimmed = shmAddon().trimMalloc();
+    const usage = process.memoryUsage();
     return {
       threadsAnswered,
       threads,
@@ -143,8 +154,10 @@ export class MemoryCollect {
       mainHeapTotalAfter: after.total_heap_size,
       mainHeapUsedAfter: after.used_heap_size,
       rssBefore,
-      rssAfter: process.memoryUsage.rss(),
+      rssAfter: usage.rss,
       mallocTrimmed,
+      mainArrayBuffers: usage.arrayBuffers,
+      mainV8Malloced: getHeapStatistics().malloced_memory,
       malloc: mallocHeap(),
       ms: performance.now() - started,
     };

@@ -20,6 +20,8 @@ interface Collected {
   rss_mb: [number, number];
   malloc_mb: [number, number];
   malloc_arenas_mb: [number, number][];
+  main_array_buffers_mb: number;
+  main_v8_malloced_mb: number;
 }
 
 it('SIGUSR2: the primary, the engine and each API server collect in every thread, and serve on', async () => {
@@ -51,6 +53,10 @@ it('SIGUSR2: the primary, the engine and each API server collect in every thread
       expect(c.malloc_mb[0]).toBeLessThanOrEqual(c.malloc_mb[1]);
       expect(c.malloc_arenas_mb.length).toBeGreaterThan(0);
       for (const [inUse, held] of c.malloc_arenas_mb) expect(inUse).toBeLessThanOrEqual(held);
+      // Of what glibc counts as allocated: the main isolate's array buffers and V8's own malloc.
+      expect(c.main_array_buffers_mb).toBeGreaterThanOrEqual(0);
+      expect(c.main_v8_malloced_mb).toBeGreaterThan(0);
+      expect(c.main_array_buffers_mb + c.main_v8_malloced_mb).toBeLessThanOrEqual(c.malloc_mb[0]);
     }
     // --malloc-arena-max (2): the children started with MALLOC_ARENA_MAX, and so did the primary
     // where Node can restart it with the variable set (process.execve; not Node 20). The next test

@@ -17,6 +17,7 @@ import type { ProbeSample } from '../../ops/soak/health-probe.js';
 import {
   collectRecords,
   type IdleCheckpoint,
+  mallocAtRest,
   mallocGrowth,
   Turns,
 } from '../../ops/soak/idle-memory.js';
@@ -241,6 +242,52 @@ describe('RSS at rest', () => {
     );
     // No record at a reading (the process logged none in its collection span): nothing to say.
     expect(mallocGrowth(42, first, last, records)).toBeNull();
+  });
+
+  it("lists glibc's allocated memory at every reading at rest from the first to the last, with its parts", () => {
+    const start = 1_000_000;
+    const checkpoints = [
+      at(start + 300_000, [['ringserve-api-0#41', 170]]), // in its warm-up: before `first`
+      at(start + 680_000, [['ringserve-api-0#41', 173]]),
+      at(start + 2_480_000, [['ringserve-api-0#41', 175]]),
+      at(start + 3_680_000, [['ringserve-api-0#41', 177]]),
+    ];
+    const line = (pid: number, c: IdleCheckpoint, allocated: number, parts: boolean) =>
+      JSON.stringify({
+        time: c.collectSpan[0] + 500,
+        pid,
+        malloc_mb: [allocated, allocated + 20],
+        malloc_arenas_mb: [[allocated, allocated + 20]],
+        ...(parts ? { main_array_buffers_mb: allocated / 10, main_v8_malloced_mb: 1.5 } : {}),
+        msg: 'memory collected',
+      });
+    const [warm, first, middle, last] = checkpoints as [
+      IdleCheckpoint,
+      IdleCheckpoint,
+      IdleCheckpoint,
+      IdleCheckpoint,
+    ];
+    const log = [
+      line(41, warm, 40, true),
+      line(41, first, 44.7, true),
+      line(42, middle, 9, true), // another process
+      line(41, middle, 45.9, true),
+      line(41, last, 46.5, true),
+    ].join('\n');
+    expect(mallocAtRest(41, checkpoints, first, last, collectRecords(log), start)).toBe(
+      'malloc allocated 44.7, 45.9, 46.5 MB at 680, 2480, 3680 s; ' +
+        "of it the main isolate's array buffers 4.5, 4.6, 4.7, V8's own 1.5, 1.5, 1.5",
+    );
+    // A log from before the parts were logged: the totals alone.
+    const older = log.replace(/,"main_array_buffers_mb":[\d.]+,"main_v8_malloced_mb":[\d.]+/g, '');
+    expect(mallocAtRest(41, checkpoints, first, last, collectRecords(older), start)).toBe(
+      'malloc allocated 44.7, 45.9, 46.5 MB at 680, 2480, 3680 s',
+    );
+    // Two readings say no more than mallocGrowth does.
+    expect(mallocAtRest(41, checkpoints, middle, last, collectRecords(log), start)).toBeNull();
+    // A reading missing in between: fewer than three left.
+    const gap = [line(41, first, 44.7, true), line(41, last, 46.5, true)].join('\n');
+    expect(mallocAtRest(41, checkpoints, first, last, collectRecords(gap), start)).toBeNull();
   });
 
   it('pairs each process at rest at the end with its earliest reading at rest past its warm-up', () => {
