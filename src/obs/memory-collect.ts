@@ -209,8 +209,9 @@ export function fromSystem(heap: MallocHeap): number {
   return heap.arenas.reduce((sum, a) => sum + a.systemBytes, heap.mmapBytes);
 }
 
+/** MB to 10 kB: a leak of a few hundred bytes a second shows within minutes. */
 function mb(bytes: number): number {
-  return Math.round(bytes / 1e5) / 10;
+  return Math.round(bytes / 1e4) / 100;
 }
 
 /**
