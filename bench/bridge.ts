@@ -22,6 +22,11 @@
  *
  *   npm run bench:bridge -- [--json] [--seconds 15] [--model qwen3-30b-a3b] [--max-tokens 1024]
  *                           [--zero-copy-threshold N]
+ *
+ * Every process it starts inherits its environment and is stopped with SIGTERM, so under Node 24
+ * `NODE_OPTIONS="--cpu-prof --cpu-prof-dir=DIR" node dist/bench/bridge.js` leaves a V8 CPU profile
+ * of each thread of each process (the bench, the primaries, API servers, engine cores and the
+ * headless engine) in DIR; Node 20 does not take --cpu-prof in NODE_OPTIONS.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { loadavg } from 'node:os';
@@ -29,6 +34,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { Pool, request } from 'undici';
+import { stopChild } from '../src/cluster/stop-child.js';
 import { ExitCode, exitCodeFor, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
 import { STAT_GENERATION_TOKENS } from '../src/shm/layout.js';
 import { openRegion, type Region } from '../src/shm/region.js';
@@ -40,6 +46,8 @@ import { clusterPids, processCpuMs } from './loadtest/proc-cpu.js';
 
 const CLI = join(fileURLToPath(new URL('.', import.meta.url)), '..', 'src', 'cli.js');
 const PROMPT_TOKENS = 256;
+/** How long the headless engine gets to exit on SIGTERM before it is SIGKILLed. */
+const ENGINE_STOP_MS = 10_000;
 const WARMUP_MS = 3_000;
 
 interface Args {
@@ -321,7 +329,8 @@ async function bridgeArm(args: Args): Promise<ArmResult> {
     );
     return { name: 'vLLM bridge (serve --engine vllm + engine --vllm-protocol)', ...r };
   } finally {
-    engine?.kill('SIGKILL');
+    // SIGTERM first: an engine that exits on its own writes what it was asked to (a --cpu-prof).
+    if (engine !== null) await stopChild(engine, ENGINE_STOP_MS);
     await cluster.stop();
   }
 }
