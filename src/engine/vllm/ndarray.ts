@@ -65,6 +65,67 @@ export interface Shape {
 }
 
 /**
+ * The out-of-band arrays of one message (its frames after the body), copied one after another into
+ * one arena that the next message reuses: a step's routing rows are a frame each at vLLM's default
+ * threshold, and a Buffer per row was most of what encoding a step allocated. A FrameSource
+ * (zmtp.ts), so the wire message is written from it directly.
+ */
+export class AuxFrames {
+  #arena = new Uint8Array(1 << 16);
+  /** Where frame i ends in the arena (it starts where frame i - 1 ends). */
+  #ends = new Int32Array(256);
+  count = 0;
+
+  /** Forgets every frame (the next message's start). */
+  reset(): void {
+    this.count = 0;
+  }
+
+  /** Copies `src[start .. start + n)` as the next frame; returns its frame index (1 for the first). */
+  add(src: Uint8Array, start: number, n: number): number {
+    const from = this.#end(this.count);
+    if (from + n > this.#arena.length) {
+      const grown = new Uint8Array(Math.max(from + n, this.#arena.length * 2));
+      grown.set(this.#arena.subarray(0, from));
+      this.#arena = grown;
+    }
+    if (this.count === this.#ends.length) {
+      const grown = new Int32Array(this.#ends.length * 2);
+      grown.set(this.#ends);
+      this.#ends = grown;
+    }
+    // Buffer's copy takes any Uint8Array as its source and makes no view of it.
+    Buffer.prototype.copy.call(src, this.#arena, from, start, start + n);
+    this.#ends[this.count++] = from + n;
+    return this.count;
+  }
+
+  lengthOf(i: number): number {
+    return this.#end(i + 1) - this.#end(i);
+  }
+
+  copyTo(i: number, out: Uint8Array, at: number): void {
+    Buffer.prototype.copy.call(this.#arena, out, at, this.#end(i), this.#end(i + 1));
+  }
+
+  /** Each frame as a Buffer of its own (copies), for callers that keep the frames. */
+  copies(): Buffer[] {
+    const out: Buffer[] = [];
+    for (let i = 0; i < this.count; i++) {
+      const frame = Buffer.allocUnsafe(this.lengthOf(i));
+      this.copyTo(i, frame, 0);
+      out.push(frame);
+    }
+    return out;
+  }
+
+  /** Where the first `k` frames end. */
+  #end(k: number): number {
+    return k === 0 ? 0 : (this.#ends[k - 1] as number);
+  }
+}
+
+/**
  * Writes one ndarray (or tensor: a torch dtype name) of `shape` whose bytes are
  * `src[start .. start + n)`; n of INLINE_LIMIT or more go onto `aux` as a frame of their own (a
  * copy), referenced by index.
@@ -76,7 +137,7 @@ export function writeNdarray(
   src: Uint8Array,
   start: number,
   n: number,
-  aux: Buffer[],
+  aux: AuxFrames,
 ): void {
   w.arrayHeader(3);
   w.str(dtype);
@@ -87,11 +148,7 @@ export function writeNdarray(
   if (n < INLINE_LIMIT) {
     w.extFrom(RAW_VIEW_EXT, src, start, n);
   } else {
-    const frame = Buffer.allocUnsafe(n);
-    // Buffer's copy takes any Uint8Array as its source and makes no view of it.
-    Buffer.prototype.copy.call(src, frame, 0, start, start + n);
-    aux.push(frame);
-    w.int(aux.length, 'ndarray.data');
+    w.int(aux.add(src, start, n), 'ndarray.data');
   }
 }
 

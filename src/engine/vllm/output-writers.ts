@@ -1,12 +1,12 @@
 import type { MsgWriter } from './msgpack-writer.js';
-import { Dtype, type Shape, TorchDtype, writeNdarray } from './ndarray.js';
+import { type AuxFrames, Dtype, type Shape, TorchDtype, writeNdarray } from './ndarray.js';
 import type { OutputRecord, PrefillStats, SchedulerStatsFields } from './outputs.js';
 
 /**
  * The structured fields of an EngineCoreOutput as vLLM's engine writes them (docs/vllm-protocol.md,
  * "Outputs"), from an OutputRecord's typed arrays. Matrices are assembled in module scratch that
- * grows and is reused (one engine thread writes at a time), so writing allocates nothing per token
- * beyond the aux frames that arrays of 256 bytes or more travel in.
+ * grows and is reused (one engine thread writes at a time), and arrays of 256 bytes or more are
+ * copied into the encoder's aux arena, so writing allocates nothing per token.
  */
 
 const shape: Shape = { dims: 0, d0: 0, d1: 0, d2: 0 };
@@ -60,7 +60,7 @@ function setI64(i: number, v: number): void {
  * column 0 the sampled token, columns 1 .. W-1 the top candidates (vLLM's sampler casts the ids to
  * int32 and leaves the ranks int64).
  */
-export function writeLogprobs(w: MsgWriter, o: OutputRecord, aux: Buffer[]): void {
+export function writeLogprobs(w: MsgWriter, o: OutputRecord, aux: AuxFrames): void {
   const lp = o.logprobs;
   if (lp === null) {
     w.nil();
@@ -100,7 +100,7 @@ export function writeLogprobs(w: MsgWriter, o: OutputRecord, aux: Buffer[]): voi
  * record's arrays as they are (position-major is row-major); the ranks, one per position, are
  * gathered into scratch.
  */
-export function writePromptLogprobs(w: MsgWriter, o: OutputRecord, aux: Buffer[]): void {
+export function writePromptLogprobs(w: MsgWriter, o: OutputRecord, aux: AuxFrames): void {
   const lp = o.promptLogprobs;
   if (lp === null) {
     w.nil();
@@ -126,7 +126,7 @@ export function writePromptLogprobs(w: MsgWriter, o: OutputRecord, aux: Buffer[]
 }
 
 /** routed_experts: |u1 or <u2 [rows, num_hidden_layers, topk]. */
-export function writeRouted(w: MsgWriter, o: OutputRecord, aux: Buffer[]): void {
+export function writeRouted(w: MsgWriter, o: OutputRecord, aux: AuxFrames): void {
   if (o.routedBytes === null) {
     w.nil();
     return;
@@ -145,7 +145,7 @@ export function writeRouted(w: MsgWriter, o: OutputRecord, aux: Buffer[]): void 
  * SamplingMaskLists [token ids <i4 [n], offsets <i8 [k + 1] (nil for one row), nil]: the kept ids
  * of every new token, in token order (vLLM >= 0.28, engine-wide `--enable-return-sampling-mask`).
  */
-export function writeMask(w: MsgWriter, o: OutputRecord, aux: Buffer[]): void {
+export function writeMask(w: MsgWriter, o: OutputRecord, aux: AuxFrames): void {
   const counts = o.maskCounts;
   if (counts === null) {
     w.nil();

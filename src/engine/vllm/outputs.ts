@@ -1,6 +1,7 @@
 import { RS_ERR_VLLM_BAD_FIELD } from '../../errors.js';
 import type { VllmLayout } from './layouts.js';
 import { MsgWriter } from './msgpack-writer.js';
+import { AuxFrames } from './ndarray.js';
 import {
   writeLogprobs,
   writeMask,
@@ -10,6 +11,7 @@ import {
   writeStats,
 } from './output-writers.js';
 import { writeAny } from './values.js';
+import { encodeMessageFrom } from './zmtp.js';
 
 /**
  * The engine side of the output socket (docs/vllm-protocol.md, "Outputs"): one EngineCoreOutputs
@@ -127,7 +129,7 @@ const SMALL_CAPACITY = 1 << 10;
 export class OutputsEncoder {
   readonly #layout: VllmLayout;
   readonly #w: MsgWriter;
-  #aux: Buffer[] = [];
+  readonly #aux = new AuxFrames();
   #expected = 0;
   #written = 0;
 
@@ -146,7 +148,7 @@ export class OutputsEncoder {
   begin(engineIndex: number, count: number): void {
     const w = this.#w;
     w.reset();
-    this.#aux = [];
+    this.#aux.reset();
     this.#expected = count;
     this.#written = 0;
     w.arrayHeader(this.#layout.outputs.length);
@@ -209,13 +211,35 @@ export class OutputsEncoder {
     this.#written++;
   }
 
-  /** Ends the message; returns its frames `[body, *aux]`. */
+  /** Ends the message; returns its frames `[body, *aux]` (copies: the encoder's next message may start). */
   end(
     stats: SchedulerStatsFields | null,
     timestamp: number,
     utility: UtilityReply | null,
     wave: WaveFields | null = null,
   ): Buffer[] {
+    this.#finish(stats, timestamp, utility, wave);
+    return [this.#w.toBuffer(), ...this.#aux.copies()];
+  }
+
+  /**
+   * Ends a message of outputs; returns its ZMTP wire bytes (zmtp.ts encodeMessageFrom), every
+   * byte of the body and the aux frames copied once, into the one buffer a PUSH socket writes
+   * (ZmtpPush.sendEncoded). The headless engine's step path.
+   */
+  endWire(stats: SchedulerStatsFields | null, timestamp: number): Buffer {
+    this.#finish(stats, timestamp, null, null);
+    const w = this.#w;
+    return encodeMessageFrom(w.bytes, w.length, this.#aux);
+  }
+
+  /** The fields after `outputs`. */
+  #finish(
+    stats: SchedulerStatsFields | null,
+    timestamp: number,
+    utility: UtilityReply | null,
+    wave: WaveFields | null,
+  ): void {
     if (this.#written !== this.#expected) {
       throw new RS_ERR_VLLM_BAD_FIELD(
         'outputs',
@@ -239,7 +263,6 @@ export class OutputsEncoder {
         w.int(wave.start, field);
       else w.nil();
     }
-    return [w.toBuffer(), ...this.#aux];
   }
 }
 

@@ -85,8 +85,15 @@ export class ZmtpPush implements ZmtpOwner {
 
   /** Sends one multipart message (its frames are copied: the caller may reuse them at once). */
   send(frames: readonly Uint8Array[]): void {
+    this.sendEncoded(encodeMessage(frames));
+  }
+
+  /**
+   * Sends one multipart message already in its wire bytes (zmtp.ts encodeMessage,
+   * encodeMessageFrom); the socket keeps `bytes` until written, so the caller must not reuse them.
+   */
+  sendEncoded(bytes: Buffer): void {
     if (this.#closing !== null) throw new RS_ERR_ZMTP_PROTOCOL('send on a closed PUSH socket');
-    const bytes = encodeMessage(frames);
     const connection = this.#connection;
     if (connection?.ready === true && this.#queue.length === 0) connection.write(bytes);
     else this.#queue.push(bytes);

@@ -132,27 +132,74 @@ function readProperties(body: Buffer, at: number): Map<string, Buffer> {
 export function encodeMessage(frames: readonly Uint8Array[]): Buffer {
   if (frames.length === 0) throw new RS_ERR_ZMTP_PROTOCOL('a message has at least one frame');
   let total = 0;
-  for (const frame of frames) total += (frame.length > 255 ? 9 : 2) + frame.length;
+  for (const frame of frames) total += frameHeaderBytes(frame.length) + frame.length;
   const out = Buffer.allocUnsafe(total);
   let at = 0;
   const last = frames.length - 1;
   for (let i = 0; i <= last; i++) {
     const frame = frames[i]!;
-    const more = i < last ? FLAG_MORE : 0;
-    if (frame.length > 255) {
-      out[at] = more | FLAG_LONG;
-      out.writeUInt32BE(Math.floor(frame.length / 2 ** 32), at + 1);
-      out.writeUInt32BE(frame.length >>> 0, at + 5);
-      at += 9;
-    } else {
-      out[at] = more;
-      out[at + 1] = frame.length;
-      at += 2;
-    }
+    at = writeFrameHeader(out, at, frame.length, i < last);
     out.set(frame, at);
     at += frame.length;
   }
   return out;
+}
+
+/**
+ * The frames after a message's first, without an object per frame: how many, each one's length,
+ * and a copy of each into the wire buffer (the headless engine's out-of-band arrays: ndarray.ts
+ * AuxFrames).
+ */
+export interface FrameSource {
+  readonly count: number;
+  lengthOf(i: number): number;
+  copyTo(i: number, out: Uint8Array, at: number): void;
+}
+
+/**
+ * A multipart message's wire bytes, as encodeMessage, from its first frame's bytes
+ * (`first[0 .. firstLength)`, e.g. a msgpack writer's buffer) and the frames of `rest`: each byte
+ * is copied once, into the one buffer written.
+ */
+export function encodeMessageFrom(
+  first: Uint8Array,
+  firstLength: number,
+  rest: FrameSource,
+): Buffer {
+  let total = frameHeaderBytes(firstLength) + firstLength;
+  for (let i = 0; i < rest.count; i++) {
+    const n = rest.lengthOf(i);
+    total += frameHeaderBytes(n) + n;
+  }
+  const out = Buffer.allocUnsafe(total);
+  let at = writeFrameHeader(out, 0, firstLength, rest.count > 0);
+  out.set(first.subarray(0, firstLength), at);
+  at += firstLength;
+  for (let i = 0; i < rest.count; i++) {
+    const n = rest.lengthOf(i);
+    at = writeFrameHeader(out, at, n, i < rest.count - 1);
+    rest.copyTo(i, out, at);
+    at += n;
+  }
+  return out;
+}
+
+function frameHeaderBytes(length: number): number {
+  return length > 255 ? 9 : 2;
+}
+
+/** A frame's header at `at`; returns where its body starts. */
+function writeFrameHeader(out: Buffer, at: number, length: number, more: boolean): number {
+  const flags = more ? FLAG_MORE : 0;
+  if (length > 255) {
+    out[at] = flags | FLAG_LONG;
+    out.writeUInt32BE(Math.floor(length / 2 ** 32), at + 1);
+    out.writeUInt32BE(length >>> 0, at + 5);
+    return at + 9;
+  }
+  out[at] = flags;
+  out[at + 1] = length;
+  return at + 2;
 }
 
 enum Stage {

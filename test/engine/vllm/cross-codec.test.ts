@@ -30,6 +30,7 @@ import {
   type VllmAddRequest,
 } from '../../../src/engine/vllm/index.js';
 import { decodeKvParams, encodeKvParams } from '../../../src/engine/vllm/kv-params.js';
+import { encodeMessage } from '../../../src/engine/vllm/zmtp.js';
 import * as m from './mirror/codec.js';
 import { registrationFor } from './mirror/engine-registration.js';
 
@@ -256,20 +257,21 @@ describe.each(m.ERAS)('layout %s', (era) => {
     o.kvTransferParams = { do_remote_prefill: true, remote_block_ids: [[4, 5]], remote_port: 5600 };
     e.begin(0, 1);
     e.output(o);
-    const frames = e.end(
-      {
-        numRunningReqs: 1,
-        numWaitingReqs: 0,
-        kvCacheUsage: 0.25,
-        prefixRequests: 1,
-        prefixQueries: 4,
-        prefixHits: 0,
-        stepCounter: 3,
-      },
-      2.5,
-      null,
-    );
+    const stats = {
+      numRunningReqs: 1,
+      numWaitingReqs: 0,
+      kvCacheUsage: 0.25,
+      prefixRequests: 1,
+      prefixQueries: 4,
+      prefixHits: 0,
+      stepCounter: 3,
+    };
+    const frames = e.end(stats, 2.5, null);
     expect(frames.length).toBe(2);
+    // The headless engine's step path writes the same message straight into its wire bytes.
+    e.begin(0, 1);
+    e.output(o);
+    expect(e.endWire(stats, 2.5).equals(encodeMessage(frames))).toBe(true);
     const d = m.decodeOutputs(frames);
     expect(d.length).toBe(8);
     expect(d.outputLengths).toEqual([m.OUTPUT_FIELDS[era].length]);

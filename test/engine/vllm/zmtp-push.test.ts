@@ -8,6 +8,8 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Pull } from 'zeromq';
+import { AuxFrames } from '../../../src/engine/vllm/ndarray.js';
+import { encodeMessageFrom } from '../../../src/engine/vllm/zmtp.js';
 import { parseTcpEndpoint, ZmtpPush } from '../../../src/engine/vllm/zmtp-push.js';
 import { until } from '../../until.js';
 import {
@@ -70,6 +72,29 @@ describe('ZmtpPush against libzmq PULL', () => {
     for (const frames of sent) socket.send(frames);
     // Every send came before the connection: they waited, in order.
     expect(socket.connected).toBe(false);
+    const got = await receive(pull, sent.length);
+    expect(errors).toEqual([]);
+    for (let m = 0; m < sent.length; m++) {
+      expect(got[m]!.length).toBe(sent[m]!.length);
+      for (let f = 0; f < sent[m]!.length; f++) expect(got[m]![f]!.equals(sent[m]![f]!)).toBe(true);
+    }
+  });
+
+  it('sends messages encoded from a first frame and an aux arena (the step path) as libzmq reads them', async () => {
+    const { pull, endpoint } = await libzmqPull();
+    const errors: Error[] = [];
+    const socket = push(endpoint, errors);
+    const sent = mixedMessages().slice(0, 60);
+    // One arena and one oversized first-frame buffer, reused for every message, as the encoder
+    // reuses its own: what went out must not change when the next message overwrites them.
+    const aux = new AuxFrames();
+    const body = Buffer.alloc(64);
+    for (const [first, ...rest] of sent) {
+      aux.reset();
+      for (const frame of rest) aux.add(frame, 0, frame.length);
+      first!.copy(body);
+      socket.sendEncoded(encodeMessageFrom(body, first!.length, aux));
+    }
     const got = await receive(pull, sent.length);
     expect(errors).toEqual([]);
     for (let m = 0; m < sent.length; m++) {

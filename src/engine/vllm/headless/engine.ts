@@ -28,6 +28,7 @@ import {
   type VllmLoraRequest,
 } from '../requests.js';
 import { routingShapeOf } from '../routing-shape.js';
+import { encodeMessage } from '../zmtp.js';
 import type { HeadlessSockets } from './dial.js';
 import type { DpGroup } from './dp-group.js';
 import { DpWaveState } from './dp-wave.js';
@@ -151,8 +152,8 @@ export class VllmHeadlessEngine {
   #pending: PendingReply[] = [];
   #wake: (() => void) | null = null;
   #outcome: HeadlessOutcome | null = null;
-  /** The frames of the last #stepOnce (null: nothing to send). */
-  #frames: Buffer[] | null = null;
+  /** The wire bytes of the last #stepOnce's message (null: nothing to send). */
+  #message: Buffer | null = null;
   readonly #dp: HeadlessDp | null;
   readonly #wave: DpWaveState | null;
   readonly #stats: SchedulerStatsFields = {
@@ -242,7 +243,7 @@ export class VllmHeadlessEngine {
       }
       const started = performance.now();
       const timing = this.#stepOnce();
-      if (this.#frames !== null) this.#send(this.#frames);
+      if (this.#message !== null) this.#sendEncoded(this.#message);
       this.#answerPending();
       await pace(started, timing.ms);
     }
@@ -257,13 +258,13 @@ export class VllmHeadlessEngine {
     this.#wake = null;
   }
 
-  /** One step of the simulator, its outputs encoded into #frames; returns its timing. */
+  /** One step of the simulator, its outputs encoded into #message; returns its timing. */
   #stepOnce(): StepTiming {
     const out = this.#out;
     out.clear();
     const timing = this.#sim.step(out);
     this.#nixl?.afterStep(out, this.#table);
-    this.#frames = this.#encoder.encode(
+    this.#message = this.#encoder.encodeWire(
       out,
       this.#table,
       this.#rank,
@@ -298,11 +299,11 @@ export class VllmHeadlessEngine {
         continue;
       }
       const started = performance.now();
-      let frames: Buffer[] | null = null;
+      let stepMessage: Buffer | null = null;
       let ms = dp.dummyStepMs;
       if (work) {
         const timing = this.#stepOnce();
-        frames = this.#frames;
+        stepMessage = this.#message;
         // A step that forwarded nothing (only requests whose KV is still loading) is a dummy
         // batch in vLLM's loop: the group does not wait out the load in one step.
         if (timing.decodeSeqs > 0 || timing.prefillTokens > 0) ms = timing.ms;
@@ -323,7 +324,7 @@ export class VllmHeadlessEngine {
         break;
       }
       if (this.#outcome !== null) break;
-      if (frames !== null) this.#send(frames);
+      if (stepMessage !== null) this.#sendEncoded(stepMessage);
       const ended = wave.afterStep(result.sync, result.anyUnfinished);
       if (ended !== null) {
         message.complete = ended;
@@ -663,8 +664,13 @@ export class VllmHeadlessEngine {
 
   /** One message to the frontend, in order: the socket copies it (and holds it while reconnecting). */
   #send(frames: Buffer[]): void {
+    this.#sendEncoded(encodeMessage(frames));
+  }
+
+  /** A message already in its wire bytes (a step's: StepEncoder.encodeWire), which the socket keeps. */
+  #sendEncoded(message: Buffer): void {
     try {
-      this.#sockets.output.send(frames);
+      this.#sockets.output.sendEncoded(message);
     } catch (error) {
       if (this.#outcome === null) this.#log.error({ err: error }, 'output socket failed');
       this.#end('frontend-gone');

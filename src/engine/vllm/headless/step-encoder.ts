@@ -79,6 +79,29 @@ export class StepEncoder {
     stats: SchedulerStatsFields | null,
     timestamp: number,
   ): Buffer[] | null {
+    if (!this.#encode(out, table, engineIndex, stats)) return null;
+    return this.#encoder.end(stats, timestamp, null);
+  }
+
+  /** As encode(), but returns the message's ZMTP wire bytes (OutputsEncoder.endWire). */
+  encodeWire(
+    out: StepOutputs,
+    table: LiveRequests,
+    engineIndex: number,
+    stats: SchedulerStatsFields | null,
+    timestamp: number,
+  ): Buffer | null {
+    if (!this.#encode(out, table, engineIndex, stats)) return null;
+    return this.#encoder.endWire(stats, timestamp);
+  }
+
+  /** Writes the step's outputs into the encoder, up to its end; false when there is no message. */
+  #encode(
+    out: StepOutputs,
+    table: LiveRequests,
+    engineIndex: number,
+    stats: SchedulerStatsFields | null,
+  ): boolean {
     let count = 0;
     for (let i = 0; i < out.count; i++) {
       const r = table.atSlot(out.slot[i] as number);
@@ -90,7 +113,7 @@ export class StepEncoder {
     }
     if (count === 0 && stats === null) {
       this.#releaseFinished(out, table);
-      return null;
+      return false;
     }
     const e = this.#encoder;
     e.begin(engineIndex, count);
@@ -104,7 +127,7 @@ export class StepEncoder {
     }
     this.#releaseFinished(out, table);
     if (stats !== null) stats.prefixRequests = this.startedLastStep;
-    return e.end(stats, timestamp, null);
+    return true;
   }
 
   #releaseFinished(out: StepOutputs, table: LiveRequests): void {
