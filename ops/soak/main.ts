@@ -206,8 +206,9 @@ async function soak(
   const pausing = (async () => {
     if (o.pauseEveryS <= 0) return;
     while (running) {
-      await sleep(o.pauseEveryS * 1000);
-      if (!running) break;
+      // Not past the end: the drain waits for this loop, and starts on time.
+      await sleep(Math.min(o.pauseEveryS * 1000, Math.max(0, endMs - Date.now())));
+      if (!running || Date.now() >= endMs) break;
       await turns.run(() => pauseCycle());
     }
   })();
