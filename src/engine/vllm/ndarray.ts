@@ -74,30 +74,35 @@ export class AuxFrames {
   #arena = new Uint8Array(1 << 16);
   /** Where frame i ends in the arena (it starts where frame i - 1 ends). */
   #ends = new Int32Array(256);
-  count = 0;
+  #count = 0;
+
+  /** Frames added since the last reset. */
+  get count(): number {
+    return this.#count;
+  }
 
   /** Forgets every frame (the next message's start). */
   reset(): void {
-    this.count = 0;
+    this.#count = 0;
   }
 
   /** Copies `src[start .. start + n)` as the next frame; returns its frame index (1 for the first). */
   add(src: Uint8Array, start: number, n: number): number {
-    const from = this.#end(this.count);
+    const from = this.#end(this.#count);
     if (from + n > this.#arena.length) {
       const grown = new Uint8Array(Math.max(from + n, this.#arena.length * 2));
       grown.set(this.#arena.subarray(0, from));
       this.#arena = grown;
     }
-    if (this.count === this.#ends.length) {
+    if (this.#count === this.#ends.length) {
       const grown = new Int32Array(this.#ends.length * 2);
       grown.set(this.#ends);
       this.#ends = grown;
     }
     // Buffer's copy takes any Uint8Array as its source and makes no view of it.
     Buffer.prototype.copy.call(src, this.#arena, from, start, start + n);
-    this.#ends[this.count++] = from + n;
-    return this.count;
+    this.#ends[this.#count++] = from + n;
+    return this.#count;
   }
 
   lengthOf(i: number): number {
@@ -111,7 +116,7 @@ export class AuxFrames {
   /** Each frame as a Buffer of its own (copies), for callers that keep the frames. */
   copies(): Buffer[] {
     const out: Buffer[] = [];
-    for (let i = 0; i < this.count; i++) {
+    for (let i = 0; i < this.#count; i++) {
       const frame = Buffer.allocUnsafe(this.lengthOf(i));
       this.copyTo(i, frame, 0);
       out.push(frame);

@@ -28,7 +28,6 @@ import {
   type VllmLoraRequest,
 } from '../requests.js';
 import { routingShapeOf } from '../routing-shape.js';
-import { encodeMessage } from '../zmtp.js';
 import type { HeadlessSockets } from './dial.js';
 import type { DpGroup } from './dp-group.js';
 import { DpWaveState } from './dp-wave.js';
@@ -664,7 +663,11 @@ export class VllmHeadlessEngine {
 
   /** One message to the frontend, in order: the socket copies it (and holds it while reconnecting). */
   #send(frames: Buffer[]): void {
-    this.#sendEncoded(encodeMessage(frames));
+    try {
+      this.#sockets.output.send(frames);
+    } catch (error) {
+      this.#outputFailed(error);
+    }
   }
 
   /** A message already in its wire bytes (a step's: StepEncoder.encodeWire), which the socket keeps. */
@@ -672,9 +675,13 @@ export class VllmHeadlessEngine {
     try {
       this.#sockets.output.sendEncoded(message);
     } catch (error) {
-      if (this.#outcome === null) this.#log.error({ err: error }, 'output socket failed');
-      this.#end('frontend-gone');
+      this.#outputFailed(error);
     }
+  }
+
+  #outputFailed(error: unknown): void {
+    if (this.#outcome === null) this.#log.error({ err: error }, 'output socket failed');
+    this.#end('frontend-gone');
   }
 
   #schedulerStats(): SchedulerStatsFields {
