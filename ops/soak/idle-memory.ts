@@ -145,6 +145,9 @@ export interface CollectRecord {
   /** Of the allocated MB, the main isolate's array buffers and V8's own malloc (null in older logs). */
   mainArrayBuffersMb: number | null;
   mainV8MallocedMb: number | null;
+  /** The same summed over the process's other threads (null in older logs). */
+  threadsArrayBuffersMb: number | null;
+  threadsV8MallocedMb: number | null;
 }
 
 /** The "memory collected" records of a cluster log (pino's JSON lines; other lines skipped). */
@@ -163,6 +166,10 @@ export function collectRecords(log: string): CollectRecord[] {
         mainArrayBuffersMb:
           typeof r.main_array_buffers_mb === 'number' ? r.main_array_buffers_mb : null,
         mainV8MallocedMb: typeof r.main_v8_malloced_mb === 'number' ? r.main_v8_malloced_mb : null,
+        threadsArrayBuffersMb:
+          typeof r.threads_array_buffers_mb === 'number' ? r.threads_array_buffers_mb : null,
+        threadsV8MallocedMb:
+          typeof r.threads_v8_malloced_mb === 'number' ? r.threads_v8_malloced_mb : null,
       });
     } catch {
       // Not a whole pino line.
@@ -250,6 +257,11 @@ export function mallocAtRest(
   const v8 = parts((r) => r.mainV8MallocedMb);
   if (buffers !== null && v8 !== null) {
     line += `; of it the main isolate's array buffers ${list(buffers)}, V8's own ${list(v8)}`;
+  }
+  const threadBuffers = parts((r) => r.threadsArrayBuffersMb);
+  const threadV8 = parts((r) => r.threadsV8MallocedMb);
+  if (threadBuffers !== null && threadV8 !== null) {
+    line += `; the other threads' array buffers ${list(threadBuffers)}, V8's own ${list(threadV8)}`;
   }
   return line;
 }

@@ -31,7 +31,11 @@ const ENVIRONMENT_KEY = 'ringserve:memory-collect';
 const ASKED = 0; // requests so far (the main thread raises it)
 const ANSWERED = 1; // threads that answered the current request
 const THREADS = 2; // threads that answer (each adds itself when it starts answering)
-const BOARD_SLOTS = 3;
+// What the answering threads' isolates hold after their collection, summed, kB (each thread adds
+// its own before it counts itself answered).
+const THREADS_ARRAY_BUFFERS_KB = 3;
+const THREADS_V8_MALLOCED_KB = 4;
+const BOARD_SLOTS = 5;
 
 /** How often a thread with an event loop looks at the board: one Atomics.load. */
 export const ANSWER_EVERY_MS = 250;
@@ -61,6 +65,14 @@ export interface CollectReport {
    */
   mainArrayBuffers: number;
   mainV8Malloced: number;
+  /**
+   * The same for the other threads that answered, summed: their isolates' array buffers (a
+   * SharedArrayBuffer is counted by every isolate that holds it, and the shared regions are mapped
+   * memory, not glibc's) and V8's malloc. With the main thread's, what is left of glibc's
+   * allocated memory is native state outside every isolate.
+   */
+  threadsArrayBuffers: number;
+  threadsV8Malloced: number;
   /** glibc's heap after the trim (empty arenas without glibc). */
   malloc: MallocHeap;
   ms: number;
@@ -108,6 +120,8 @@ export class MemoryCollect {
               malloc_trimmed: r.mallocTrimmed,
               main_array_buffers_mb: mb(r.mainArrayBuffers),
               main_v8_malloced_mb: mb(r.mainV8Malloced),
+              threads_array_buffers_mb: mb(r.threadsArrayBuffers),
+              threads_v8_malloced_mb: mb(r.threadsV8Malloced),
               // Allocated / from the system, MB: in all, then arena by arena (the main one first).
               malloc_mb: [mb(allocated(r.malloc)), mb(fromSystem(r.malloc))],
               malloc_arenas_mb: r.malloc.arenas.map((a) => [
@@ -133,6 +147,8 @@ export class MemoryCollect {
     // answers this request. One that starts later may answer it too, or not; it is not waited for.
     const threads = Atomics.load(board, THREADS);
     Atomics.store(board, ANSWERED, 0);
+    Atomics.store(board, THREADS_ARRAY_BUFFERS_KB, 0);
+    Atomics.store(board, THREADS_V8_MALLOCED_KB, 0);
     Atomics.add(board, ASKED, 1);
     shmAddon().collectGarbage();
     const after = getHeapStatistics();
@@ -158,6 +174,8 @@ export class MemoryCollect {
       mallocTrimmed,
       mainArrayBuffers: usage.arrayBuffers,
       mainV8Malloced: getHeapStatistics().malloced_memory,
+      threadsArrayBuffers: Atomics.load(board, THREADS_ARRAY_BUFFERS_KB) * 1024,
+      threadsV8Malloced: Atomics.load(board, THREADS_V8_MALLOCED_KB) * 1024,
       malloc: mallocHeap(),
       ms: performance.now() - started,
     };
@@ -247,6 +265,10 @@ export function answerMemoryCollect(mode: 'timer' | 'poll'): (() => void) | null
     if (asked === done) return;
     done = asked;
     shmAddon().collectGarbage();
+    // This isolate's, as process.memoryUsage() reads them in a worker thread.
+    const kb = (bytes: number) => Math.round(bytes / 1024);
+    Atomics.add(board, THREADS_ARRAY_BUFFERS_KB, kb(process.memoryUsage().arrayBuffers));
+    Atomics.add(board, THREADS_V8_MALLOCED_KB, kb(getHeapStatistics().malloced_memory));
     Atomics.add(board, ANSWERED, 1);
   };
   if (mode === 'timer') setInterval(poll, ANSWER_EVERY_MS).unref();

@@ -22,6 +22,8 @@ interface Collected {
   malloc_arenas_mb: [number, number][];
   main_array_buffers_mb: number;
   main_v8_malloced_mb: number;
+  threads_array_buffers_mb: number;
+  threads_v8_malloced_mb: number;
 }
 
 it('SIGUSR2: the primary, the engine and each API server collect in every thread, and serve on', async () => {
@@ -57,6 +59,9 @@ it('SIGUSR2: the primary, the engine and each API server collect in every thread
       expect(c.main_array_buffers_mb).toBeGreaterThanOrEqual(0);
       expect(c.main_v8_malloced_mb).toBeGreaterThan(0);
       expect(c.main_array_buffers_mb + c.main_v8_malloced_mb).toBeLessThanOrEqual(c.malloc_mb[0]);
+      // The other threads' isolates (pino's log thread at least): V8's malloc is never nothing.
+      expect(c.threads_v8_malloced_mb).toBeGreaterThan(0);
+      expect(c.threads_array_buffers_mb).toBeGreaterThanOrEqual(0);
     }
     // --malloc-arena-max (2): the children started with MALLOC_ARENA_MAX, and so did the primary
     // where Node can restart it with the variable set (process.execve; not Node 20). The next test

@@ -88,6 +88,23 @@ describe('collecting in every thread of a process', () => {
     expect(report.ms).toBeLessThan(ANSWER_TIMEOUT_MS);
   });
 
+  it("sums what the other threads' isolates hold: array buffers and V8's malloc", async () => {
+    const collect = shareMemoryCollect();
+    const holder = await start('timer');
+    const before = await collect.collect();
+    expect(before.threadsV8Malloced).toBeGreaterThan(0);
+    holder.postMessage('hold');
+    expect((await once(holder, 'message'))[0]).toBe('held');
+    const holding = await collect.collect();
+    // The worker's 8 MiB buffer, not the main thread's (which did not change).
+    expect(holding.threadsArrayBuffers - before.threadsArrayBuffers).toBeGreaterThanOrEqual(8 * MB);
+    expect(Math.abs(holding.mainArrayBuffers - before.mainArrayBuffers)).toBeLessThan(MB);
+    holder.postMessage('exit');
+    await once(holder, 'exit');
+    // A thread that ended adds nothing.
+    expect(await collect.collect()).toMatchObject({ threadsArrayBuffers: 0, threadsV8Malloced: 0 });
+  });
+
   it('a thread that starts answering while a collection runs is not waited for, and answers the next', async () => {
     const collect = shareMemoryCollect();
     await start('late');

@@ -258,7 +258,14 @@ describe('RSS at rest', () => {
         pid,
         malloc_mb: [allocated, allocated + 20],
         malloc_arenas_mb: [[allocated, allocated + 20]],
-        ...(parts ? { main_array_buffers_mb: allocated / 10, main_v8_malloced_mb: 1.5 } : {}),
+        ...(parts
+          ? {
+              main_array_buffers_mb: allocated / 10,
+              main_v8_malloced_mb: 1.5,
+              threads_array_buffers_mb: allocated / 20,
+              threads_v8_malloced_mb: 0.8,
+            }
+          : {}),
         msg: 'memory collected',
       });
     const [warm, first, middle, last] = checkpoints as [
@@ -276,10 +283,22 @@ describe('RSS at rest', () => {
     ].join('\n');
     expect(mallocAtRest(41, checkpoints, first, last, collectRecords(log), start)).toBe(
       'malloc allocated 44.7, 45.9, 46.5 MB at 680, 2480, 3680 s; ' +
+        "of it the main isolate's array buffers 4.5, 4.6, 4.7, V8's own 1.5, 1.5, 1.5; " +
+        "the other threads' array buffers 2.2, 2.3, 2.3, V8's own 0.8, 0.8, 0.8",
+    );
+    // A log from before the other threads' parts were logged, and from before any part was.
+    const noThreads = log.replace(
+      /,"threads_array_buffers_mb":[\d.]+,"threads_v8_malloced_mb":[\d.]+/g,
+      '',
+    );
+    expect(mallocAtRest(41, checkpoints, first, last, collectRecords(noThreads), start)).toBe(
+      'malloc allocated 44.7, 45.9, 46.5 MB at 680, 2480, 3680 s; ' +
         "of it the main isolate's array buffers 4.5, 4.6, 4.7, V8's own 1.5, 1.5, 1.5",
     );
-    // A log from before the parts were logged: the totals alone.
-    const older = log.replace(/,"main_array_buffers_mb":[\d.]+,"main_v8_malloced_mb":[\d.]+/g, '');
+    const older = noThreads.replace(
+      /,"main_array_buffers_mb":[\d.]+,"main_v8_malloced_mb":[\d.]+/g,
+      '',
+    );
     expect(mallocAtRest(41, checkpoints, first, last, collectRecords(older), start)).toBe(
       'malloc allocated 44.7, 45.9, 46.5 MB at 680, 2480, 3680 s',
     );
