@@ -22,6 +22,8 @@ import {
   clusterProcesses,
   type Mapping,
   type MemoryParts,
+  openSockets,
+  pidOf,
   processKey,
   readMappings,
 } from './processes.js';
@@ -51,6 +53,8 @@ export interface IdleCheckpoint {
   memory: Map<string, IdleMemory>;
   /** Each process's mappings with private memory, read once, with the last read: where it is. */
   mappings: Map<string, Mapping[]>;
+  /** Each process's open sockets, read with the last read (processes.ts openSockets). */
+  sockets: Map<string, number>;
 }
 
 function median(xs: number[]): number {
@@ -76,6 +80,7 @@ export async function readIdleMemory(primaryPid: number): Promise<IdleCheckpoint
   const collectSpan: [number, number] = [signalledAtMs, Date.now()];
   const reads = new Map<string, IdleMemory[]>();
   const mappings = new Map<string, Mapping[]>();
+  const sockets = new Map<string, number>();
   for (let i = 0; i < IDLE_READS; i++) {
     if (i > 0) await sleep(2_000);
     for (const p of await clusterProcesses(primaryPid)) {
@@ -83,7 +88,11 @@ export async function readIdleMemory(primaryPid: number): Promise<IdleCheckpoint
       const list = reads.get(key) ?? [];
       list.push({ rssBytes: p.rssBytes, anonBytes: p.anonBytes, shmemBytes: p.shmemBytes });
       reads.set(key, list);
-      if (i === IDLE_READS - 1) mappings.set(key, await readMappings(p.pid));
+      if (i === IDLE_READS - 1) {
+        mappings.set(key, await readMappings(p.pid));
+        const open = await openSockets(p.pid);
+        if (open !== null) sockets.set(key, open);
+      }
     }
   }
   const memory = new Map<string, IdleMemory>();
@@ -96,7 +105,7 @@ export async function readIdleMemory(primaryPid: number): Promise<IdleCheckpoint
       shmemBytes: median(list.map((m) => m.shmemBytes)),
     });
   }
-  return { atMs: Date.now(), collectSpan, memory, mappings };
+  return { atMs: Date.now(), collectSpan, memory, mappings, sockets };
 }
 
 /**
@@ -225,9 +234,9 @@ function recordAt(
 /**
  * For a process read at rest more than twice, glibc's allocated memory at every reading from
  * `first` to `last`, seconds into the run: "malloc allocated 44.7, 45.9, 46.5 MB at 679, 2481,
- * 3721 s", then what of it was the main isolate's array buffers and V8's own malloc where logged.
- * Two readings cannot tell a cache that filled from a leak; a third in between can. Null with
- * fewer than three readings.
+ * 3721 s", then what of it was the main isolate's array buffers and V8's own malloc, and the other
+ * threads', where logged, and the process's open sockets at each reading. Two readings cannot tell
+ * a cache that filled from a leak; a third in between can. Null with fewer than three readings.
  */
 export function mallocAtRest(
   pid: number,
@@ -263,5 +272,15 @@ export function mallocAtRest(
   if (threadBuffers !== null && threadV8 !== null) {
     line += `; the other threads' array buffers ${list(threadBuffers)}, V8's own ${list(threadV8)}`;
   }
+  // What an API server holds per connection follows its connections (processes.ts openSockets).
+  const sockets = read.map((x) => socketsOf(pid, x.c));
+  if (sockets.every((n): n is number => n !== undefined)) {
+    line += `; open sockets ${sockets.join(', ')}`;
+  }
   return line;
+}
+
+function socketsOf(pid: number, c: IdleCheckpoint): number | undefined {
+  for (const [key, n] of c.sockets) if (pidOf(key) === pid) return n;
+  return undefined;
 }

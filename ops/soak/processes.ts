@@ -4,7 +4,7 @@
  * (anonymous) pages, file pages (code, mapped files), and shared-memory pages, which are the pages
  * of the shared region (rings, arenas) this process has touched so far. Read once per sample.
  */
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, readlink } from 'node:fs/promises';
 
 export interface ProcessInfo {
   pid: number;
@@ -79,6 +79,22 @@ export interface Mapping {
   anonBytes: number;
   /** The path or pseudo-path (`[heap]`, `[stack]`), '' for anonymous memory. */
   name: string;
+}
+
+/**
+ * How many sockets a process has open (its fds that are sockets: an API server's client
+ * connections, and a few of its own), or null once it is gone. Memory an API server holds per
+ * connection (Node's HTTP parser, kept for reuse when the connection closes, and the socket's
+ * state) follows the connections, and in a soak with faults they move to the server that was not
+ * killed.
+ */
+export async function openSockets(pid: number): Promise<number | null> {
+  const fds = await readdir(`/proc/${pid}/fd`).catch(() => null);
+  if (fds === null) return null;
+  const links = await Promise.all(
+    fds.map((fd) => readlink(`/proc/${pid}/fd/${fd}`).catch(() => '')),
+  );
+  return links.filter((l) => l.startsWith('socket:')).length;
 }
 
 /**

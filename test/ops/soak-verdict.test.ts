@@ -5,6 +5,8 @@
  * slopes: at rest between two idle checkpoints, under load without the quiet spell's samples; the
  * turns faults and pause cycles take with a quiet spell; options and the fault schedule.
  */
+import { once } from 'node:events';
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import {
   engineKillsUntil,
@@ -24,6 +26,7 @@ import {
 import { parseSoakOptions } from '../../ops/soak/options.js';
 import {
   type Mapping,
+  openSockets,
   type ProcessInfo,
   pidOf,
   processKey,
@@ -144,6 +147,7 @@ describe('RSS at rest', () => {
     atMs: number,
     entries: [string, number][],
     mappings = new Map<string, Mapping[]>(),
+    sockets = new Map<string, number>(),
   ): IdleCheckpoint => ({
     atMs,
     collectSpan: [atMs - 7_000, atMs - 5_000],
@@ -154,6 +158,7 @@ describe('RSS at rest', () => {
       ]),
     ),
     mappings,
+    sockets,
   });
 
   it('judges what a process present at both checkpoints kept, in % of the first per hour', () => {
@@ -302,6 +307,22 @@ describe('RSS at rest', () => {
     expect(mallocAtRest(41, checkpoints, first, last, collectRecords(older), start)).toBe(
       'malloc allocated 44.7, 45.9, 46.5 MB at 680, 2480, 3680 s',
     );
+    // With the process's open sockets at each reading (another process's are not its own).
+    const withSockets = checkpoints.map((c, i) => ({
+      ...c,
+      sockets: new Map([
+        ['ringserve-api-0#41', 150 + 60 * i],
+        ['ringserve-api-1#42', 9],
+      ]),
+    }));
+    expect(
+      mallocAtRest(41, withSockets, withSockets[1]!, withSockets[3]!, collectRecords(log), start),
+    ).toBe(
+      'malloc allocated 44.7, 45.9, 46.5 MB at 680, 2480, 3680 s; ' +
+        "of it the main isolate's array buffers 4.5, 4.6, 4.7, V8's own 1.5, 1.5, 1.5; " +
+        "the other threads' array buffers 2.2, 2.3, 2.3, V8's own 0.8, 0.8, 0.8; " +
+        'open sockets 210, 270, 330',
+    );
     // Two readings say no more than mallocGrowth does.
     expect(mallocAtRest(41, checkpoints, middle, last, collectRecords(log), start)).toBeNull();
     // A reading missing in between: fewer than three left.
@@ -409,6 +430,24 @@ describe('RSS at rest', () => {
       true,
     );
     expect(await readMappings(2 ** 22 + 1)).toEqual([]); // no such process
+  });
+
+  it("counts a process's open sockets from /proc", async () => {
+    const before = (await openSockets(process.pid))!;
+    const server = createServer().listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const { port } = server.address() as AddressInfo;
+    const client = connect(port, '127.0.0.1');
+    const [accepted] = (await once(server, 'connection')) as [Socket];
+    try {
+      // The listener, the client's end and the accepted end.
+      expect(await openSockets(process.pid)).toBe(before + 3);
+    } finally {
+      client.destroy();
+      accepted.destroy();
+      server.close();
+    }
+    expect(await openSockets(2 ** 22 + 1)).toBeNull(); // no such process
   });
 
   it('leaves the samples of a quiet spell out of the slope under load', () => {
