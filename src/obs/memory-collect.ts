@@ -232,6 +232,11 @@ function mb(bytes: number): number {
   return Math.round(bytes / 1e4) / 100;
 }
 
+/** Whole kB: what a thread adds to the board's i32 sums. */
+function kb(bytes: number): number {
+  return Math.round(bytes / 1024);
+}
+
 /**
  * Main thread, before it starts any other thread (pino's log thread included): shares a fresh
  * board with the threads to come and returns the side that asks.
@@ -266,7 +271,6 @@ export function answerMemoryCollect(mode: 'timer' | 'poll'): (() => void) | null
     done = asked;
     shmAddon().collectGarbage();
     // This isolate's, as process.memoryUsage() reads them in a worker thread.
-    const kb = (bytes: number) => Math.round(bytes / 1024);
     Atomics.add(board, THREADS_ARRAY_BUFFERS_KB, kb(process.memoryUsage().arrayBuffers));
     Atomics.add(board, THREADS_V8_MALLOCED_KB, kb(getHeapStatistics().malloced_memory));
     Atomics.add(board, ANSWERED, 1);

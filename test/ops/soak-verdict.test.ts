@@ -286,10 +286,13 @@ describe('RSS at rest', () => {
       line(41, middle, 45.9, true),
       line(41, last, 46.5, true),
     ].join('\n');
+    // The line's parts, as each kind of log has them.
+    const totals = 'malloc allocated 44.7, 45.9, 46.5 MB at 680, 2480, 3680 s';
+    const mainParts =
+      "of it the main isolate's array buffers 4.5, 4.6, 4.7, V8's own 1.5, 1.5, 1.5";
+    const threadParts = "the other threads' array buffers 2.2, 2.3, 2.3, V8's own 0.8, 0.8, 0.8";
     expect(mallocAtRest(41, checkpoints, first, last, collectRecords(log), start)).toBe(
-      'malloc allocated 44.7, 45.9, 46.5 MB at 680, 2480, 3680 s; ' +
-        "of it the main isolate's array buffers 4.5, 4.6, 4.7, V8's own 1.5, 1.5, 1.5; " +
-        "the other threads' array buffers 2.2, 2.3, 2.3, V8's own 0.8, 0.8, 0.8",
+      `${totals}; ${mainParts}; ${threadParts}`,
     );
     // A log from before the other threads' parts were logged, and from before any part was.
     const noThreads = log.replace(
@@ -297,16 +300,13 @@ describe('RSS at rest', () => {
       '',
     );
     expect(mallocAtRest(41, checkpoints, first, last, collectRecords(noThreads), start)).toBe(
-      'malloc allocated 44.7, 45.9, 46.5 MB at 680, 2480, 3680 s; ' +
-        "of it the main isolate's array buffers 4.5, 4.6, 4.7, V8's own 1.5, 1.5, 1.5",
+      `${totals}; ${mainParts}`,
     );
     const older = noThreads.replace(
       /,"main_array_buffers_mb":[\d.]+,"main_v8_malloced_mb":[\d.]+/g,
       '',
     );
-    expect(mallocAtRest(41, checkpoints, first, last, collectRecords(older), start)).toBe(
-      'malloc allocated 44.7, 45.9, 46.5 MB at 680, 2480, 3680 s',
-    );
+    expect(mallocAtRest(41, checkpoints, first, last, collectRecords(older), start)).toBe(totals);
     // With the process's open sockets at each reading (another process's are not its own).
     const withSockets = checkpoints.map((c, i) => ({
       ...c,
@@ -317,12 +317,7 @@ describe('RSS at rest', () => {
     }));
     expect(
       mallocAtRest(41, withSockets, withSockets[1]!, withSockets[3]!, collectRecords(log), start),
-    ).toBe(
-      'malloc allocated 44.7, 45.9, 46.5 MB at 680, 2480, 3680 s; ' +
-        "of it the main isolate's array buffers 4.5, 4.6, 4.7, V8's own 1.5, 1.5, 1.5; " +
-        "the other threads' array buffers 2.2, 2.3, 2.3, V8's own 0.8, 0.8, 0.8; " +
-        'open sockets 210, 270, 330',
-    );
+    ).toBe(`${totals}; ${mainParts}; ${threadParts}; open sockets 210, 270, 330`);
     // Two readings say no more than mallocGrowth does.
     expect(mallocAtRest(41, checkpoints, middle, last, collectRecords(log), start)).toBeNull();
     // A reading missing in between: fewer than three left.

@@ -69,8 +69,9 @@ export class StepEncoder {
   }
 
   /**
-   * Encodes the step; finished requests leave `table`. Returns the frames, or null when there is
-   * nothing to send and no stats are given.
+   * Encodes the step; finished requests leave `table`. Returns the frames (copies, for a reader of
+   * frames; the engine sends encodeWire's bytes), or null when there is nothing to send and no
+   * stats are given.
    */
   encode(
     out: StepOutputs,
