@@ -133,7 +133,7 @@ export const CONFIG_FIELDS: readonly ConfigField[] = [
   { key: 'host', flag: '--host', kind: 'string', default: '127.0.0.1', help: 'address to listen on; to serve on a network: --host 0.0.0.0 --api-key <key> (or --allow-unauthenticated)' },
   { key: 'port', flag: '--port', kind: 'int', default: 8000, min: 0, max: 65535, help: 'TCP port (0 = any free port)' },
   { key: 'apiServerCount', flag: '--api-server-count', kind: 'int', default: 1, min: 1, max: 32, help: 'API-server processes sharing the port' },
-  { key: 'listener', flag: '--listener', kind: 'enum', default: 'primary', choices: ['primary', 'reuseport'], help: 'primary: the primary accepts and hands each connection to an API server (Node 20+); reuseport: each API server listens on the port itself with SO_REUSEPORT, the kernel spreads connections (Node >= 22.12)' },
+  { key: 'listener', flag: '--listener', kind: 'enum', default: null, choices: ['primary', 'reuseport'], derived: 'reuseport where Node has it (>= 22.12 on Linux), else primary', help: 'primary: the primary accepts and hands each connection to an API server (Node 20+); reuseport: each API server listens on the port itself with SO_REUSEPORT, the kernel spreads connections (Node >= 22.12)' },
   { key: 'model', flag: '--model', kind: 'string', default: 'qwen3-30b-a3b', accepts: `one of ${MODEL_NAMES.join(', ')}, or a local Hugging Face model directory`, help: 'model the simulated engine imitates: a preset, or a local Hugging Face model directory (config.json and the tokenizer files) whose shape it takes' },
   { key: 'servedModelName', flag: '--served-model-name', kind: 'string', default: null, derived: 'sim-<model> (a directory: the --model path)', help: 'model name clients must send and /v1/models lists' },
   { key: 'maxModelLen', flag: '--max-model-len', kind: 'int', default: null, min: 16, max: MAX_MODEL_LEN_CAP, derived: "the model's", help: 'longest sequence (prompt + completion) in tokens' },
@@ -291,6 +291,8 @@ function fillDerived(values: Partial<Record<keyof RingserveConfig, unknown>>): v
   values.apiKey ??= null;
   values.adminApiKey ??= null;
   values.tokenizer ??= null;
+  // As vLLM's API servers share their port, where Node can listen with SO_REUSEPORT.
+  values.listener ??= nodeHasReusePort() ? 'reuseport' : 'primary';
   const formats = MODEL_CHAT_FORMATS[model];
   values.reasoningParser ??= formats?.reasoning ?? 'none';
   values.toolCallParser ??= formats?.tools ?? 'none';

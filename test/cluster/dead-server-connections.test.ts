@@ -14,7 +14,15 @@ import { startCluster } from './harness.js';
 
 describe('connections and dead API servers', () => {
   it('answers every new connection, also those handed out while an API server died', async () => {
-    const cluster = await startCluster(['--api-server-count', '2', '--max-speed']);
+    // The primary's hand-off is what is tested: with --listener reuseport the kernel queues new
+    // connections with a stopped server, and its SIGKILL resets them (docs/operating.md).
+    const cluster = await startCluster([
+      '--api-server-count',
+      '2',
+      '--max-speed',
+      '--listener',
+      'primary',
+    ]);
     const victim = (await cluster.pids()).get('ringserve-api-0')!;
     process.kill(victim, 'SIGSTOP');
     let killed = false;

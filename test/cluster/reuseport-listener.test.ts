@@ -104,7 +104,7 @@ const exited = (child: { exitCode: number | null; signalCode: string | null }): 
   child.exitCode !== null || child.signalCode !== null;
 
 describe('reusePortSupported', () => {
-  it('holds from Node 22.12 and 23.1 on, on Linux, and the config agrees', () => {
+  it('holds from Node 22.12 and 23.1 on, on Linux, and the config and its default agree', () => {
     const cases: [string, boolean][] = [
       ['20.19.0', false],
       ['22.11.0', false],
@@ -116,7 +116,9 @@ describe('reusePortSupported', () => {
     for (const [version, ok] of cases) expect(nodeHasReusePort(version, 'linux'), version).toBe(ok);
     expect(nodeHasReusePort('24.0.0', 'darwin')).toBe(false);
     expect(reusePortSupported()).toBe(nodeHasReusePort());
-    expect(buildConfig().listener).toBe('primary');
+    // The default follows the Node: reuseport where it can run, the primary's hand-off elsewhere.
+    expect(buildConfig().listener).toBe(reusePortSupported() ? 'reuseport' : 'primary');
+    expect(buildConfig({ listener: 'primary' }).listener).toBe('primary');
     if (reusePortSupported())
       expect(buildConfig({ listener: 'reuseport' }).listener).toBe('reuseport');
     else expect(() => buildConfig({ listener: 'reuseport' })).toThrow(/--listener.*Node >= 22\.12/);
@@ -141,9 +143,9 @@ describe.skipIf(reusePortSupported())('--listener reuseport without reusePort', 
 });
 
 describe.skipIf(!reusePortSupported())('--listener reuseport', () => {
-  it('each API server listens on the port itself, the primary not, and the kernel spreads connections over both', async () => {
+  it('by default on this Node each API server listens on the port itself, the primary not, and the kernel spreads connections over both', async () => {
+    // No --listener: where Node has reusePort it is the default, and the start says so.
     const cluster = await startCluster([
-      ...REUSEPORT,
       '--api-server-count',
       '2',
       '--max-speed',

@@ -16,12 +16,22 @@ import { type Cluster, startCluster } from './harness.js';
 
 let cluster: Cluster;
 let root: string;
-/** One connection per API server (the distributor hands connections out in turn). */
+/**
+ * One connection per API server: the primary's distributor hands connections out in turn (under
+ * --listener reuseport the kernel's hash could put both on one server).
+ */
 const servers: Client[] = [];
 
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), 'rs-trainer-'));
-  cluster = await startCluster(['--api-server-count', '2', '--max-model-len', '2048']);
+  cluster = await startCluster([
+    '--api-server-count',
+    '2',
+    '--max-model-len',
+    '2048',
+    '--listener',
+    'primary',
+  ]);
   for (let i = 0; i < 2; i++) servers.push(new Client(cluster.url, { pipelining: 0 }));
 });
 afterAll(async () => {
