@@ -6,15 +6,17 @@
  * sooner): with two or more API servers, SIGKILL spares one of them, the witness (it is still
  * stopped, and lives through every other fault: its siblings' deaths, the engine's restarts), and
  * the engine is no longer killed once the rest of the run is the last incarnation's judged span
- * (`engineKillsUntilMs`; a kill-engine turn then passes to the next kind). A fault is recovered when the
- * process it hit is back (a new pid under the same title, or the stopped one running again) and the
- * cluster answers normally again: the soak's own /health probes (health-probe.ts: a new connection
- * each, so they reach every API server in turn) answered HEALTHY_IN_A_ROW times in a row, all after
- * the process was back, with 200 within the verdict's --health-max-ms. Its window runs from the
- * injection to the first of those probes (or to the end of the run, if that never happens within
- * RECOVERY_BOUND_MS). A process that is back but whose cluster still answers slowly (the survivor
- * absorbing the reconnecting clients, the newcomer's first requests) is still recovering: the time
- * that takes is the fault's recovery time, reported per fault, and bounded.
+ * (`engineKillsUntilMs`; a kill-engine turn then passes to the next kind). A fault is recovered
+ * when the process it hit is back (a new pid under the same title, or the stopped one running
+ * again) and the cluster answers normally again: the soak's own /health probes (health-probe.ts: a
+ * new connection each, in turn to every API server through the primary's hand-off; under --listener
+ * reuseport the kernel's hash of the source port picks, and five in a row reach both of two servers
+ * 15 times in 16) answered HEALTHY_IN_A_ROW times in a row, all after the process was back, with
+ * 200 within the verdict's --health-max-ms. Its window runs from the injection to the first of
+ * those probes (or to the end of the run, if that never happens within RECOVERY_BOUND_MS). A
+ * process that is back but whose cluster still answers slowly (the survivor absorbing the
+ * reconnecting clients, the newcomer's first requests) is still recovering: the time that takes is
+ * the fault's recovery time, reported per fault, and bounded.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ProbeSample } from './health-probe.js';
@@ -24,7 +26,7 @@ export const FAULT_KINDS = ['kill-api', 'kill-engine', 'stop-api'] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 const STOP_FOR_MS = 2_000;
 const RECOVERY_BOUND_MS = 60_000;
-/** Five probes: one second of the probe's answers, across both API servers. */
+/** Five probes: one second of the probe's answers (which API servers they reach: above). */
 const HEALTHY_IN_A_ROW = 5;
 
 /** The API server SIGKILL spares when there are two or more (the witness). */
