@@ -10,10 +10,12 @@
  * when the process it hit is back (a new pid under the same title, or the stopped one running
  * again) and the cluster answers normally again: the soak's own /health probes (health-probe.ts: a
  * new connection each, in turn to every API server through the primary's hand-off; under --listener
- * reuseport the kernel's hash of the source port picks, and five in a row reach both of two servers
- * 15 times in 16) answered HEALTHY_IN_A_ROW times in a row, all after the process was back, with
- * 200 within the verdict's --health-max-ms. Its window runs from the injection to the first of
- * those probes (or to the end of the run, if that never happens within RECOVERY_BOUND_MS). A
+ * reuseport the kernel's hash of the source port picks) answered HEALTHY_IN_A_ROW times in a row, all
+ * after the process was back, with 200 within the verdict's --health-max-ms, and when the fault hit
+ * an API server, that server itself answered one of the probes since it was back, so (each answer
+ * names its server) the check holds under either listener. Its window runs from the injection to
+ * the first of the last HEALTHY_IN_A_ROW probes when all that holds (or to the end of the run, if
+ * that never happens within RECOVERY_BOUND_MS). A
  * process that is back but whose cluster still answers slowly (the survivor absorbing the
  * reconnecting clients, the newcomer's first requests) is still recovering: the time that takes is
  * the fault's recovery time, reported per fault, and bounded.
@@ -26,8 +28,9 @@ export const FAULT_KINDS = ['kill-api', 'kill-engine', 'stop-api'] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 const STOP_FOR_MS = 2_000;
 const RECOVERY_BOUND_MS = 60_000;
-/** Five probes: one second of the probe's answers (which API servers they reach: above). */
+/** Five probes: one second of the probe's answers. */
 const HEALTHY_IN_A_ROW = 5;
+const API_SERVER_TITLE = 'ringserve-api-';
 
 /** The API server SIGKILL spares when there are two or more (the witness). */
 export const WITNESS_TITLE = 'ringserve-api-0';
@@ -149,6 +152,7 @@ export class FaultInjector {
     } else {
       process.kill(target.pid, 'SIGKILL');
     }
+    const hit = kind === 'kill-engine' ? null : apiServerIndex(target.title);
     const deadline = fault.injectedAtMs + RECOVERY_BOUND_MS;
     let backAtMs: number | null = null;
     while (Date.now() < deadline) {
@@ -156,7 +160,7 @@ export class FaultInjector {
         backAtMs = Date.now();
       }
       if (backAtMs !== null) {
-        fault.recoveredAtMs = this.#normalSince(backAtMs);
+        fault.recoveredAtMs = recoveredAt(this.#health, backAtMs, this.#healthMaxMs, hit);
         if (fault.recoveredAtMs !== null) break;
       }
       await sleep(100);
@@ -170,15 +174,38 @@ export class FaultInjector {
     if (now === undefined || now.state === 'T' || now.state === 'Z') return false;
     return kind === 'stop-api' || now.pid !== oldPid;
   }
+}
 
-  /** When the last HEALTHY_IN_A_ROW probes, all started at or after `sinceMs`, began; else null. */
-  #normalSince(sinceMs: number): number | null {
-    const h = this.#health;
-    if (h.length < HEALTHY_IN_A_ROW) return null;
-    for (let i = h.length - HEALTHY_IN_A_ROW; i < h.length; i++) {
-      const s = h[i]!;
-      if (s.atMs < sinceMs || s.status !== 200 || s.latencyMs > this.#healthMaxMs) return null;
-    }
-    return h[h.length - HEALTHY_IN_A_ROW]!.atMs;
+/** The index in an API server's title (ringserve-api-N). */
+function apiServerIndex(title: string): number {
+  return Number(title.slice(API_SERVER_TITLE.length));
+}
+
+/**
+ * When the cluster was answering normally again after `sinceMs` (the hit process back): the start of
+ * the first of the last HEALTHY_IN_A_ROW probes, if each started at or after `sinceMs` and answered
+ * 200 within `healthMaxMs`, and (`server` not null: the fault hit that API server) one probe since
+ * `sinceMs` was answered so by that server; else null.
+ */
+export function recoveredAt(
+  samples: readonly ProbeSample[],
+  sinceMs: number,
+  healthMaxMs: number,
+  server: number | null,
+): number | null {
+  if (samples.length < HEALTHY_IN_A_ROW) return null;
+  const healthy = (s: ProbeSample): boolean =>
+    s.atMs >= sinceMs && s.status === 200 && s.latencyMs <= healthMaxMs;
+  for (let i = samples.length - HEALTHY_IN_A_ROW; i < samples.length; i++) {
+    if (!healthy(samples[i]!)) return null;
   }
+  if (server !== null) {
+    let i = samples.length - 1;
+    while (i >= 0 && !(samples[i]!.server === server && healthy(samples[i]!))) {
+      if (samples[i]!.atMs < sinceMs) return null;
+      i--;
+    }
+    if (i < 0) return null;
+  }
+  return samples[samples.length - HEALTHY_IN_A_ROW]!.atMs;
 }

@@ -2,12 +2,13 @@
  * The /health probe, in a worker thread of its own so the soak's 300 clients on the main thread do
  * not delay its timer or its reading of answers. Every PROBE_EVERY_MS it opens a new connection (so
  * the node:cluster primary hands successive probes to different API servers) and times
- * `GET /health` to the last byte; it posts batches of [start ms since epoch, latency ms, status]
- * (status 0: no answer within the bound). It probes the floor server too, the same way, half a
+ * `GET /health` to the last byte; it posts batches of {start ms since epoch, latency ms, status
+ * (0: no answer within the bound), the API server that answered}. It probes the floor server too, the same way, half a
  * period out of phase: a bare node:http process's /health under the same load.
  */
 import { request } from 'node:http';
 import { parentPort, workerData } from 'node:worker_threads';
+import { RENDERED_BY_HEADER } from '../../src/server/main/http/routes/metrics.js';
 
 const PROBE_EVERY_MS = 200;
 const PROBE_TIMEOUT_MS = 5_000;
@@ -17,6 +18,8 @@ export interface ProbeSample {
   atMs: number;
   latencyMs: number;
   status: number;
+  /** The API server that answered (its x-ringserve-api-server header); -1 with no such header. */
+  server: number;
 }
 
 export interface ProbeBatch {
@@ -38,13 +41,16 @@ function probe(port: number): Promise<ProbeSample> {
       { host: '127.0.0.1', port, path: '/health', agent: false, timeout: PROBE_TIMEOUT_MS },
       (res) => {
         res.resume();
+        const server = Number(res.headers[RENDERED_BY_HEADER] ?? -1);
         res.on('end', () =>
-          resolve({ atMs, latencyMs: performance.now() - t0, status: res.statusCode ?? 0 }),
+          resolve({ atMs, latencyMs: performance.now() - t0, status: res.statusCode ?? 0, server }),
         );
       },
     );
     req.on('timeout', () => req.destroy());
-    req.on('error', () => resolve({ atMs, latencyMs: performance.now() - t0, status: 0 }));
+    req.on('error', () =>
+      resolve({ atMs, latencyMs: performance.now() - t0, status: 0, server: -1 }),
+    );
     req.end();
   });
 }

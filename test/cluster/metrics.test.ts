@@ -1,8 +1,9 @@
 /**
  * /metrics, logs and process health on a real 2-API-server cluster: the request figures are the
- * whole cluster's whichever API server answers, engine gauges return to 0, a scrape answers during
- * heavy load, counters survive an API server's and the engine's restart, and the logs hold one line
- * per request and a restart's cause, never a line per token.
+ * whole cluster's whichever API server answers (each answer, and /health's, names it), engine
+ * gauges return to 0, a scrape answers during heavy load, counters survive an API server's and the
+ * engine's restart, and the logs hold one line per request and a restart's cause, never a line per
+ * token.
  */
 import { Client, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -173,6 +174,27 @@ describe('cluster-wide /metrics', () => {
       expect(m.find('nodejs_gc_duration_seconds_count', gc)).toBeDefined();
     }
     expect(m.value('vllm:cache_config_info', { block_size: '16' })).toBe(1);
+  });
+
+  it('names the API server that answered on /health too, each of the two in turn', async () => {
+    const answeredBy = new Set<string>();
+    await until(
+      async () => {
+        const client = new Client(cluster.url);
+        try {
+          const res = await client.request({ path: '/health', method: 'GET' });
+          await res.body.dump();
+          expect(res.statusCode).toBe(200);
+          answeredBy.add(String(res.headers[RENDERED_BY_HEADER]));
+          return answeredBy.size;
+        } finally {
+          await client.close();
+        }
+      },
+      (n) => n === 2,
+      { timeoutMs: 15_000, intervalMs: 10, what: '/health answered by both API servers' },
+    );
+    expect([...answeredBy].sort()).toEqual(['0', '1']);
   });
 
   it('has CPU per process, and GC and heap for every thread of each API server', async () => {

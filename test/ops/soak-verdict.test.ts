@@ -13,6 +13,7 @@ import {
   engineRestS,
   type Fault,
   faultTargets,
+  recoveredAt,
   WITNESS_TITLE,
 } from '../../ops/soak/faults.js';
 import type { ProbeSample } from '../../ops/soak/health-probe.js';
@@ -44,7 +45,12 @@ import {
   restPairs,
 } from '../../ops/soak/verdict.js';
 
-const probe = (atMs: number, latencyMs = 1): ProbeSample => ({ atMs, latencyMs, status: 200 });
+const probe = (atMs: number, latencyMs = 1, server = 0): ProbeSample => ({
+  atMs,
+  latencyMs,
+  status: 200,
+  server,
+});
 const fault = (injectedAtMs: number, recoveredAtMs: number | null): Fault => ({
   kind: 'kill-api',
   title: 'ringserve-api-0',
@@ -104,7 +110,7 @@ describe('buildVerdict /health figures', () => {
 
   it('judges the cluster probes; the floor probes are reported beside them, a miss counting as slowest', () => {
     const health = probes([1, 2, 40]);
-    const floor = [...probes([0.5, 0.7]), { atMs: 400, latencyMs: 3, status: 0 }];
+    const floor = [...probes([0.5, 0.7]), { atMs: 400, latencyMs: 3, status: 0, server: -1 }];
     const v = buildVerdict(counts, leaks, new Map(), health, [], floor);
     expect(v.health_p99_ms).toBe(40);
     expect(v.health_max_ms).toBe(40);
@@ -546,5 +552,39 @@ describe('fault schedule', () => {
     expect(engineKillsUntil({ ...o, durationS: 180, warmupS: 60 }, 0)).toBe(
       Number.POSITIVE_INFINITY,
     );
+  });
+});
+
+describe('fault recovery', () => {
+  // Probes every 200 ms from 1,000 ms, answered by API servers 0 and 1 as `servers` says.
+  const answered = (servers: number[], latencyMs = 1) =>
+    servers.map((server, i) => probe(1_000 + i * 200, latencyMs, server));
+
+  it('needs five healthy probes in a row, all started since the process was back', () => {
+    const ps = answered([0, 1, 0, 1, 0, 1]);
+    expect(recoveredAt(ps, 1_000, 50, null)).toBe(1_200);
+    expect(recoveredAt(ps, 1_300, 50, null)).toBeNull();
+    expect(recoveredAt(ps.slice(0, 4), 1_000, 50, null)).toBeNull();
+    const slow = [...ps.slice(0, 5), probe(2_200, 51, 1)];
+    expect(recoveredAt(slow, 1_000, 50, null)).toBeNull();
+    const failed = [...ps, { ...probe(2_200, 1, -1), status: 0 }];
+    expect(recoveredAt(failed, 1_000, 50, null)).toBeNull();
+  });
+
+  it('an API server hit must itself have answered one of them: its siblings answering is not enough', () => {
+    // Under reuseport the kernel may give every probe to the survivor for a while.
+    const survivorOnly = answered([0, 0, 0, 0, 0, 0, 0]);
+    expect(recoveredAt(survivorOnly, 1_000, 50, 1)).toBeNull();
+    expect(recoveredAt(survivorOnly, 1_000, 50, 0)).toBe(1_400);
+    // Its answer before it was back (the old process, or the probe that SIGSTOP held) does not count.
+    const early = answered([1, 0, 0, 0, 0, 0, 0]);
+    expect(recoveredAt(early, 1_100, 50, 1)).toBeNull();
+    // Once it answers, the last five in a row date the recovery, wherever its answer fell.
+    expect(recoveredAt([...survivorOnly, probe(2_400, 1, 1)], 1_000, 50, 1)).toBe(1_600);
+    expect(recoveredAt(answered([0, 1, 0, 0, 0, 0, 0, 0]), 1_000, 50, 1)).toBe(1_600);
+    // A slow answer from it is not one.
+    const slowHit = [probe(1_000, 60, 1), ...answered([0, 0, 0, 0, 0, 0]).slice(1)];
+    expect(recoveredAt(slowHit, 1_000, 50, 1)).toBeNull();
+    expect(recoveredAt(slowHit, 1_000, 50, 0)).toBe(1_200);
   });
 });

@@ -1,6 +1,7 @@
 /**
  * Routes a router or orchestrator polls: /health, /liveness, /v1/models, /load. They read only
- * in-process state and the engine's heartbeat word, so they answer at once under any load.
+ * in-process state and the engine's heartbeat word, so they answer at once under any load. /health
+ * names the API server that answered (x-ringserve-api-server).
  */
 import type { FastifyInstance } from 'fastify';
 import type { RingserveConfig } from '../../../../config.js';
@@ -8,6 +9,7 @@ import { RS_ERR_ENGINE_UNAVAILABLE, toErrorBody } from '../../../../errors.js';
 import type { EngineClient } from '../../engine-client.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
 import type { ServedModels } from '../../served-models.js';
+import { RENDERED_BY_HEADER } from './metrics.js';
 
 export interface HealthDeps {
   config: RingserveConfig;
@@ -23,7 +25,11 @@ export interface HealthRouteDeps extends HealthDeps {
 
 export function registerHealthRoutes(app: FastifyInstance, deps: HealthRouteDeps): void {
   const { engine, coordinator } = deps;
+  // Which API server answered, as on /metrics: a probe through the shared port can tell a
+  // restarted server's answers from its siblings' (the soak's recovery check does).
+  const answeredBy = String(engine.server);
   app.get('/health', async (_request, reply) => {
+    reply.header(RENDERED_BY_HEADER, answeredBy);
     if (engine.alive() && !coordinator.draining) return reply.code(200).send();
     // Why, when the engine said (a bridge refusing an engine no vLLM layout fits, say): the
     // contract's error body; a bare 503 otherwise, as vLLM's /health answers.

@@ -7,7 +7,10 @@ import type { FastifyInstance } from 'fastify';
 import type { ClusterMetrics } from '../../../../obs/exposition.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../../../../obs/text-format.js';
 
-/** Names the API server that rendered the answer (any of them gives the same cluster figures). */
+/**
+ * Names the API server that rendered the answer (any of them gives the same cluster figures); /health
+ * carries it too.
+ */
 export const RENDERED_BY_HEADER = 'x-ringserve-api-server';
 
 export function registerMetricsRoute(
