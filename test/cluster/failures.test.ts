@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { generate } from '../../src/client/index.js';
 import { STAT_RUNNING } from '../../src/shm/layout.js';
 import { until } from '../until.js';
-import { regionExists, regionNameOf, startCluster } from './harness.js';
+import { everyServerHealthy, regionExists, regionNameOf, startCluster } from './harness.js';
 
 const longBody = (maxTokens: number, seed = 1) => ({
   token_ids: [1, 2, 3, 4, 5, 6, 7, 8],
@@ -145,12 +145,7 @@ describe('cluster failure handling', () => {
       expect(down).toBe(503);
       const statuses = await Promise.all(inflight);
       expect(statuses).toEqual([503, 503, 503, 503, 503, 503]);
-      const healthy = await until(
-        () => status(`${cluster.url}/health`),
-        (s) => s === 200,
-        { timeoutMs: 15_000 },
-      );
-      expect(healthy).toBe(200);
+      expect([...(await everyServerHealthy(cluster.url, 2, 15_000))].sort()).toEqual(['0', '1']);
       const r = await generate(cluster.url, longBody(10));
       expect(r.choices[0]!.tokenIds.length).toBe(10);
       const replaced = (await cluster.pids()).get('ringserve-engine');

@@ -11,8 +11,10 @@
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
+import { Client } from 'undici';
 import { afterAll, afterEach, beforeEach } from 'vitest';
 import { type BenchCluster, startCluster as startServe } from '../../bench/loadtest/cluster.js';
+import { RENDERED_BY_HEADER } from '../../src/server/main/http/routes/metrics.js';
 import {
   ENGINE_STATS,
   HEALTH_HEAP_USED,
@@ -22,6 +24,7 @@ import {
 import { shmAddon } from '../../src/shm/native.js';
 import { openRegion, type Region } from '../../src/shm/region.js';
 import { notePrimary } from '../test-run.js';
+import { until } from '../until.js';
 
 /** How long stop() lets a cluster drain after SIGTERM before it SIGKILLs the primary. */
 const STOP_TIMEOUT_MS = 20_000;
@@ -185,4 +188,32 @@ export function regionNameOf(primaryPid: number): string {
 
 export function regionExists(name: string): boolean {
   return existsSync(`/dev/shm/${name}`);
+}
+
+/**
+ * Probes /health on a new connection each time until every one of `servers` API servers has
+ * answered 200 (each answer names its server): each judges the engine from its own view of the
+ * heartbeat, so one answering 200 does not say the other does yet.
+ */
+export async function everyServerHealthy(
+  base: string,
+  servers: number,
+  timeoutMs: number,
+): Promise<Set<string>> {
+  const healthy = new Set<string>();
+  return until(
+    async () => {
+      const client = new Client(base);
+      try {
+        const res = await client.request({ path: '/health', method: 'GET' });
+        await res.body.dump();
+        if (res.statusCode === 200) healthy.add(String(res.headers[RENDERED_BY_HEADER]));
+        return healthy;
+      } finally {
+        await client.close();
+      }
+    },
+    (h) => h.size === servers,
+    { timeoutMs, intervalMs: 20, what: `/health 200 from each of ${servers} API servers` },
+  );
 }

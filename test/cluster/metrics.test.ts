@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RENDERED_BY_HEADER } from '../../src/server/main/http/routes/metrics.js';
 import { CONTRACT_FAMILIES, type Exposition, parseExposition } from '../obs/prom.js';
 import { until } from '../until.js';
-import { type Cluster, startCluster } from './harness.js';
+import { type Cluster, everyServerHealthy, startCluster } from './harness.js';
 
 const PROMPT = [11, 12, 13, 14, 15, 16, 17];
 
@@ -177,24 +177,7 @@ describe('cluster-wide /metrics', () => {
   });
 
   it('names the API server that answered on /health too, each of the two in turn', async () => {
-    const answeredBy = new Set<string>();
-    await until(
-      async () => {
-        const client = new Client(cluster.url);
-        try {
-          const res = await client.request({ path: '/health', method: 'GET' });
-          await res.body.dump();
-          expect(res.statusCode).toBe(200);
-          answeredBy.add(String(res.headers[RENDERED_BY_HEADER]));
-          return answeredBy.size;
-        } finally {
-          await client.close();
-        }
-      },
-      (n) => n === 2,
-      { timeoutMs: 15_000, intervalMs: 10, what: '/health answered by both API servers' },
-    );
-    expect([...answeredBy].sort()).toEqual(['0', '1']);
+    expect([...(await everyServerHealthy(cluster.url, 2, 15_000))].sort()).toEqual(['0', '1']);
   });
 
   it('has CPU per process, and GC and heap for every thread of each API server', async () => {
@@ -316,16 +299,7 @@ describe('cluster-wide /metrics', () => {
       (p) => (p.get('ringserve-engine') ?? engine) !== engine,
       { timeoutMs: 15_000 },
     );
-    const health = await until(
-      async () => {
-        const res = await request(`${cluster.url}/health`);
-        await res.body.dump();
-        return res.statusCode;
-      },
-      (code) => code === 200,
-      { timeoutMs: 15_000 },
-    );
-    expect(health).toBe(200);
+    expect([...(await everyServerHealthy(cluster.url, 2, 15_000))].sort()).toEqual(['0', '1']);
     expect(await total(cluster, 'vllm:prefix_cache_queries_total')).toBe(before);
     await generate(cluster.url, 'after-engine', 10);
     expect(await total(cluster, 'vllm:prefix_cache_queries_total')).toBe(before + PROMPT.length);
