@@ -1,21 +1,21 @@
 /**
- * Faults on a schedule, one at a time, rotating (through all kinds, or those --faults names): SIGKILL
- * of a random API server, SIGKILL of the engine core, SIGSTOP of a random API server for 2 s then
- * SIGCONT. Two exceptions keep processes alive long enough for their RSS slope to be judged (a slope
- * needs a warm-up and a window after it, ~20 minutes; a fault every 45 s restarts everything far
- * sooner): with two or more API servers, SIGKILL spares one of them, the witness (it is still
- * stopped, and lives through every other fault: its siblings' deaths, the engine's restarts), and
- * the engine is no longer killed once the rest of the run is the last incarnation's judged span
- * (`engineKillsUntilMs`; a kill-engine turn then passes to the next kind). A fault is recovered
- * when the process it hit is back (a new pid under the same title, or the stopped one running
- * again) and the cluster answers normally again: the soak's own /health probes (health-probe.ts: a
- * new connection each, in turn to every API server through the primary's hand-off; under --listener
- * reuseport the kernel's hash of the source port picks) answered HEALTHY_IN_A_ROW times in a row, all
- * after the process was back, with 200 within the verdict's --health-max-ms, and when the fault hit
- * an API server, that server itself answered one of the probes since it was back, so (each answer
- * names its server) the check holds under either listener. Its window runs from the injection to
- * the first of the last HEALTHY_IN_A_ROW probes when all that holds (or to the end of the run, if
- * that never happens within RECOVERY_BOUND_MS). A
+ * Faults on a schedule, one at a time, rotating (through all kinds, or those --faults names):
+ * SIGKILL of a random API server, SIGKILL of the engine core, SIGSTOP of a random API server for
+ * 2 s then SIGCONT. Two exceptions keep processes alive long enough for their RSS slope to be
+ * judged (a slope needs a warm-up and a window after it, ~20 minutes; a fault every 45 s restarts
+ * everything far sooner): with two or more API servers, SIGKILL spares one of them, the witness (it
+ * is still stopped, and lives through every other fault: its siblings' deaths, the engine's
+ * restarts), and the engine is no longer killed once the rest of the run is the last incarnation's
+ * judged span (`engineKillsUntilMs`; a kill-engine turn then passes to the next kind). A fault is
+ * recovered when the process it hit is back (a new pid under the same title, or the stopped one
+ * running again) and the cluster answers normally again: the soak's own /health probes
+ * (health-probe.ts: a new connection each, in turn to every API server through the primary's
+ * hand-off; under --listener reuseport the kernel's hash of the source port picks) answered
+ * HEALTHY_IN_A_ROW times in a row, all after the process was back, with 200 within the verdict's
+ * --health-max-ms, and when the fault hit an API server, that server itself answered one of the
+ * probes since it was back, so (each answer names its server) the check holds under either
+ * listener. Its window runs from the injection to the first of the last HEALTHY_IN_A_ROW probes
+ * when all that holds (or to the end of the run, if that never happens within RECOVERY_BOUND_MS). A
  * process that is back but whose cluster still answers slowly (the survivor absorbing the
  * reconnecting clients, the newcomer's first requests) is still recovering: the time that takes is
  * the fault's recovery time, reported per fault, and bounded.

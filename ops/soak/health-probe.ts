@@ -1,10 +1,11 @@
 /**
  * The /health probe, in a worker thread of its own so the soak's 300 clients on the main thread do
  * not delay its timer or its reading of answers. Every PROBE_EVERY_MS it opens a new connection (so
- * the node:cluster primary hands successive probes to different API servers) and times
- * `GET /health` to the last byte; it posts batches of {start ms since epoch, latency ms, status
- * (0: no answer within the bound), the API server that answered}. It probes the floor server too, the same way, half a
- * period out of phase: a bare node:http process's /health under the same load.
+ * successive probes reach different API servers: in turn through the node:cluster primary's
+ * hand-off, by the kernel's hash under reuseport) and times `GET /health` to the last byte; it
+ * posts batches of {start ms since epoch, latency ms, status (0: no answer within the bound), the
+ * API server that answered}. It probes the floor server too, the same way, half a period out of
+ * phase: a bare node:http process's /health under the same load.
  */
 import { request } from 'node:http';
 import { parentPort, workerData } from 'node:worker_threads';

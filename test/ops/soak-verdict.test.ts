@@ -3,7 +3,8 @@
  * warm-up (--health-warmup), none overlapping a fault's window (injection to recovery + grace, or to
  * the end of the run for a fault never recovered); every other one, however slow. And the RSS
  * slopes: at rest between two idle checkpoints, under load without the quiet spell's samples; the
- * turns faults and pause cycles take with a quiet spell; options and the fault schedule.
+ * turns faults and pause cycles take with a quiet spell; options, the fault schedule, and when a
+ * fault counts as recovered (ops/soak/faults.ts recoveredAt).
  */
 import { once } from 'node:events';
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
