@@ -30,6 +30,7 @@ const STOP_FOR_MS = 2_000;
 const RECOVERY_BOUND_MS = 60_000;
 /** Five probes: one second of the probe's answers. */
 const HEALTHY_IN_A_ROW = 5;
+/** API servers' process titles: this and their index (src/cluster/api-process.ts). */
 const API_SERVER_TITLE = 'ringserve-api-';
 
 /** The API server SIGKILL spares when there are two or more (the witness). */
@@ -46,7 +47,7 @@ export function faultTargets(
   return procs.filter((p) =>
     kind === 'kill-engine'
       ? p.title === 'ringserve-engine'
-      : p.title.startsWith('ringserve-api-') && (kind !== 'kill-api' || p.title !== witness),
+      : p.title.startsWith(API_SERVER_TITLE) && (kind !== 'kill-api' || p.title !== witness),
   );
 }
 
@@ -199,13 +200,10 @@ export function recoveredAt(
   for (let i = samples.length - HEALTHY_IN_A_ROW; i < samples.length; i++) {
     if (!healthy(samples[i]!)) return null;
   }
-  if (server !== null) {
-    let i = samples.length - 1;
-    while (i >= 0 && !(samples[i]!.server === server && healthy(samples[i]!))) {
-      if (samples[i]!.atMs < sinceMs) return null;
-      i--;
-    }
-    if (i < 0) return null;
+  const firstOfRow = samples[samples.length - HEALTHY_IN_A_ROW]!.atMs;
+  if (server === null) return firstOfRow;
+  for (let i = samples.length - 1; i >= 0 && samples[i]!.atMs >= sinceMs; i--) {
+    if (samples[i]!.server === server && healthy(samples[i]!)) return firstOfRow;
   }
-  return samples[samples.length - HEALTHY_IN_A_ROW]!.atMs;
+  return null;
 }

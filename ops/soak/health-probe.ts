@@ -9,7 +9,7 @@
  */
 import { request } from 'node:http';
 import { parentPort, workerData } from 'node:worker_threads';
-import { RENDERED_BY_HEADER } from '../../src/server/main/http/routes/metrics.js';
+import { API_SERVER_HEADER } from '../../src/protocol/api-server-header.js';
 
 const PROBE_EVERY_MS = 200;
 const PROBE_TIMEOUT_MS = 5_000;
@@ -42,7 +42,7 @@ function probe(port: number): Promise<ProbeSample> {
       { host: '127.0.0.1', port, path: '/health', agent: false, timeout: PROBE_TIMEOUT_MS },
       (res) => {
         res.resume();
-        const server = Number(res.headers[RENDERED_BY_HEADER] ?? -1);
+        const server = Number(res.headers[API_SERVER_HEADER] ?? -1);
         res.on('end', () =>
           resolve({ atMs, latencyMs: performance.now() - t0, status: res.statusCode ?? 0, server }),
         );

@@ -14,7 +14,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { Client } from 'undici';
 import { afterAll, afterEach, beforeEach } from 'vitest';
 import { type BenchCluster, startCluster as startServe } from '../../bench/loadtest/cluster.js';
-import { RENDERED_BY_HEADER } from '../../src/server/main/http/routes/metrics.js';
+import { API_SERVER_HEADER } from '../../src/protocol/api-server-header.js';
 import {
   ENGINE_STATS,
   HEALTH_HEAP_USED,
@@ -207,7 +207,7 @@ export async function everyServerHealthy(
       try {
         const res = await client.request({ path: '/health', method: 'GET' });
         await res.body.dump();
-        if (res.statusCode === 200) healthy.add(String(res.headers[RENDERED_BY_HEADER]));
+        if (res.statusCode === 200) healthy.add(String(res.headers[API_SERVER_HEADER]));
         return healthy;
       } finally {
         await client.close();

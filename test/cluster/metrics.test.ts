@@ -7,7 +7,7 @@
  */
 import { Client, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RENDERED_BY_HEADER } from '../../src/server/main/http/routes/metrics.js';
+import { API_SERVER_HEADER } from '../../src/protocol/api-server-header.js';
 import { CONTRACT_FAMILIES, type Exposition, parseExposition } from '../obs/prom.js';
 import { until } from '../until.js';
 import { type Cluster, everyServerHealthy, startCluster } from './harness.js';
@@ -36,7 +36,7 @@ async function scrape(url: string): Promise<Scrape> {
     const res = await client.request({ path: '/metrics', method: 'GET' });
     expect(res.statusCode).toBe(200);
     expect(res.headers['content-type']).toContain('text/plain; version=0.0.4');
-    const server = String(res.headers[RENDERED_BY_HEADER]);
+    const server = String(res.headers[API_SERVER_HEADER]);
     return { server, metrics: parseExposition(await res.body.text()) };
   } finally {
     await client.close();

@@ -6,10 +6,10 @@
 import type { FastifyInstance } from 'fastify';
 import type { RingserveConfig } from '../../../../config.js';
 import { RS_ERR_ENGINE_UNAVAILABLE, toErrorBody } from '../../../../errors.js';
+import { API_SERVER_HEADER } from '../../../../protocol/api-server-header.js';
 import type { EngineClient } from '../../engine-client.js';
 import type { RequestCoordinator } from '../../request-coordinator.js';
 import type { ServedModels } from '../../served-models.js';
-import { RENDERED_BY_HEADER } from './metrics.js';
 
 export interface HealthDeps {
   config: RingserveConfig;
@@ -29,7 +29,7 @@ export function registerHealthRoutes(app: FastifyInstance, deps: HealthRouteDeps
   // restarted server's answers from its siblings' (the soak's recovery check does).
   const answeredBy = String(engine.server);
   app.get('/health', async (_request, reply) => {
-    reply.header(RENDERED_BY_HEADER, answeredBy);
+    reply.header(API_SERVER_HEADER, answeredBy);
     if (engine.alive() && !coordinator.draining) return reply.code(200).send();
     // Why, when the engine said (a bridge refusing an engine no vLLM layout fits, say): the
     // contract's error body; a bare 503 otherwise, as vLLM's /health answers.

@@ -6,12 +6,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ClusterMetrics } from '../../../../obs/exposition.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../../../../obs/text-format.js';
-
-/**
- * Names the API server that rendered the answer (any of them gives the same cluster figures); /health
- * carries it too.
- */
-export const RENDERED_BY_HEADER = 'x-ringserve-api-server';
+import { API_SERVER_HEADER } from '../../../../protocol/api-server-header.js';
 
 export function registerMetricsRoute(
   app: FastifyInstance,
@@ -22,7 +17,7 @@ export function registerMetricsRoute(
   app.get('/metrics', (_request, reply) => {
     reply
       .header('content-type', PROMETHEUS_CONTENT_TYPE)
-      .header(RENDERED_BY_HEADER, renderedBy)
+      .header(API_SERVER_HEADER, renderedBy)
       .send(metrics.render());
   });
 }
