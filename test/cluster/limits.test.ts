@@ -116,7 +116,8 @@ describe('limits', () => {
     const byHeader = await post(cluster.url, body(3000), { 'x-request-deadline-ms': '300' });
     expectContractError(byHeader, 504);
     expect(byHeader.json.error.message).toMatch(/x-request-deadline-ms/);
-    expect(performance.now() - t0).toBeLessThan(1_900);
+    // Cut by the deadline, not run out: far under the ~30 s the request would take.
+    expect(performance.now() - t0).toBeLessThan(15_000);
     expect(
       await until(
         () => cluster.engineStat(STAT_RUNNING),

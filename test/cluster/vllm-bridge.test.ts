@@ -31,7 +31,7 @@ const PROMPT = [5, 17, 300, 42, 9, 77, 1];
 /** The mirror engine's vocabulary: tiny's 1000 ids. */
 const VOCAB = 1000;
 const engines: MirrorEngine[] = [];
-/** The bridge notices an engine (or its loss, by the 1 s ping) within a few seconds. */
+/** The bridge notices an engine (or its loss, by the 5 s ping) within a few seconds. */
 const BRIDGE_WAIT = { timeoutMs: 15_000 };
 
 afterEach(async () => {
@@ -57,7 +57,7 @@ async function bridgeCluster(
     '--data-parallel-rpc-port',
     '0',
     '--vllm-ping-timeout-s',
-    '1',
+    '5',
     ...extra,
   ]);
   const match = /vLLM bridge \(protocol [^)]+\) listening on (tcp:\/\/\S+)/.exec(cluster.log());

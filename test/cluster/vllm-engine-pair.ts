@@ -42,7 +42,7 @@ export async function startBridgeCluster(args: string[]): Promise<BridgePair> {
     '--data-parallel-rpc-port',
     '0',
     '--vllm-ping-timeout-s',
-    '1',
+    '5',
     ...args,
   ]);
   const match = /vLLM bridge \(protocol [^)]+\) listening on (tcp:\/\/\S+)/.exec(cluster.log());

@@ -28,6 +28,13 @@ afterEach(async () => {
   frontend = null;
 });
 
+/**
+ * Steps of 50 ms (tiny's 1 ms at --speedup 0.02): a 3000-token request runs ~150 s, so the abort,
+ * pause or duplicate a test sends reaches it while it runs even if this process is held up a second
+ * or two (at --speedup 2 it ran under a second and could end first on a loaded machine).
+ */
+const SLOW = '0.02';
+
 async function start(
   extra: string[] = [],
   era: Era = '0.33',
@@ -289,7 +296,7 @@ describe('ringserve engine --vllm-protocol', () => {
   });
 
   it('ABORT: no output for the aborted request after the abort was read', async () => {
-    const { f } = await start(['--speedup', '2']);
+    const { f } = await start(['--speedup', SLOW]);
     await f.add({ requestId: 'long', params: { maxTokens: 3000, ignoreEos: true } });
     await f.waitFor((e) => e.kind === 'output' && e.output.id === 'long');
     await f.abort(['long', 'unknown-id']);
@@ -324,7 +331,7 @@ describe('ringserve engine --vllm-protocol', () => {
   });
 
   it('pause abort ends running requests with finish_reason ABORT before answering', async () => {
-    const { f } = await start(['--speedup', '2']);
+    const { f } = await start(['--speedup', SLOW]);
     await f.add({ requestId: 'run', params: { maxTokens: 3000, ignoreEos: true } });
     await f.waitFor((e) => e.kind === 'output' && e.output.id === 'run');
     const answer = await f.call('pause_scheduler', ['abort', true]);
@@ -361,7 +368,7 @@ describe('ringserve engine --vllm-protocol', () => {
   });
 
   it('a duplicate live request id is fatal: ENGINE_CORE_DEAD, then exit 1', async () => {
-    const { f, e } = await start(['--speedup', '2']);
+    const { f, e } = await start(['--speedup', SLOW]);
     await f.add({ requestId: 'dup', params: { maxTokens: 3000, ignoreEos: true } });
     await f.waitFor((ev) => ev.kind === 'output' && ev.output.id === 'dup');
     await f.add({ requestId: 'dup' });

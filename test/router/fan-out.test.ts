@@ -7,6 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FAN_OUT_ROUTES, fanOutTimeoutMs } from '../../src/router/fan-out.js';
+import { until } from '../until.js';
 import { deadUrl, fakeInstance, gate, testRouter } from './fake-instances.js';
 
 const ok = { status: 'ok' };
@@ -62,12 +63,15 @@ describe('admin fan-out', () => {
       answered = true;
       return r;
     });
+    // Both instances were called (however long the calls take to arrive); 200 ms later, with the
+    // fast one answered and the held one not, no answer yet.
+    await until(
+      () => [fast.calls('/pause').length, held.calls('/pause').length],
+      (calls) => calls[0] === 1 && calls[1] === 1,
+      { what: 'both instances to be called' },
+    );
     await new Promise((r) => setTimeout(r, 200));
-    expect([fast.calls('/pause').length, held.calls('/pause').length, answered]).toEqual([
-      1,
-      1,
-      false,
-    ]);
+    expect(answered).toBe(false);
     slow.open();
     const res = await pending;
     expect(res.statusCode).toBe(200);

@@ -110,7 +110,7 @@ async function dp(): Promise<{ bridge: VllmBridge; group: MirrorDpGroup; rows: R
     address: '127.0.0.1',
     port: 0,
     version: 'auto',
-    pingTimeoutMs: 1_000,
+    pingTimeoutMs: 5_000,
     dataParallelSize: 2,
     log: () => {},
   });

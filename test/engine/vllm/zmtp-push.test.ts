@@ -138,7 +138,7 @@ describe('ZmtpPush against libzmq PULL', () => {
     nowhere.send([Buffer.from('lost')]);
     const started = Date.now();
     await nowhere.close(0);
-    expect(Date.now() - started).toBeLessThan(1_000);
+    expect(Date.now() - started).toBeLessThan(5_000); // not the 10 s linger above, nor forever
   });
 
   it('connects to IPv6 loopback by a bracketed endpoint', async () => {
