@@ -215,7 +215,9 @@ describe('control plane (2 API servers, real-time engine)', () => {
       status: 200,
       body: { status: 'ok' },
     });
-    const pending = generate(cluster.url, genBody(200, 8), { requestId: 'holds-blocks' });
+    // ~30 s of steps, ended by the abort below: it still holds its blocks however late the
+    // reset arrives.
+    const pending = generate(cluster.url, genBody(3000, 8), { requestId: 'holds-blocks' });
     await until(
       () => cluster.engineStat(STAT_RUNNING),
       (n) => n === 1,
@@ -223,7 +225,9 @@ describe('control plane (2 API servers, real-time engine)', () => {
     const busy = await post(cluster, '/reset_prefix_cache');
     expect(busy.status).toBe(409);
     expect(busy.body).toMatchObject({ error: { code: 409, type: 'ConflictError' } });
-    expect(choice(await pending).tokenIds.length).toBe(200);
+    const ids = { request_ids: ['generate-tokens-holds-blocks'] };
+    expect((await post(cluster, '/abort_requests', ids)).status).toBe(200);
+    expect(choice(await pending).finishReason).toBe('abort');
   });
 
   it('/liveness answers 503 engine_unresponsive while the engine is stopped, 200 once it runs', async () => {

@@ -56,12 +56,13 @@ describe('cluster failure handling', () => {
   });
 
   it('a SIGKILLed API server is restarted alone; the others keep serving and /load returns to 0', async () => {
-    const cluster = await startCluster(['--api-server-count', '2', '--speedup', '5']);
+    const cluster = await startCluster(['--api-server-count', '2', '--speedup', '2']);
     try {
       const pids = await cluster.pids();
       const victim = pids.get('ringserve-api-0');
       expect(victim).toBeGreaterThan(0);
-      // 2000 tokens at --speedup 5 run for seconds, so all 16 are surely running at once.
+      // 2000 tokens at --speedup 2 run ~10 s, so all 16 are running at once even if the machine
+      // holds this process up a second or two (at --speedup 5, ~4 s, a stall could let one end).
       const inflight = Array.from({ length: 16 }, (_, i) =>
         generate(cluster.url, longBody(2000, i)).then(
           () => 'ok',
@@ -123,7 +124,7 @@ describe('cluster failure handling', () => {
   }, 120_000);
 
   it('a dead engine fails in-flight requests with 503, /health answers 503, then it recovers', async () => {
-    const cluster = await startCluster(['--api-server-count', '2', '--speedup', '5']);
+    const cluster = await startCluster(['--api-server-count', '2', '--speedup', '2']);
     try {
       const engine = (await cluster.pids()).get('ringserve-engine');
       const inflight = Array.from({ length: 6 }, (_, i) =>
