@@ -189,8 +189,8 @@ describe('router -> bridged prefill + decode instances -> NIXL headless engines'
     }
     // Through the router, a recompute-policy decode imports the blocks when they are there. The
     // prefill is the default lease's, not the short one: whether a routed decode leg reads within
-    // 0.5 s depends on how loaded the machine is (CI once saw it not), and a load that misses the
-    // lease is recomputed, counted as such, not imported.
+    // 0.5 s depends on how loaded the machine is (the likely cause of a CI failure here), and a
+    // load that misses the lease is recomputed, counted as such, not imported.
     const router = await startRouter([prefill.url], [recompute.url]);
     const routed = firstChoice(await generate(router.url, b));
     expect(differences(routed, colo, prompt.length)).toEqual([]);
