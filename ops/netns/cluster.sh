@@ -85,26 +85,18 @@ signal_ns() {
   [ -z "$pids" ] || kill "-$2" $pids 2>/dev/null || true
 }
 
-# wait_unbound NS SECONDS: until nothing in NS listens on the node port; returns 1 on timeout.
-# `ip netns pids` stops listing a killed process once its main thread has left the namespace, but
-# its sockets close with its last thread, and one of an API server's threads may still be
-# unmapping its regions: the kernel completes connections to the listener meanwhile, and resets
-# them when it closes, after the client has sent its request (HAProxy's 502, as for a request in
-# flight). The host is dead once nothing of it accepts.
-wait_unbound() {
-  local deadline=$((SECONDS + $2))
-  while [ -n "$(ip netns exec "$1" ss -Hltn "sport = :$NODE_PORT" 2>/dev/null || true)" ]; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 0.05
-  done
-}
-
-# wait_empty NS SECONDS: until no process is left in NS; returns 1 on timeout.
+# wait_empty NS SECONDS: until no process is left in NS and nothing in it listens on the node
+# port; returns 1 on timeout. Both, because `ip netns pids` stops listing a killed process once its
+# main thread has left the namespace, but its sockets close with its last thread, and one of an API
+# server's threads may still be unmapping its regions: the kernel completes connections to the
+# listener meanwhile, and resets them when it closes, after the client has sent its request
+# (HAProxy's 502, as for a request in flight). A host is dead once nothing of it accepts.
 wait_empty() {
   local deadline=$((SECONDS + $2))
-  while [ -n "$(ip netns pids "$1" 2>/dev/null || true)" ]; do
+  while [ -n "$(ip netns pids "$1" 2>/dev/null || true)" ] ||
+    [ -n "$(ip netns exec "$1" ss -Hltn "sport = :$NODE_PORT" 2>/dev/null || true)" ]; do
     [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 0.1
+    sleep 0.05
   done
 }
 
@@ -232,8 +224,8 @@ kill-node | start-node | stop-node | cont-node | drain-node)
   case "$cmd" in
   kill-node)
     signal_ns "$(node_ns "$i")" KILL
-    wait_empty "$(node_ns "$i")" 10 || die "node $i still has processes after SIGKILL"
-    wait_unbound "$(node_ns "$i")" 10 || die "node $i still listens after SIGKILL"
+    wait_empty "$(node_ns "$i")" 10 ||
+      die "node $i still has processes or a listener after SIGKILL"
     unlink_regions
     ;;
   start-node) start_node "$i" && wait_ready "$i" ;;
