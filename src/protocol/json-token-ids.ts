@@ -15,6 +15,8 @@
  * It does not check keys for prototype poisoning: the caller does, before.
  */
 
+import { int32Copy } from '../wire/int32-slab.js';
+
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const COMMA = 0x2c;
@@ -29,7 +31,10 @@ const utf8 = new TextDecoder();
 /** Nine digits never overflow an int32; a longer id is no token id, and goes the ordinary way. */
 const MAX_DIGITS = 9;
 
-/** A reused buffer for the ids as they are read (grown, never shrunk); the result is a copy. */
+/**
+ * A reused buffer for the ids as they are read (grown, never shrunk); the result is a copy, carved
+ * from a slab when short (int32-slab.ts).
+ */
 let scratch = new Int32Array(4096);
 /** How many ids the last readIds() put into `scratch`. */
 let idCount = 0;
@@ -54,7 +59,7 @@ export function parseWithTokenIds(text: Uint8Array): Record<string, unknown> | u
     if (key === 'token_ids' && text[i]! === OPEN_BRACKET) {
       const end = readIds(text, i + 1);
       if (end < 0) return undefined;
-      out[key] = scratch.slice(0, idCount);
+      out[key] = int32Copy(scratch, 0, idCount);
       i = end;
     } else {
       const end = valueEnd(text, i);

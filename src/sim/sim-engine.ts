@@ -179,7 +179,7 @@ export class SimEngine implements EngineCore {
       return;
     }
     const seed = req.params.seed ?? this.#drawSeed();
-    const seq = new Sequence(this.#nextId++, req, seed, adapterKey);
+    const seq = new Sequence(this.#nextId++, req, seed, adapterKey, this.config.blockSize);
     // The target length depends on the seed and the prompt, not on the weights.
     const target = targetLength(this.config.lengthProfile, combine(seq.seedKey, seq.contextHash));
     // A scripted answer: the model goes on for a response of its own length after the script, or

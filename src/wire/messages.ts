@@ -59,6 +59,7 @@
  * whose generation is not the slot's current one. No reset handshake is needed on any restart.
  */
 import { slotIndex, wordIndex } from '../shm/words.js';
+import { int32Copy } from './int32-slab.js';
 import type { EngineRequest, SamplingParams } from './types.js';
 
 export * from './step-record.js';
@@ -269,7 +270,7 @@ export function readAdd(
   return {
     server,
     slot: v.i32[i + A_SLOT]!,
-    promptTokenIds: v.i32.slice(promptAt, stopAt),
+    promptTokenIds: int32Copy(v.i32, promptAt, stopAt),
     params: {
       temperature: v.f64[d + D_TEMPERATURE]!,
       topP: v.f64[d + D_TOP_P]!,
@@ -278,7 +279,7 @@ export function readAdd(
       seed: Number.isNaN(seed) ? null : seed,
       maxTokens: v.i32[i + A_MAX_TOKENS]!,
       minTokens: v.i32[i + A_MIN_TOKENS]!,
-      stopTokenIds: v.i32.slice(stopAt, stopAt + stopLen),
+      stopTokenIds: int32Copy(v.i32, stopAt, stopAt + stopLen),
       ignoreEos: (flags & AddFlag.IgnoreEos) !== 0,
       presencePenalty: v.f64[d + D_PRESENCE]!,
       frequencyPenalty: v.f64[d + D_FREQUENCY]!,
@@ -299,7 +300,7 @@ export function readAdd(
     kvParams: kvBytes > 0 ? v.bytes.slice(kvAt, kvAt + kvBytes) : null,
     // An empty script that ends the answer is one (an answer of EOS alone); without the flag it
     // is none.
-    script: scriptLen > 0 || ends ? v.i32.slice(scriptAt, scriptAt + scriptLen) : null,
+    script: scriptLen > 0 || ends ? int32Copy(v.i32, scriptAt, scriptAt + scriptLen) : null,
     scriptEnds: ends,
     // Any negative word is none (the writer writes -1); the range is the API server's check.
     dataParallelRank: dpRank >= 0 ? dpRank : null,
