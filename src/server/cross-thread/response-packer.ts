@@ -125,6 +125,11 @@ export class ResponsePacker {
     return this.#encode(task).finish();
   }
 
+  /** As pack(), for an answer sent from the encoding thread: a copy in Node's Buffer pool. */
+  packLocal(task: PackTask): Buffer {
+    return this.#encode(task).copy();
+  }
+
   /** The response copied into a run of `pool`; a Buffer of its own when no run takes it. */
   packInto(task: PackTask, pool: ResponsePool | null): PoolRun | Buffer {
     const writer = this.#encode(task);

@@ -135,7 +135,7 @@ export class WorkerOutputPath implements OutputPath {
     const task = packTask(record);
     const inline = this.#inline;
     if (inline !== null && this.#values(task) <= inline.maxValues) {
-      const body = inline.packer.pack(task);
+      const body = inline.packer.packLocal(task);
       this.#inlineAnswers++;
       return body;
     }
@@ -168,7 +168,7 @@ export class WorkerOutputPath implements OutputPath {
       writeOpenAiUsageChunk(w, openai.kind, requestId, model, created, usage);
     }
     writeStreamDone(w);
-    return w.finish();
+    return w.copy();
   }
 
   free(slot: number, gen: number): void {
