@@ -5,9 +5,11 @@
  * run as the ceiling (bench/scaling/bare-server.ts, also with 1, 2 and 4 workers). The engine runs
  * at --max-speed, packed responses without masks. ringserve runs with each --listener asked for
  * (`--listener both`, the default where Node has reusePort: primary and reuseport, alternating at
- * each count, so both see the same machine). Prints a table, the listener modes side by side and,
- * with --json, a last line `{"bench": "scaling", "rows": [...]}` (each row names its listener); a
- * progress line per cell on stderr.
+ * each count, so both see the same machine). Prints a table, the listener modes side by side, where
+ * each cell's CPU went (per request, from /proc: the server's processes, the engine core's part,
+ * the load generator; and the machine's idle share) and, with --json, a last line
+ * `{"bench": "scaling", "rows": [...]}` (each row names its listener); a progress line per cell
+ * on stderr.
  *
  *   npm run bench:scaling -- [--json] [--seconds 10] [--counts 1,2,4] [--kinds short,long]
  *     [--listener primary|reuseport|both]
@@ -26,7 +28,13 @@ import {
   runCell,
   type Target,
 } from './scaling/cell.js';
-import { listenerComparison, type ScalingRow, scalingJson, scalingTable } from './scaling/table.js';
+import {
+  cpuTable,
+  listenerComparison,
+  type ScalingRow,
+  scalingJson,
+  scalingTable,
+} from './scaling/table.js';
 
 const MODEL = 'qwen3-30b-a3b';
 const KINDS: readonly RequestKind[] = [
@@ -130,6 +138,14 @@ function row(
     speedup_vs_1: speedup,
     efficiency: speedup === null ? null : speedup / servers,
     errors: r.errors,
+    ...(r.cpu === null
+      ? {}
+      : {
+          server_cpu_us: r.cpu.serverUs,
+          engine_cpu_us: r.cpu.engineUs,
+          load_cpu_us: r.cpu.loadUs,
+          idle_pct: r.cpu.idlePct,
+        }),
   };
 }
 
@@ -260,6 +276,8 @@ async function main(): Promise<ExitCode> {
   const out = [header, '', scalingTable(rows)];
   const side = listenerComparison(rows);
   if (side !== '') out.push('', '## ringserve by --listener', '', side);
+  const cpu = cpuTable(rows);
+  if (cpu !== '') out.push('', '## CPU per request (every thread, from /proc)', '', cpu);
   if (o.json) out.push(scalingJson(rows));
   process.stdout.write(`${out.join('\n')}\n`);
   return ExitCode.Ok;

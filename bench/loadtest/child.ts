@@ -39,6 +39,11 @@ export class BenchChild {
     );
   }
 
+  /** The child's process id (undefined if it could not be started). */
+  get pid(): number | undefined {
+    return this.#child.pid;
+  }
+
   onProgress(fn: (m: ChildMessage & { type: 'progress' }) => void): void {
     this.#onProgress = fn;
   }

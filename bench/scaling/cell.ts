@@ -6,6 +6,7 @@ import { type BenchCluster, startCluster, startServerProcess } from '../loadtest
 import { RS_ERR_BENCH_CHILD_FAILED } from '../loadtest/errors.js';
 import { requestBody } from '../loadtest/load-plan.js';
 import type { LoadResult, LoadSpec } from '../loadtest/messages.js';
+import { machineTicks, processCpuMs, treeCpuMs } from '../loadtest/proc-cpu.js';
 import { percentile } from '../loadtest/stats.js';
 
 /**
@@ -38,6 +39,62 @@ export interface CellResult {
   p99Ms: number | null;
   errors: number;
   errorSample: string | null;
+  /** Where the CPU went in the measured window; null when /proc could not be read. */
+  cpu: CellCpu | null;
+}
+
+/**
+ * CPU per answered request in the measured window (us, every thread of each process), from /proc:
+ * the server's processes together (ringserve's primary, engine core and API servers; the bare
+ * route's primary and workers), the engine core's share of that (null for the bare route), and
+ * the load generator; and the share of the machine's CPU time that was idle.
+ */
+export interface CellCpu {
+  serverUs: number;
+  engineUs: number | null;
+  loadUs: number;
+  idlePct: number;
+}
+
+/** The engine core's process name (`ringserve-engine`, as /proc's 15-character comm shows it). */
+const ENGINE_COMM = 'ringserve-engin';
+
+interface CpuReading {
+  server: Map<string, number>;
+  load: number;
+  machine: { total: number; idle: number };
+}
+
+function readCpu(serverPid: number, loadPid: number | undefined): CpuReading | null {
+  try {
+    return {
+      server: treeCpuMs(serverPid),
+      load: loadPid === undefined ? Number.NaN : processCpuMs(loadPid),
+      machine: machineTicks(),
+    };
+  } catch {
+    return null; // not Linux, or /proc unreadable: the cell is reported without CPU figures
+  }
+}
+
+function cpuPerRequest(
+  a: CpuReading | null,
+  b: CpuReading | null,
+  requests: number,
+): CellCpu | null {
+  if (a === null || b === null || requests === 0) return null;
+  const msSum = (m: Map<string, number>): number => [...m.values()].reduce((x, y) => x + y, 0);
+  const us = (ms: number): number => (ms * 1000) / requests;
+  const engine = b.server.has(ENGINE_COMM)
+    ? us((b.server.get(ENGINE_COMM) ?? 0) - (a.server.get(ENGINE_COMM) ?? 0))
+    : null;
+  const total = b.machine.total - a.machine.total;
+  return {
+    serverUs: us(msSum(b.server) - msSum(a.server)),
+    engineUs: engine,
+    loadUs: us(b.load - a.load),
+    idlePct: total > 0 ? (100 * (b.machine.idle - a.machine.idle)) / total : 0,
+  };
 }
 
 export function kindSpec(url: string, kind: RequestKind, promptIdCeiling: number): LoadSpec {
@@ -120,23 +177,36 @@ export async function runCell(plan: CellPlan): Promise<CellResult> {
     generator = new BenchChild(LOAD_GENERATOR, 'load generator');
     await generator.next('ready', READY_TIMEOUT_MS);
     generator.send({ type: 'start', spec: kindSpec(server.url, plan.kind, plan.promptIdCeiling) });
-    const startedAtMs = Date.now();
-    await new Promise((r) => setTimeout(r, plan.warmupMs + plan.windowMs));
+    await new Promise((r) => setTimeout(r, plan.warmupMs));
+    const windowStartMs = Date.now();
+    const before = readCpu(server.pid, generator.pid);
+    await new Promise((r) => setTimeout(r, plan.windowMs));
+    const after = readCpu(server.pid, generator.pid);
+    const windowEndMs = Date.now();
     if (server.crashed())
       throw new RS_ERR_BENCH_CHILD_FAILED('server', `exited during the cell:\n${server.log()}`);
     const result = generator.next('result', RESULT_TIMEOUT_MS);
     generator.send({ type: 'stop' });
-    const windowStartMs = startedAtMs + plan.warmupMs;
-    const windowS = (Date.now() - windowStartMs) / 1000;
-    return summarize((await result).result as LoadResult, windowStartMs, windowS);
+    const load = (await result).result as LoadResult;
+    const cell = summarize(load, windowStartMs, windowEndMs);
+    const answered = cell.requestsPerS * ((windowEndMs - windowStartMs) / 1000);
+    return { ...cell, cpu: cpuPerRequest(before, after, answered) };
   } finally {
     await generator?.stop();
     await server?.stop();
   }
 }
 
-function summarize(load: LoadResult, windowStartMs: number, windowS: number): CellResult {
-  const idx = load.finishedAtMs.flatMap((at, i) => (at >= windowStartMs ? [i] : []));
+/** The requests that finished in [windowStartMs, windowEndMs). */
+function summarize(
+  load: LoadResult,
+  windowStartMs: number,
+  windowEndMs: number,
+): Omit<CellResult, 'cpu'> {
+  const windowS = (windowEndMs - windowStartMs) / 1000;
+  const idx = load.finishedAtMs.flatMap((at, i) =>
+    at >= windowStartMs && at < windowEndMs ? [i] : [],
+  );
   const latency = idx.map((i) => load.latencyMs[i] as number);
   const tokens = idx.reduce((a, i) => a + Math.max(0, load.completionTokens[i] as number), 0);
   return {

@@ -23,6 +23,15 @@ export interface ScalingRow {
   speedup_vs_1: number | null;
   efficiency: number | null;
   errors: number;
+  /**
+   * CPU per answered request in the measured window, us (absent where /proc could not be read,
+   * and in rows of runs before these fields): the server's processes together, the engine core's
+   * part of that (null for the bare route), the load generator; and the machine's idle share, %.
+   */
+  server_cpu_us?: number;
+  engine_cpu_us?: number | null;
+  load_cpu_us?: number;
+  idle_pct?: number;
 }
 
 const cell = (v: number | null, digits: number): string => {
@@ -117,6 +126,41 @@ export function listenerComparison(rows: readonly ScalingRow[]): string {
     ...modes.map((m) => `${m} / bare`),
   ];
   return markdownTable(head, cells, 1);
+}
+
+/**
+ * Where each cell's CPU went, one line per row that has the figures: the server's CPU per request
+ * (the engine core's part of it), the load generator's, and how much of the machine stayed idle.
+ * On a machine whose cores the load generator shares, a server that costs more per request also
+ * takes the generator's time. Empty when no row has them.
+ */
+export function cpuTable(rows: readonly ScalingRow[]): string {
+  const measured = rows.filter((r) => r.server_cpu_us !== undefined);
+  if (measured.length === 0) return '';
+  const withListener = measured.some((r) => r.listener !== undefined);
+  const cells = measured.map((r) => [
+    r.kind,
+    r.target,
+    ...(withListener ? [r.listener ?? ''] : []),
+    String(r.api_server_count),
+    cell(r.req_s, 1),
+    cell(r.server_cpu_us ?? null, 0),
+    cell(r.engine_cpu_us ?? null, 0),
+    cell(r.load_cpu_us ?? null, 0),
+    cell(r.idle_pct ?? null, 1),
+  ]);
+  const head = [
+    'kind',
+    'target',
+    ...(withListener ? ['listener'] : []),
+    'servers',
+    'req/s',
+    'server us/req',
+    'engine us/req',
+    'load us/req',
+    'idle %',
+  ];
+  return markdownTable(head, cells, withListener ? 3 : 2);
 }
 
 export function scalingJson(rows: readonly ScalingRow[]): string {

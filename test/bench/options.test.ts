@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ARM_NAMES } from '../../bench/rollout/arms.js';
 import { PROFILES, parseRolloutArgs } from '../../bench/rollout/options.js';
-import { scalingJson, scalingTable } from '../../bench/scaling/table.js';
+import { cpuTable, scalingJson, scalingTable } from '../../bench/scaling/table.js';
 
 const ceiling = (): number => 1000;
 
@@ -112,5 +112,58 @@ describe('the scaling table', () => {
     const json = JSON.parse(scalingJson(rows));
     expect(json.bench).toBe('scaling');
     expect(json.rows[0]).toMatchObject({ req_s: 6000, p99_ms: 21.25, api_server_count: 1 });
+  });
+});
+
+describe('the scaling CPU table', () => {
+  const base = {
+    kind: 'short',
+    api_server_count: 1,
+    concurrency: 64,
+    tok_s: 0,
+    p50_ms: null,
+    p99_ms: null,
+    speedup_vs_1: 1,
+    efficiency: 1,
+    errors: 0,
+  };
+
+  it('lists the rows that have CPU figures, the bare route without an engine', () => {
+    const rows = [
+      {
+        ...base,
+        target: 'ringserve',
+        listener: 'primary',
+        req_s: 4000,
+        server_cpu_us: 212.4,
+        engine_cpu_us: 61.6,
+        load_cpu_us: 118,
+        idle_pct: 17.84,
+      },
+      { ...base, target: 'ringserve', listener: 'reuseport', req_s: 3900 },
+      {
+        ...base,
+        target: 'bare fastify',
+        listener: 'node:cluster',
+        req_s: 9000,
+        server_cpu_us: 47,
+        engine_cpu_us: null,
+        load_cpu_us: 101,
+        idle_pct: 20,
+      },
+    ];
+    const lines = cpuTable(rows).split('\n');
+    expect(lines).toHaveLength(4);
+    expect(lines[0]).toMatch(/server us\/req \| engine us\/req \| load us\/req \| idle % \|$/);
+    expect(lines[2]).toMatch(
+      /^\| short \| ringserve +\| primary +\| +1 \| +4,000 \| +212 \| +62 \| +118 \| +17\.8 \|$/,
+    );
+    expect(lines[3]).toMatch(
+      /^\| short \| bare fastify \| node:cluster \| +1 \| +9,000 \| +47 \| +n\/a \| +101 \| +20\.0 \|$/,
+    );
+  });
+
+  it('is empty when no row has CPU figures', () => {
+    expect(cpuTable([{ ...base, target: 'ringserve', req_s: 1 }])).toBe('');
   });
 });
