@@ -53,13 +53,20 @@ const HEAD = [
   'errors',
 ];
 
-export function scalingTable(rows: readonly ScalingRow[]): string {
-  const withListener = rows.some((r) => r.listener !== undefined);
-  const cells = rows.map((r) => [
+/** A row's leading cells: kind, target, its listener (where the table has that column), servers. */
+function keyCells(r: ScalingRow, withListener: boolean): string[] {
+  return [
     r.kind,
     r.target,
     ...(withListener ? [r.listener ?? ''] : []),
     String(r.api_server_count),
+  ];
+}
+
+export function scalingTable(rows: readonly ScalingRow[]): string {
+  const withListener = rows.some((r) => r.listener !== undefined);
+  const cells = rows.map((r) => [
+    ...keyCells(r, withListener),
     String(r.concurrency),
     cell(r.req_s, 1),
     cell(r.tok_s, 0),
@@ -139,10 +146,7 @@ export function cpuTable(rows: readonly ScalingRow[]): string {
   if (measured.length === 0) return '';
   const withListener = measured.some((r) => r.listener !== undefined);
   const cells = measured.map((r) => [
-    r.kind,
-    r.target,
-    ...(withListener ? [r.listener ?? ''] : []),
-    String(r.api_server_count),
+    ...keyCells(r, withListener),
     cell(r.req_s, 1),
     cell(r.server_cpu_us ?? null, 0),
     cell(r.engine_cpu_us ?? null, 0),
