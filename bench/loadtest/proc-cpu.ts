@@ -10,10 +10,22 @@ import { enginePid, serverPid } from '../../src/shm/words.js';
 /** Linux's USER_HZ: /proc/<pid>/stat counts CPU in 1/100 s. */
 const TICK_MS = 10;
 
+/** A `/proc/.../stat` text's name (`comm`) and the fields after it (field 3 on, from index 0). */
+function parseStat(text: string): { comm: string; fields: string[] } {
+  const close = text.lastIndexOf(')');
+  return {
+    comm: text.slice(text.indexOf('(') + 1, close),
+    fields: text.slice(close + 2).split(' '),
+  };
+}
+
+/** user + system CPU in a stat text's fields, ms. */
+const cpuMsOfFields = (fields: string[]): number =>
+  (Number(fields[11]) + Number(fields[12])) * TICK_MS;
+
 /** user + system CPU of a process (`/proc/<pid>/stat`) or a thread (`/proc/<pid>/task/<tid>/stat`), ms. */
 export function cpuMsOf(statPath: string): number {
-  const fields = readFileSync(statPath, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
+  return cpuMsOfFields(parseStat(readFileSync(statPath, 'utf8')).fields);
 }
 
 /** A process's CPU ms, or NaN once it is gone. */
@@ -35,37 +47,25 @@ export function clusterPids(region: Region): { engine: number; apiServers: numbe
 }
 
 /**
- * CPU ms of a process and all its descendants (every thread of each), summed by process name
- * (`comm`, at most 15 characters: `ringserve-api-0`, `ringserve-engin`). Processes that exit
- * between the readings are missing from the later one; compare readings of a steady cluster.
+ * CPU ms of a process and its children (every thread of each), summed by process name (`comm`, at
+ * most 15 characters: `ringserve-api-0`, `ringserve-engin`): a cluster's primary forks every other
+ * process of it, as the bare route's primary forks its workers. One read of each process's stat.
+ * Processes that exit between two readings are missing from the later one; compare readings of a
+ * steady cluster.
  */
-export function treeCpuMs(rootPid: number): Map<string, number> {
-  const parentOf = new Map<number, number>();
-  const nameOf = new Map<number, string>();
-  for (const entry of readdirSync('/proc')) {
-    const pid = Number(entry);
-    if (!Number.isInteger(pid)) continue;
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const close = stat.lastIndexOf(')');
-      nameOf.set(pid, stat.slice(stat.indexOf('(') + 1, close));
-      parentOf.set(pid, Number(stat.slice(close + 2).split(' ')[1]));
-    } catch {
-      // Gone since the listing.
-    }
-  }
-  const inTree = (pid: number): boolean => {
-    for (let p = pid, hops = 0; p > 1 && hops < 64; hops++) {
-      if (p === rootPid) return true;
-      p = parentOf.get(p) ?? 0;
-    }
-    return false;
-  };
+export function familyCpuMs(rootPid: number): Map<string, number> {
   const out = new Map<string, number>();
-  for (const [pid, name] of nameOf) {
-    if (!inTree(pid)) continue;
-    const ms = processCpuMs(pid);
-    if (Number.isFinite(ms)) out.set(name, (out.get(name) ?? 0) + ms);
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue; // gone since the listing
+    }
+    const { comm, fields } = parseStat(stat);
+    if (Number(entry) !== rootPid && Number(fields[1]) !== rootPid) continue;
+    out.set(comm, (out.get(comm) ?? 0) + cpuMsOfFields(fields));
   }
   return out;
 }

@@ -6,7 +6,7 @@ import { type BenchCluster, startCluster, startServerProcess } from '../loadtest
 import { RS_ERR_BENCH_CHILD_FAILED } from '../loadtest/errors.js';
 import { requestBody } from '../loadtest/load-plan.js';
 import type { LoadResult, LoadSpec } from '../loadtest/messages.js';
-import { machineTicks, processCpuMs, treeCpuMs } from '../loadtest/proc-cpu.js';
+import { familyCpuMs, machineTicks, processCpuMs } from '../loadtest/proc-cpu.js';
 import { percentile } from '../loadtest/stats.js';
 
 /**
@@ -39,6 +39,8 @@ export interface CellResult {
   p99Ms: number | null;
   errors: number;
   errorSample: string | null;
+  /** Requests answered in the measured window (what the rates and the CPU are per). */
+  answered: number;
   /** Where the CPU went in the measured window; null when /proc could not be read. */
   cpu: CellCpu | null;
 }
@@ -68,7 +70,7 @@ interface CpuReading {
 function readCpu(serverPid: number, loadPid: number | undefined): CpuReading | null {
   try {
     return {
-      server: treeCpuMs(serverPid),
+      server: familyCpuMs(serverPid),
       load: loadPid === undefined ? Number.NaN : processCpuMs(loadPid),
       machine: machineTicks(),
     };
@@ -189,8 +191,7 @@ export async function runCell(plan: CellPlan): Promise<CellResult> {
     generator.send({ type: 'stop' });
     const load = (await result).result as LoadResult;
     const cell = summarize(load, windowStartMs, windowEndMs);
-    const answered = cell.requestsPerS * ((windowEndMs - windowStartMs) / 1000);
-    return { ...cell, cpu: cpuPerRequest(before, after, answered) };
+    return { ...cell, cpu: cpuPerRequest(before, after, cell.answered) };
   } finally {
     await generator?.stop();
     await server?.stop();
@@ -210,6 +211,7 @@ function summarize(
   const latency = idx.map((i) => load.latencyMs[i] as number);
   const tokens = idx.reduce((a, i) => a + Math.max(0, load.completionTokens[i] as number), 0);
   return {
+    answered: idx.length,
     requestsPerS: idx.length / windowS,
     tokensPerS: tokens / windowS,
     p50Ms: percentile(latency, 50),

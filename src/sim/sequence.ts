@@ -1,3 +1,4 @@
+import { ENGINE_DEFAULTS } from '../wire/engine-defaults.js';
 import { combine, hashString, seedKey } from '../wire/hash.js';
 import { int32Array } from '../wire/int32-slab.js';
 import type { EngineRequest, SamplingParams } from '../wire/types.js';
@@ -91,7 +92,13 @@ export class Sequence {
    * @param blockSize the engine's KV block size: sizes the block tables for the tokens the
    *   sequence starts with room for (they grow past that as the tokens do)
    */
-  constructor(id: number, req: EngineRequest, seed: number, adapterKey = 0, blockSize = 16) {
+  constructor(
+    id: number,
+    req: EngineRequest,
+    seed: number,
+    adapterKey = 0,
+    blockSize: number = ENGINE_DEFAULTS.blockSize,
+  ) {
     const { promptTokenIds: prompt, params, cacheSalt } = req;
     this.id = id;
     this.server = req.server;
