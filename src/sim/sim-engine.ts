@@ -3,6 +3,7 @@ import type { OutputRoom } from '../engine/output-room.js';
 import { StepOutputs } from '../engine/step-outputs.js';
 import { RS_ERR_CONFIG_INVALID } from '../errors.js';
 import type { BroadcasterArgs, LoraAdapter } from '../wire/admin-args.js';
+import { ChurnMap } from '../wire/churn-map.js';
 import { ENGINE_LIMITS } from '../wire/engine-defaults.js';
 import { combine, mix32 } from '../wire/hash.js';
 import type { ModelCard } from '../wire/model-card.js';
@@ -70,7 +71,7 @@ export class SimEngine implements EngineCore {
     offloadLoadedBlocks: 0,
   };
   /** In-flight requests by (server, slot). */
-  readonly #bySlot = new Map<number, Sequence>();
+  readonly #bySlot = new ChurnMap<number, Sequence>();
   /** Outputs decided outside a model step (rejects, aborts), emitted at the next step. */
   readonly #pending: PendingOutput[] = [];
   readonly #timing: StepTiming = {

@@ -32,6 +32,7 @@ import {
   broadcasterArgList,
   type LoraAdapter,
 } from '../../wire/admin-args.js';
+import { ChurnMap } from '../../wire/churn-map.js';
 import { ControlRefusal, ControlResult } from '../../wire/control-channel.js';
 import { MAX_KV_PARAMS_BYTES } from '../../wire/messages.js';
 import type { ModelCard } from '../../wire/model-card.js';
@@ -152,7 +153,7 @@ export class VllmBridge implements EngineCore {
   readonly #options: BridgeOptions;
   readonly #shape: RoutingShape;
   readonly #backlog: BridgeBacklog;
-  readonly #bySlot = new Map<number, BridgeRequest>();
+  readonly #bySlot = new ChurnMap<number, BridgeRequest>();
   /** The LoRA adapters the engine has loaded (add_lora), by id: what an ADD's lora_request names. */
   readonly #adapters = new Map<number, VllmLoraRequest>();
   /**

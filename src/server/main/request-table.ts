@@ -5,13 +5,14 @@
  * confirmed each sequence's end. The main thread holds one record per request here, whatever the
  * request's length.
  */
+import { ChurnMap } from '../../wire/churn-map.js';
 import type { EnginePort } from './engine-port.js';
 import type { RequestRecord } from './request-record.js';
 import { SlotTable } from './slot-table.js';
 
 export class RequestTable {
   readonly slots: SlotTable<RequestRecord>;
-  readonly #byId = new Map<string, RequestRecord>();
+  readonly #byId = new ChurnMap<string, RequestRecord>();
 
   constructor(capacity: number, engine: EnginePort) {
     this.slots = new SlotTable(capacity, engine);

@@ -1,4 +1,5 @@
 import { RS_ERR_VLLM_BAD_FIELD } from '../../../errors.js';
+import { ChurnMap } from '../../../wire/churn-map.js';
 import { HeldPrompt } from './held-prompt.js';
 
 /**
@@ -34,7 +35,7 @@ export class LiveRequest {
 }
 
 export class LiveRequests {
-  readonly #byId = new Map<string, LiveRequest>();
+  readonly #byId = new ChurnMap<string, LiveRequest>();
   readonly #bySlot: (LiveRequest | undefined)[] = [];
   readonly #free: number[] = [];
   readonly #capacity: number;
