@@ -54,8 +54,8 @@ const ALLOWED: Readonly<Record<string, readonly string[] | 'any'>> = {
   'server/output-worker': [...THREAD_OUTSIDE, 'server/cross-thread'],
   'server/cross-thread': ['wire', 'shm', 'protocol', 'errors', 'tokenizer'],
   client: ['protocol', 'errors'],
-  // shm: the merge threads' priority (thread-priority.ts), as the server's packers.
-  router: ['protocol', 'client', 'obs', 'config', 'errors', 'shm'],
+  // shm: the merge threads' priority (thread-priority.ts), as the server's packers; wire: ChurnMap.
+  router: ['protocol', 'client', 'obs', 'config', 'errors', 'shm', 'wire'],
   tokenizer: ['errors'],
   cluster: 'any',
   cli: 'any',

@@ -13,6 +13,7 @@ import { decodeGenerateBody, type GenerateResult } from '../client/decode.js';
 import { decodePromptLogprobs } from '../client/prompt-logprobs.js';
 import { RS_ERR_ROUTER_UPSTREAM, toRingserveError } from '../errors.js';
 import { GenerateResponseEncoder } from '../protocol/generate-response.js';
+import { ChurnMap } from '../wire/churn-map.js';
 import { RS_ERR_ROUTER_MERGE_WORKER } from './errors.js';
 import { mergeAnswers } from './merge.js';
 import { KvOutcome, type MergeReply, type MergeSpec, type MergeTask } from './merge-messages.js';
@@ -33,7 +34,7 @@ const reply = (out: Uint8Array | null, done: boolean, handle: unknown, kv: KvOut
 });
 
 export class MergeTable {
-  readonly #held = new Map<number, Held>();
+  readonly #held = new ChurnMap<number, Held>();
   readonly #encoder = new GenerateResponseEncoder();
 
   /** Requests held (tests: none is left behind). */
