@@ -41,7 +41,9 @@ export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps):
     ...deps.requestOptions,
     priorityScheduling: config.schedulingPolicy === 'priority',
   };
-  app.post(GENERATE_PATH, async (request, reply) => {
+  // Not async: the answer is sent later through `reply`, and a handler that returned it would have
+  // fastify wait on it as a thenable (an end-of-stream watcher and its listeners on every response).
+  app.post(GENERATE_PATH, (request, reply) => {
     const parsed = parseGenerateRequest(request.body, requestOptions);
     const deadline = requestDeadline(request.headers[DEADLINE_HEADER], config.requestTimeout);
     const rank = dataParallelRank(request.headers[DP_RANK_HEADER], config.dataParallelSize);
@@ -57,6 +59,5 @@ export function registerGenerateRoute(app: FastifyInstance, deps: GenerateDeps):
     const sink = new HttpReply(reply, config.maxUnreadBytes);
     const answer = injected === 'abort' ? new AbortingReply(sink, reply) : sink;
     coordinator.submit(parsed, answer, form, headerId, deadline, rank);
-    return reply;
   });
 }
