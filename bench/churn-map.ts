@@ -1,9 +1,10 @@
 // What a churning request table costs the garbage collector: `npm run bench:churn-map` (add
-// `-- --json` for a last line of JSON, `-- --seconds S` for the length of each run).
+// `-- --json` for a last line of JSON, `-- --seconds S` for the length of each run,
+// `-- --in-flight 64,300` for the table sizes).
 //
-// Each run is a child process under `--trace-gc-nvp` that plays a request table at a steady 64
-// requests in flight: every request is a small object graph (~4 KB) entered into a long-lived
-// table under a fresh id and removed once 64 newer ones are in. The table is a JS Map in one run
+// Each run is a child process under `--trace-gc-nvp` that plays a request table at a steady number
+// of requests in flight: every request is a small object graph (~4 KB) entered into a long-lived
+// table under a fresh id and removed once as many newer ones are in. The table is a JS Map in one run
 // and a ChurnMap (src/wire/churn-map.ts) in the other; a third run keeps no table, as the floor.
 // From V8's trace lines of the child's main isolate: the bytes allocated and promoted to the old
 // generation, and the scavenges' count and pauses.
@@ -14,10 +15,10 @@ import { ChurnMap } from '../src/wire/churn-map.js';
 
 type Table = 'map' | 'churn-map' | 'none';
 const TABLES: Table[] = ['none', 'map', 'churn-map'];
-const IN_FLIGHT = 64;
 
 interface Row {
   table: Table;
+  inFlight: number;
   requests: number;
   allocatedMb: number;
   promotedMb: number;
@@ -36,7 +37,7 @@ function requestGraph(id: number): object[] {
   return out;
 }
 
-function play(table: Table, seconds: number): number {
+function play(table: Table, inFlight: number, seconds: number): number {
   const map = new Map<string, object[]>();
   const churn = new ChurnMap<string, object[]>();
   const ids: string[] = [];
@@ -50,7 +51,7 @@ function play(table: Table, seconds: number): number {
       if (table === 'map') map.set(id, graph);
       else if (table === 'churn-map') churn.set(id, graph);
       ids.push(id);
-      if (ids.length > IN_FLIGHT) {
+      if (ids.length > inFlight) {
         const old = ids.shift() as string;
         if (table === 'map') map.delete(old);
         else if (table === 'churn-map') churn.delete(old);
@@ -68,7 +69,7 @@ function percentile(sorted: number[], p: number): number {
 }
 
 /** Sums the trace lines of the isolate that allocated most (the child's main thread). */
-function summarize(table: Table, requests: number, trace: string): Row {
+function summarize(table: Table, inFlight: number, requests: number, trace: string): Row {
   const byIsolate = new Map<string, Record<string, string>[]>();
   for (const line of trace.split('\n')) {
     const m = /^\[(\d+:0x[0-9a-f]+)/.exec(line);
@@ -89,6 +90,7 @@ function summarize(table: Table, requests: number, trace: string): Row {
   const promoted = sum(rows, 'promoted');
   return {
     table,
+    inFlight,
     requests,
     allocatedMb: allocated / 1e6,
     promotedMb: promoted / 1e6,
@@ -100,12 +102,12 @@ function summarize(table: Table, requests: number, trace: string): Row {
   };
 }
 
-function runChild(table: Table, seconds: number): Promise<Row> {
+function runChild(table: Table, inFlight: number, seconds: number): Promise<Row> {
   const file = fileURLToPath(import.meta.url);
   return new Promise((resolve, reject) => {
     const child = spawn(
       process.execPath,
-      ['--trace-gc-nvp', file, '--child', table, String(seconds)],
+      ['--trace-gc-nvp', file, '--child', table, String(inFlight), String(seconds)],
       {
         stdio: ['ignore', 'pipe', 'inherit'],
       },
@@ -119,7 +121,7 @@ function runChild(table: Table, seconds: number): Promise<Row> {
     child.on('exit', (code) => {
       const done = /^requests (\d+)$/m.exec(out);
       if (code !== 0 || done === null) reject(new Error(`the ${table} run exited with ${code}`));
-      else resolve(summarize(table, Number(done[1]), out));
+      else resolve(summarize(table, inFlight, Number(done[1]), out));
     });
   });
 }
@@ -127,34 +129,49 @@ function runChild(table: Table, seconds: number): Promise<Row> {
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   if (args[0] === '--child') {
-    const done = play(args[1] as Table, Number(args[2]));
+    const done = play(args[1] as Table, Number(args[2]), Number(args[3]));
     process.stdout.write(`requests ${done}\n`);
     return;
   }
   let json = false;
   let seconds = 5;
+  let inFlight = [64, 300];
   for (let i = 0; i < args.length; i++) {
     if (args[i] === '--json') json = true;
     else if (args[i] === '--seconds') {
       seconds = Number(args[++i]);
       if (!(seconds > 0)) throw new RS_ERR_CONFIG_INVALID('--seconds', 'a positive number');
-    } else throw new RS_ERR_CONFIG_INVALID(String(args[i]), 'usage: [--json] [--seconds S]');
+    } else if (args[i] === '--in-flight') {
+      inFlight = String(args[++i]).split(',').map(Number);
+      if (!inFlight.every((n) => Number.isInteger(n) && n > 0)) {
+        throw new RS_ERR_CONFIG_INVALID(
+          '--in-flight',
+          'a comma-separated list of positive integers',
+        );
+      }
+    } else {
+      throw new RS_ERR_CONFIG_INVALID(
+        String(args[i]),
+        'usage: [--json] [--seconds S] [--in-flight 64,300]',
+      );
+    }
   }
   const rows: Row[] = [];
-  for (const table of TABLES) rows.push(await runChild(table, seconds));
+  for (const n of inFlight)
+    for (const table of TABLES) rows.push(await runChild(table, n, seconds));
   console.log(
-    `# ${IN_FLIGHT} requests in flight, ~4 KB each; ${seconds} s per run; Node ${process.version}\n`,
+    `# requests of ~4 KB in a long-lived table; ${seconds} s per run; Node ${process.version}\n`,
   );
   console.log(
-    '| table | requests | allocated MB | promoted MB | promoted share | scavenges | p50 ms | max ms | full GCs |',
+    '| in flight | table | requests | allocated MB | promoted MB | promoted share | scavenges | p50 ms | max ms | full GCs |',
   );
-  console.log('|:--|--:|--:|--:|--:|--:|--:|--:|--:|');
+  console.log('|--:|:--|--:|--:|--:|--:|--:|--:|--:|--:|');
   for (const r of rows) {
     console.log(
-      `| ${r.table} | ${r.requests.toLocaleString('en-US')} | ${r.allocatedMb.toFixed(0)} | ${r.promotedMb.toFixed(1)} | ${(100 * r.promotedShare).toFixed(1)} % | ${r.scavenges} | ${r.scavengeP50Ms.toFixed(1)} | ${r.scavengeMaxMs.toFixed(1)} | ${r.fullGcs} |`,
+      `| ${r.inFlight} | ${r.table} | ${r.requests.toLocaleString('en-US')} | ${r.allocatedMb.toFixed(0)} | ${r.promotedMb.toFixed(1)} | ${(100 * r.promotedShare).toFixed(1)} % | ${r.scavenges} | ${r.scavengeP50Ms.toFixed(1)} | ${r.scavengeMaxMs.toFixed(1)} | ${r.fullGcs} |`,
     );
   }
-  if (json) console.log(JSON.stringify({ seconds, inFlight: IN_FLIGHT, rows }));
+  if (json) console.log(JSON.stringify({ seconds, inFlight, rows }));
 }
 
 main().catch((error: unknown) => {

@@ -2,80 +2,80 @@
  * A Map for long-lived tables whose entries come and go at request rate (the API server's requests
  * by id, an engine's sequences by slot).
  *
- * A JS Map (V8's OrderedHashMap) rebuilds its hash table every few dozen insertions and deletions
- * when it churns, and the table it replaces keeps its entries and a pointer to its successor, for
- * iterators that may still walk it. Once one of those tables has reached the old generation (a
- * full GC moves every live young object there), it is garbage that young-generation collections
- * cannot see as garbage: its successor, and every value the successor holds, survive each scavenge
- * and are promoted in turn, and so on, until the next full GC breaks the chain. A request table
- * held that way keeps every request's object graph (the HTTP request and response, the reply, the
- * record) alive through two scavenges: measured in the API server under the short-request
- * benchmark, ~3 KB of each request promoted and scavenges of 12-60 ms; a standalone loop of
- * set/delete on a Map promoted 77 % of everything it allocated, the same loop on this table 0.3 %.
+ * A JS Map (V8's OrderedHashMap) that churns is rebuilt into a new hash table every few dozen
+ * insertions and deletions, and the table it replaces is left as it was (its entries, and a pointer
+ * to the new one for iterators still walking it) for the garbage collector. Once the Map is in the
+ * old generation, its tables are allocated there too, and a young-generation collection
+ * (scavenge), which cannot tell a dead old object from a live one, treats everything an old
+ * table points to as live: the values it held when it was replaced survive, are promoted, and wait
+ * for the next full GC. A request table held that way keeps each request's object graph (the HTTP
+ * request and response, the reply, the record) through its scavenges: measured in the API server
+ * under the short-request benchmark, ~3 KB of each request promoted and scavenges of 12-60 ms; a
+ * standalone loop of set/delete on a Map promoted 34-49 % of everything it allocated, the same loop
+ * on this table 0.4 % (bench/churn-map.ts).
  *
- * This table keeps its entries as properties of a prototype-less object, which V8 holds in a plain
- * hash dictionary: a rebuilt dictionary links to nothing. Iteration follows V8's property order
- * (integer-like keys ascending, then the others as inserted), not insertion order alone.
+ * This table keeps its values in an array of its own, one position per entry, and indexes them
+ * with a Map from key to position: the index still churns and still leaves old tables behind, but
+ * they hold keys and small integers, never a value. A position is reused once its entry is
+ * deleted, and the array only grows (to the most entries held at once), so it is never rebuilt
+ * under a churn. Iteration, lookup and key semantics are the Map's.
  */
 
-interface Entry<K, V> {
-  readonly key: K;
-  value: V;
-}
-
-export class ChurnMap<K extends string | number, V> implements Iterable<[K, V]> {
-  #table: Record<string | number, Entry<K, V> | undefined> = Object.create(null);
-  #size = 0;
+export class ChurnMap<K, V> implements Iterable<[K, V]> {
+  /** Key -> position in #values. */
+  readonly #index = new Map<K, number>();
+  readonly #values: (V | undefined)[] = [];
+  /** Positions of deleted entries, reused before the array grows. */
+  readonly #free: number[] = [];
 
   get size(): number {
-    return this.#size;
+    return this.#index.size;
   }
 
   get(key: K): V | undefined {
-    return this.#table[key]?.value;
+    const at = this.#index.get(key);
+    return at === undefined ? undefined : this.#values[at];
   }
 
   has(key: K): boolean {
-    return this.#table[key] !== undefined;
+    return this.#index.has(key);
   }
 
   set(key: K, value: V): this {
-    const entry = this.#table[key];
-    if (entry !== undefined) {
-      entry.value = value;
-    } else {
-      this.#table[key] = { key, value };
-      this.#size++;
+    let at = this.#index.get(key);
+    if (at === undefined) {
+      at = this.#free.pop() ?? this.#values.length;
+      this.#index.set(key, at);
     }
+    this.#values[at] = value;
     return this;
   }
 
   delete(key: K): boolean {
-    if (this.#table[key] === undefined) return false;
-    delete this.#table[key];
-    this.#size--;
+    const at = this.#index.get(key);
+    if (at === undefined) return false;
+    this.#index.delete(key);
+    this.#values[at] = undefined;
+    this.#free.push(at);
     return true;
   }
 
   clear(): void {
-    this.#table = Object.create(null);
-    this.#size = 0;
+    this.#index.clear();
+    this.#values.length = 0;
+    this.#free.length = 0;
   }
 
   *entries(): IterableIterator<[K, V]> {
-    // The keys are listed first, so entries may be deleted (or added) while iterating.
-    for (const name of Object.keys(this.#table)) {
-      const entry = this.#table[name];
-      if (entry !== undefined) yield [entry.key, entry.value];
-    }
+    for (const [key, at] of this.#index) yield [key, this.#values[at] as V];
   }
 
   *keys(): IterableIterator<K> {
-    for (const [key] of this.entries()) yield key;
+    yield* this.#index.keys();
   }
 
   *values(): IterableIterator<V> {
-    for (const [, value] of this.entries()) yield value;
+    for (const at of this.#index.values()) yield this.#values[at] as V;
   }
 
   [Symbol.iterator](): IterableIterator<[K, V]> {
