@@ -12,6 +12,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { exitCodeFor, RS_ERR_CONFIG_INVALID } from '../src/errors.js';
 import { ChurnMap } from '../src/wire/churn-map.js';
+import { percentile } from './loadtest/stats.js';
 
 type Table = 'map' | 'churn-map' | 'none';
 const TABLES: Table[] = ['none', 'map', 'churn-map'];
@@ -62,12 +63,6 @@ function play(table: Table, inFlight: number, seconds: number): number {
   return done;
 }
 
-function percentile(sorted: number[], p: number): number {
-  return sorted.length === 0
-    ? 0
-    : sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
-}
-
 /** Sums the trace lines of the isolate that allocated most (the child's main thread). */
 function summarize(table: Table, inFlight: number, requests: number, trace: string): Row {
   const byIsolate = new Map<string, Record<string, string>[]>();
@@ -85,7 +80,6 @@ function summarize(table: Table, inFlight: number, requests: number, trace: stri
   const rows =
     [...byIsolate.values()].sort((a, b) => sum(b, 'allocated') - sum(a, 'allocated'))[0] ?? [];
   const scavenges = rows.filter((r) => r.gc === 's').map((r) => Number(r.pause));
-  scavenges.sort((a, b) => a - b);
   const allocated = sum(rows, 'allocated');
   const promoted = sum(rows, 'promoted');
   return {
@@ -96,8 +90,8 @@ function summarize(table: Table, inFlight: number, requests: number, trace: stri
     promotedMb: promoted / 1e6,
     promotedShare: allocated === 0 ? 0 : promoted / allocated,
     scavenges: scavenges.length,
-    scavengeP50Ms: percentile(scavenges, 0.5),
-    scavengeMaxMs: scavenges.at(-1) ?? 0,
+    scavengeP50Ms: percentile(scavenges, 50) ?? 0,
+    scavengeMaxMs: percentile(scavenges, 100) ?? 0,
     fullGcs: rows.filter((r) => r.gc === 'mc').length,
   };
 }
