@@ -1,5 +1,4 @@
 import { RS_ERR_VLLM_BAD_FIELD } from '../../../errors.js';
-import { ChurnMap } from '../../../wire/churn-map.js';
 import { HeldPrompt } from './held-prompt.js';
 
 /**
@@ -35,7 +34,12 @@ export class LiveRequest {
 }
 
 export class LiveRequests {
-  readonly #byId = new ChurnMap<string, LiveRequest>();
+  /**
+   * Id -> slot, not -> request: a Map that churns leaves replaced tables behind that keep what
+   * they held through young-generation collections (src/wire/churn-map.ts); small integers keep
+   * nothing alive. The requests themselves are in #bySlot.
+   */
+  readonly #byId = new Map<string, number>();
   readonly #bySlot: (LiveRequest | undefined)[] = [];
   readonly #free: number[] = [];
   readonly #capacity: number;
@@ -50,7 +54,8 @@ export class LiveRequests {
   }
 
   get(id: string): LiveRequest | undefined {
-    return this.#byId.get(id);
+    const slot = this.#byId.get(id);
+    return slot === undefined ? undefined : this.#bySlot[slot];
   }
 
   atSlot(slot: number): LiveRequest | undefined {
@@ -86,7 +91,7 @@ export class LiveRequests {
     r.mask = mask;
     if (promptLogprobs >= 0) r.prompt = new HeldPrompt(promptLogprobs);
     this.#bySlot[slot] = r;
-    this.#byId.set(id, r);
+    this.#byId.set(id, slot);
     return r;
   }
 
@@ -101,7 +106,7 @@ export class LiveRequests {
     return [...this.#byId.keys()];
   }
 
-  values(): IterableIterator<LiveRequest> {
-    return this.#byId.values();
+  *values(): IterableIterator<LiveRequest> {
+    for (const slot of this.#byId.values()) yield this.#bySlot[slot] as LiveRequest;
   }
 }
