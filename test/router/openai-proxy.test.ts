@@ -169,8 +169,11 @@ describe('OpenAI routes through the P/D pair', () => {
     const counts = (list: FakeInstance[]) => list.map((f) => f.calls('/v1/completions').length);
     expect(counts(prefills).sort()).toEqual([0, 10]);
     expect(counts(decodes).sort()).toEqual([0, 10]);
-    for (let i = 0; i < 40; i++) await send(`s-${i}`);
-    for (const n of [...counts(prefills), ...counts(decodes)]) expect(n).toBeGreaterThan(10);
+    // The instances' hashes come from their ephemeral ports, so where a session lands changes
+    // from run to run: of 40 sessions, the instance without 'sticky' got 10 or fewer in about 1
+    // run in 1,000 (CI saw 9). Of 200, an instance gets fewer than 50 in about 1 in 10^13.
+    for (let i = 0; i < 200; i++) await send(`s-${i}`);
+    for (const n of [...counts(prefills), ...counts(decodes)]) expect(n).toBeGreaterThanOrEqual(50);
   });
 
   it('sends each call what is left of the client deadline; 504 once it is spent', async () => {
